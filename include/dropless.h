@@ -1,0 +1,31 @@
+/* dropless.h: the one public header of libdropless.
+ *
+ * libdropless is an exact, bit-reproducible reference for token-dropless
+ * Mixture-of-Experts layers: every stage's value is the exact real result of
+ * that stage's function of the stored (rounded) outputs before it, rounded
+ * once, ties to even, to the stage's storage type. Same bits on every
+ * machine, thread count and compiler.
+ *
+ * Sections (each its own file under dropless/, all included here):
+ *   core     errors, storage types, rounding, the exact accumulator
+ *   route    router logits, softmax/sigmoid scores, top-k, tie margins
+ *   dispatch argsort, group sizes and offsets, permute, combine
+ *   gemm     exact grouped GEMM over a flat ragged array, ragged-K GEMM
+ *   moe      the whole layer: configuration, forward, backward
+ *   golden   golden files (HDF5): the case catalogue, write, read
+ *   check    the conformance runner
+ * The plugin ABI for backends is dropless/backend.h, which depends on DLPack
+ * alone and is not included here.
+ */
+#ifndef DROPLESS_H
+#define DROPLESS_H
+
+#define DL_VERSION_STRING "0.1.0"
+
+#include "dropless/core.h"
+#include "dropless/route.h"
+#include "dropless/dispatch.h"
+#include "dropless/gemm.h"
+#include "dropless/moe.h"
+
+#endif

@@ -1,0 +1,32 @@
+/* Internal helpers shared by the library's sources; not installed. */
+#ifndef DL_INTERNAL_H
+#define DL_INTERNAL_H
+
+#include <float.h>
+#include "dropless.h"
+
+/* Golden bits must not depend on excess precision in registers. */
+_Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 or similar)");
+
+#ifdef __GNUC__
+#define DL__UNUSED __attribute__((unused))
+#define DL__LIKELY(x) __builtin_expect(!!(x), 1)
+#define DL__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define DL__UNUSED
+#define DL__LIKELY(x) (x)
+#define DL__UNLIKELY(x) (x)
+#endif
+
+__extension__ typedef unsigned __int128 dl__u128;
+
+/* Interval certification: the exact value is known to lie within
+ * [y - err, y + err] (err >= 0, both finite). If every real in that interval
+ * rounds to the same value of t (same sign of zero too), stores it in *out
+ * and returns 1; else returns 0 and the caller must take a slower path. */
+int dl__certify(double y, double err, dl_dtype_t t, double *out);
+
+/* Propagates carries so that every limb but the top one is in [0, 2^32). */
+void dl__acc_normalize(dl_acc_t *acc);
+
+#endif
