@@ -16,6 +16,10 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
 #define DL__UNUSED
 #define DL__LIKELY(x) (x)
 #define DL__UNLIKELY(x) (x)
+/* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
+ * decreases), else DL_EINVAL. */
+int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
+
 #endif
 
 __extension__ typedef unsigned __int128 dl__u128;
@@ -28,5 +32,9 @@ int dl__certify(double y, double err, dl_dtype_t t, double *out);
 
 /* Propagates carries so that every limb but the top one is in [0, 2^32). */
 void dl__acc_normalize(dl_acc_t *acc);
+
+/* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
+ * decreases), else DL_EINVAL. */
+int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
 
 #endif

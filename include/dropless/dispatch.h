@@ -1,10 +1,38 @@
-/* dropless/dispatch.h: see dropless.h for the section map. */
+/* dropless/dispatch.h: the token bookkeeping of a dropless layer: stable
+ * argsort of assignments, group sizes and offsets, permute, combine.
+ * Part of the public API; include <dropless.h>. */
 #ifndef DROPLESS_DISPATCH_H
 #define DROPLESS_DISPATCH_H
 #include "core.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Stable counting sort of the T*k assignments by expert over the flat index
+ * f = t*k + j: sort_perm[p] = f of the p-th assignment in sorted order;
+ * inv_perm[f] = p (may be NULL); group_sizes[e] = number of assignments to
+ * e; group_offsets = exclusive prefix sum of sizes, [E+1], offsets[E] = T*k.
+ * O(T*k + E). ids is [T, k]. All outputs caller-owned.
+ * Errors: DL_EINVAL, DL_ERANGE (an id outside [0, E)), DL_EOVERFLOW (T*k
+ * beyond int32). */
+int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
+                        int32_t *sort_perm, int32_t *inv_perm,
+                        int64_t *group_sizes, int64_t *group_offsets);
+
+/* x_sorted[p, :] = x[sort_perm[p] / k, :] for p < T*k. x is [T, d],
+ * x_sorted [T*k, d]. Errors: DL_EINVAL, DL_ERANGE. */
+int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
+               const int32_t *sort_perm, float *x_sorted);
+
+/* out[t, :] = RN_t( sum_j w[t, j] * y_sorted[inv_perm[t*k + j], :] ), the
+ * exact weighted sum rounded once. out is [T, d].
+ * Errors: DL_EINVAL, DL_ERANGE. */
+int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
+               int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out);
+
+/* Gradient of dl_permute (un-permute): d_x[t, :] = RN_t(sum_j d_x_sorted[inv_perm[t*k+j], :]). */
+int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,
+                     int64_t k, int64_t d, dl_dtype_t t, float *d_x);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,93 @@
-/* dropless/moe.h: see dropless.h for the section map. */
+/* dropless/moe.h: the whole dropless MoE layer, forward and backward (the
+ * custom VJP). Part of the public API; include <dropless.h>. */
 #ifndef DROPLESS_MOE_H
 #define DROPLESS_MOE_H
 #include "core.h"
+#include "route.h"
+#include "gemm.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef enum {
+    DL_FFN_SWIGLU = 0, /* y = (silu(x Wg) * (x Wu)) Wd */
+    DL_FFN_PLAIN = 1   /* y = x Wd, Wd [E, d, d]: one grouped GEMM alone */
+} dl_ffn_t;
+
+typedef struct {
+    int64_t tokens, hidden, ffn; /* T, d, f (f = d in DL_FFN_PLAIN) */
+    dl_route_config_t route;     /* experts E and top_k k live here */
+    dl_ffn_t ffn_kind;
+    dl_dtype_t dtype;            /* activations, expert weights, d_out */
+} dl_moe_config_t;
+
+/* Checks shapes, routing and sizes (every tensor's element count must fit
+ * int64 and T*k int32). Returns 0, DL_EINVAL or DL_EOVERFLOW. */
+int dl_moe_config_validate(const dl_moe_config_t *c);
+
+/* The layer's inputs, caller-owned. Shapes: x [T,d], router_weight [d,E]
+ * (fp32), expert_bias [E] (fp32, only with route.has_bias), w_gate and w_up
+ * [E,d,f], w_down [E,f,d], d_out [T,d] (backward only). Unused pointers may
+ * be NULL. */
+typedef struct {
+    const float *x, *router_weight, *expert_bias;
+    const float *w_gate, *w_up, *w_down;
+    const float *d_out;
+} dl_moe_inputs_t;
+
+/* Checks the inputs: present where needed, finite, and each on the grid
+ * of its storage type. Returns 0, DL_EINVAL, DL_ENONFINITE or DL_EGRID. */
+int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                           int need_backward);
+
+/* Every stage of the forward pass (M = T*k rows in sorted order). */
+typedef struct {
+    float *router_logits;   /* [T,E] fp32 */
+    float *router_scores;   /* [T,E] fp32 */
+    int32_t *topk_ids;      /* [T,k] */
+    float *topk_weights;    /* [T,k] fp32 */
+    float *tie_margin;      /* [T] fp32 */
+    int32_t *sort_perm;     /* [M] sorted position -> t*k+j */
+    int32_t *inv_perm;      /* [M] t*k+j -> sorted position */
+    int64_t *group_sizes;   /* [E] */
+    int64_t *group_offsets; /* [E+1] */
+    float *x_sorted;        /* [M,d] act */
+    float *h_gate, *h_up;   /* [M,f] act (NULL in DL_FFN_PLAIN) */
+    float *h_act;           /* [M,f] act (NULL in DL_FFN_PLAIN) */
+    float *y_sorted;        /* [M,d] act */
+    float *out;             /* [T,d] act */
+    dl_tier_stats_t stats;  /* tiers taken by all the GEMMs */
+} dl_moe_forward_t;
+
+/* Runs the forward pass; allocates every array of *f (free with
+ * dl_moe_forward_free, also after an error). Errors: those of
+ * dl_moe_config_validate, dl_moe_inputs_validate, DL_ENOMEM. */
+int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                   dl_moe_forward_t *f);
+void dl_moe_forward_free(dl_moe_forward_t *f);
+
+/* Every gradient of the backward pass, each an exact function of stored
+ * forward values and upstream gradients, rounded once. */
+typedef struct {
+    float *d_topk_weights;  /* [T,k] fp32: <d_out[t], y[t,j]> */
+    float *d_y_sorted;      /* [M,d] act: w[t,j] d_out[t] */
+    float *d_h_act;         /* [M,f] act: d_y Wd^T */
+    float *d_w_down;        /* [E,f,d] fp32: h_act_e^T d_y_e */
+    float *d_h_gate, *d_h_up; /* [M,f] act: SwiGLU backward */
+    float *d_x_sorted;      /* [M,d] act: d_h_gate Wg^T + d_h_up Wu^T */
+    float *d_w_gate, *d_w_up; /* [E,d,f] fp32 */
+    float *d_router_scores; /* [T,E] fp32 */
+    float *d_router_logits; /* [T,E] fp32 */
+    float *d_router_weight; /* [d,E] fp32: x^T d_router_logits */
+    float *d_x;             /* [T,d] act: un-permuted d_x_sorted + d_router_logits W_r^T */
+    dl_tier_stats_t stats;
+} dl_moe_backward_t;
+
+/* Runs the backward pass for d_out = in->d_out; allocates every array of *b
+ * (free with dl_moe_backward_free, also after an error). */
+int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                    const dl_moe_forward_t *f, dl_moe_backward_t *b);
+void dl_moe_backward_free(dl_moe_backward_t *b);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,85 @@
-/* dropless/route.h: see dropless.h for the section map. */
+/* dropless/route.h: router logits, scores, top-k selection and the
+ * activation (SwiGLU), forward and backward. Part of the public API;
+ * include <dropless.h>. */
 #ifndef DROPLESS_ROUTE_H
 #define DROPLESS_ROUTE_H
 #include "core.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef enum {
+    DL_SCORE_SOFTMAX = 0, /* softmax over all experts (Mixtral) */
+    DL_SCORE_SIGMOID = 1  /* per-expert sigmoid (DeepSeek-V3) */
+} dl_score_fn_t;
+
+/* Group-limited routing: how a group of experts is scored before the best
+ * topk_group groups are kept. Implementations disagree, so it is explicit. */
+typedef enum {
+    DL_GROUP_MAX = 0,      /* max key in the group */
+    DL_GROUP_TOP2_SUM = 1, /* sum of the 2 best keys (DeepSeek-V3 / vLLM) */
+    DL_GROUP_TOPK_SUM = 2  /* sum of the best top_k/topk_group keys (Megatron / TE) */
+} dl_group_score_t;
+
+typedef struct {
+    int64_t experts, top_k;
+    dl_score_fn_t score_fn;
+    int64_t n_group, topk_group; /* 1, 1: no group limit */
+    dl_group_score_t group_score;
+    int renormalize;             /* weights = scores / sum of selected scores */
+    double scaling;              /* routed scaling factor; 1.0 for none */
+    int has_bias;                /* selection-only expert bias (DeepSeek-V3) */
+} dl_route_config_t;
+
+/* Checks a routing configuration: E >= 1, 1 <= k <= E, n_group divides E,
+ * 1 <= topk_group <= n_group, k <= topk_group * E / n_group, finite
+ * positive scaling. Returns 0 or DL_EINVAL. */
+int dl_route_config_validate(const dl_route_config_t *c);
+
+/* scores[t, e] = RN_fp32(softmax_e(logits[t, :])) or RN_fp32(sigmoid(logits[t,e])),
+ * correctly rounded on every platform (certified binary64 evaluation, MPFR
+ * for undecided cases). logits and scores are [T, E], caller-owned.
+ * Errors: DL_EINVAL, DL_ENONFINITE (NaN/Inf logit). */
+int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
+                    float *scores);
+
+/* Top-k selection and routing weights for each token.
+ * Selection key: key[e] = RN_fp32(scores[e] + bias[e]) with bias, scores[e]
+ * without. Group limit: groups are scored by c->group_score over keys (sums
+ * rounded once to fp32), the best topk_group groups are kept (ties: lower
+ * group index). Then the k best keys among kept experts, ties to the lower
+ * expert index; ids are listed best first. Weights:
+ *   w[t, j] = RN_fp32(scaling * s[id_j] / (renormalize ? sum_j' s[id_j'] : 1))
+ * exact then rounded once. margin[t] (may be NULL) is the tie margin: the
+ * smallest gap, as RN_fp32 of the exact difference, between the k-th and
+ * (k+1)-th selectable keys and between the topk_group-th and next group
+ * scores; +inf when nothing competes. ids, weights are [T, k]; bias is [E]
+ * (ignored without has_bias). Errors: DL_EINVAL, DL_ENONFINITE. */
+int dl_route_topk(const dl_route_config_t *c, const float *scores,
+                  const float *bias, int64_t T, int32_t *ids, float *weights,
+                  float *margin);
+
+/* Backward of dl_route_topk's weights and of dl_route_scores, for stored
+ * (rounded) forward values: given d_weights [T, k], writes
+ * d_scores[t, e] = RN_fp32(exact d weights/d scores contracted with d_weights)
+ * (zero for unselected experts; the bias and the discrete selection get no
+ * gradient), then d_logits[t, e] = RN_fp32(exact VJP of the score function
+ * at the stored scores): softmax: s_e (ds_e - sum_j s_j ds_j); sigmoid:
+ * ds_e s_e (1 - s_e). Either output may be NULL to skip it.
+ * Errors: DL_EINVAL, DL_ENONFINITE. */
+int dl_route_backward(const dl_route_config_t *c, const float *scores,
+                      const int32_t *ids, const float *d_weights, int64_t T,
+                      float *d_scores, float *d_logits);
+
+/* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
+ * correctly rounded. Errors: DL_EINVAL, DL_ENONFINITE. */
+int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h);
+
+/* SwiGLU backward: d_g[i] = RN_t(dh[i] * u[i] * silu'(g[i])),
+ * d_u[i] = RN_t(dh[i] * silu(g[i])), silu'(g) = s (1 + g (1 - s)),
+ * s = sigmoid(g), each correctly rounded. */
+int dl_swiglu_backward(const float *g, const float *u, const float *dh,
+                       int64_t n, dl_dtype_t t, float *d_g, float *d_u);
 
 #ifdef __cplusplus
 }
