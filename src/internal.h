@@ -37,4 +37,27 @@ void dl__acc_normalize(dl_acc_t *acc);
  * decreases), else DL_EINVAL. */
 int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
 
+/* Golden files (src/golden_*.c). */
+#define DL__GOLDEN_OWNER_MALLOC 0 /* every array malloc'ed */
+#define DL__GOLDEN_OWNER_MOE 1    /* forward/backward from dl_moe_forward/backward */
+const char *dl__golden_score_name(int v);
+const char *dl__golden_group_name(int v);
+const char *dl__golden_ffn_name(int v);
+const char *dl__golden_inputs_name(int v);
+int dl__golden_score_parse(const char *s);
+int dl__golden_group_parse(const char *s);
+int dl__golden_ffn_parse(const char *s);
+int dl__golden_inputs_parse(const char *s);
+#ifdef __GNUC__
+__attribute__((format(printf, 3, 4)))
+#endif
+void dl__golden_msg(char *err, size_t errlen, const char *fmt, ...);
+/* Checks what the golden format needs of a configuration beyond
+ * dl_moe_config_validate; 0 or DL_EINVAL with a reason in why. */
+int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen);
+/* Silences HDF5's automatic error-stack printing, restoring it after. */
+typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
+void dl__h5_quiet_on(dl__h5_quiet_t *q);
+void dl__h5_quiet_off(const dl__h5_quiet_t *q);
+
 #endif
