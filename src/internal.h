@@ -20,6 +20,16 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
  * decreases), else DL_EINVAL. */
 int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
 
+/* The exact sum of n binary64 values rounded once to t: a certified
+ * binary64 sum, falling back to the exact accumulator when undecided. For
+ * short sums (combine, un-permute). Sets *nonfinite if a term is NaN/Inf. */
+double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite);
+
+/* The exact dot product of floats rounded once to t, certified from a
+ * binary64 sum where possible (the common case), else exact. */
+double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t incb,
+                    int64_t n, dl_dtype_t t, int *nonfinite);
+
 #endif
 
 __extension__ typedef unsigned __int128 dl__u128;
@@ -36,6 +46,16 @@ void dl__acc_normalize(dl_acc_t *acc);
 /* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
  * decreases), else DL_EINVAL. */
 int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
+
+/* The exact sum of n binary64 values rounded once to t: a certified
+ * binary64 sum, falling back to the exact accumulator when undecided. For
+ * short sums (combine, un-permute). Sets *nonfinite if a term is NaN/Inf. */
+double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite);
+
+/* The exact dot product of floats rounded once to t, certified from a
+ * binary64 sum where possible (the common case), else exact. */
+double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t incb,
+                    int64_t n, dl_dtype_t t, int *nonfinite);
 
 /* Golden files (src/golden_*.c). */
 #define DL__GOLDEN_OWNER_MALLOC 0 /* every array malloc'ed */

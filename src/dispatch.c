@@ -1,0 +1,118 @@
+/* Token bookkeeping: stable counting sort of assignments, permute, combine. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+/* top_k beyond this is not a MoE router; it bounds the stack buffers below */
+#define DL__MAX_K 1024
+
+int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
+                        int32_t *sort_perm, int32_t *inv_perm,
+                        int64_t *group_sizes, int64_t *group_offsets)
+{
+    int64_t M;
+    if (T < 0 || k < 1 || E < 1 || !group_sizes || !group_offsets)
+        return DL_EINVAL;
+    if (dl_mul_size(T, k, &M))
+        return DL_EOVERFLOW;
+    if (M > INT32_MAX)
+        return DL_EOVERFLOW;
+    if (M > 0 && (!ids || !sort_perm))
+        return DL_EINVAL;
+    memset(group_sizes, 0, (size_t)E * sizeof *group_sizes);
+    for (int64_t f = 0; f < M; f++) {
+        if (ids[f] < 0 || ids[f] >= E)
+            return DL_ERANGE;
+        group_sizes[ids[f]]++;
+    }
+    group_offsets[0] = 0;
+    for (int64_t e = 0; e < E; e++)
+        group_offsets[e + 1] = group_offsets[e] + group_sizes[e];
+    /* a forward sweep keeps equal experts in flat-index order: stable */
+    int64_t *next = malloc((size_t)E * sizeof *next);
+    if (!next)
+        return DL_ENOMEM;
+    memcpy(next, group_offsets, (size_t)E * sizeof *next);
+    for (int64_t f = 0; f < M; f++) {
+        int64_t p = next[ids[f]]++;
+        sort_perm[p] = (int32_t)f;
+        if (inv_perm)
+            inv_perm[f] = (int32_t)p;
+    }
+    free(next);
+    return 0;
+}
+
+int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
+               const int32_t *sort_perm, float *x_sorted)
+{
+    int64_t M;
+    if (T < 0 || d < 0 || k < 1 || dl_mul_size(T, k, &M))
+        return DL_EINVAL;
+    if (M > 0 && d > 0 && (!x || !sort_perm || !x_sorted))
+        return DL_EINVAL;
+    for (int64_t p = 0; p < M; p++)
+        if (sort_perm[p] < 0 || sort_perm[p] >= M)
+            return DL_ERANGE;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < M; p++)
+        memcpy(x_sorted + p * d, x + (sort_perm[p] / k) * d, (size_t)d * sizeof *x);
+    return 0;
+}
+
+static int check_inv(const int32_t *inv_perm, int64_t M)
+{
+    for (int64_t f = 0; f < M; f++)
+        if (inv_perm[f] < 0 || inv_perm[f] >= M)
+            return DL_ERANGE;
+    return 0;
+}
+
+int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
+               int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out)
+{
+    int64_t M;
+    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_K || dl_mul_size(T, k, &M))
+        return DL_EINVAL;
+    if (T > 0 && d > 0 && (!y_sorted || !w || !inv_perm || !out))
+        return DL_EINVAL;
+    int rc = check_inv(inv_perm, M);
+    if (rc)
+        return rc;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int64_t tk = 0; tk < T; tk++) {
+        for (int64_t i = 0; i < d; i++) {
+            double p[DL__MAX_K];
+            for (int64_t j = 0; j < k; j++) /* a product of two floats is exact in binary64 */
+                p[j] = (double)w[tk * k + j] * y_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+            out[tk * d + i] = (float)dl__sum_exact(p, k, t, &bad);
+        }
+    }
+    return bad ? DL_ENONFINITE : 0;
+}
+
+int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,
+                     int64_t k, int64_t d, dl_dtype_t t, float *d_x)
+{
+    int64_t M;
+    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_K || dl_mul_size(T, k, &M))
+        return DL_EINVAL;
+    if (T > 0 && d > 0 && (!d_x_sorted || !inv_perm || !d_x))
+        return DL_EINVAL;
+    int rc = check_inv(inv_perm, M);
+    if (rc)
+        return rc;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int64_t tk = 0; tk < T; tk++)
+        for (int64_t i = 0; i < d; i++) {
+            double p[DL__MAX_K];
+            for (int64_t j = 0; j < k; j++)
+                p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+            d_x[tk * d + i] = (float)dl__sum_exact(p, k, t, &bad);
+        }
+    return bad ? DL_ENONFINITE : 0;
+}

@@ -1,0 +1,310 @@
+/* The whole layer: the stages in order, forward and backward. Each stage is
+ * an exact function of the stored values before it, rounded once; this file
+ * only wires them and owns the memory. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+#define DL__MAX_TOPK 1024
+
+int dl_moe_config_validate(const dl_moe_config_t *c)
+{
+    if (!c || c->tokens < 0 || c->hidden < 1 || c->ffn < 1)
+        return DL_EINVAL;
+    if (c->dtype != DL_F32 && c->dtype != DL_BF16 && c->dtype != DL_F16)
+        return DL_EINVAL;
+    if (c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN)
+        return DL_EINVAL;
+    if (c->ffn_kind == DL_FFN_PLAIN && c->ffn != c->hidden)
+        return DL_EINVAL;
+    int rc = dl_route_config_validate(&c->route);
+    if (rc)
+        return rc;
+    if (c->route.top_k > DL__MAX_TOPK)
+        return DL_EINVAL;
+    const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts,
+                  k = c->route.top_k;
+    int64_t M, a, b;
+    /* every tensor's element count, and its byte count, must fit int64 */
+    if (dl_mul_size(T, k, &M) || M > INT32_MAX)
+        return DL_EOVERFLOW;
+    if (dl_mul_size(M, d > f ? d : f, &a) || dl_mul_size(a, 8, &a))
+        return DL_EOVERFLOW;
+    if (dl_mul_size(E, d, &b) || dl_mul_size(b, f, &b) || dl_mul_size(b, 8, &b))
+        return DL_EOVERFLOW;
+    if (dl_mul_size(T, d > E ? d : E, &a) || dl_mul_size(a, 8, &a))
+        return DL_EOVERFLOW;
+    if (dl_mul_size(d, E, &a) || dl_mul_size(a, 8, &a))
+        return DL_EOVERFLOW;
+    return 0;
+}
+
+static int check_tensor(const float *p, int64_t n, dl_dtype_t t)
+{
+    if (!p && n > 0)
+        return DL_EINVAL;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(max : bad)
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(p[i]))
+            bad = bad > 2 ? bad : 2;
+        else if (t != DL_F32 && !dl_on_grid(p[i], t))
+            bad = bad > 1 ? bad : 1;
+    }
+    return bad == 2 ? DL_ENONFINITE : bad == 1 ? DL_EGRID : 0;
+}
+
+int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                           int need_backward)
+{
+    int rc = dl_moe_config_validate(c);
+    if (rc)
+        return rc;
+    if (!in)
+        return DL_EINVAL;
+    const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts;
+    const dl_dtype_t t = c->dtype;
+    int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
+    if ((rc = check_tensor(in->x, T * d, t)) || (rc = check_tensor(in->router_weight, d * E, DL_F32)))
+        return rc;
+    if (c->route.has_bias && (rc = check_tensor(in->expert_bias, E, DL_F32)))
+        return rc;
+    if (swiglu && ((rc = check_tensor(in->w_gate, E * d * f, t)) ||
+                   (rc = check_tensor(in->w_up, E * d * f, t))))
+        return rc;
+    if ((rc = check_tensor(in->w_down, E * f * d, t)))
+        return rc;
+    if (need_backward && (rc = check_tensor(in->d_out, T * d, t)))
+        return rc;
+    return 0;
+}
+
+/* calloc that treats a zero-sized request as one byte, so NULL means no memory */
+static void *alloc(int64_t n, size_t size)
+{
+    return calloc(n > 0 ? (size_t)n : 1, size);
+}
+
+void dl_moe_forward_free(dl_moe_forward_t *f)
+{
+    if (!f)
+        return;
+    free(f->router_logits);
+    free(f->router_scores);
+    free(f->topk_ids);
+    free(f->topk_weights);
+    free(f->tie_margin);
+    free(f->sort_perm);
+    free(f->inv_perm);
+    free(f->group_sizes);
+    free(f->group_offsets);
+    free(f->x_sorted);
+    free(f->h_gate);
+    free(f->h_up);
+    free(f->h_act);
+    free(f->y_sorted);
+    free(f->out);
+    memset(f, 0, sizeof *f);
+}
+
+/* One grouped GEMM term over the sorted rows. */
+static int grouped(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_t layout,
+                   int64_t N, const int64_t *offsets, int64_t E, dl_dtype_t t, float *out,
+                   dl_tier_stats_t *st)
+{
+    dl_gemm_term_t term = {lhs, K, rhs, layout};
+    return dl_gemm_grouped(&term, 1, N, offsets, E, t, out, st);
+}
+
+int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
+{
+    if (!f)
+        return DL_EINVAL;
+    memset(f, 0, sizeof *f);
+    int rc = dl_moe_inputs_validate(c, in, 0);
+    if (rc)
+        return rc;
+    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
+                  k = c->route.top_k, M = T * k;
+    const dl_dtype_t t = c->dtype;
+    const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
+
+    f->router_logits = alloc(T * E, sizeof(float));
+    f->router_scores = alloc(T * E, sizeof(float));
+    f->topk_ids = alloc(M, sizeof(int32_t));
+    f->topk_weights = alloc(M, sizeof(float));
+    f->tie_margin = alloc(T, sizeof(float));
+    f->sort_perm = alloc(M, sizeof(int32_t));
+    f->inv_perm = alloc(M, sizeof(int32_t));
+    f->group_sizes = alloc(E, sizeof(int64_t));
+    f->group_offsets = alloc(E + 1, sizeof(int64_t));
+    f->x_sorted = alloc(M * d, sizeof(float));
+    f->y_sorted = alloc(M * d, sizeof(float));
+    f->out = alloc(T * d, sizeof(float));
+    if (swiglu) {
+        f->h_gate = alloc(M * ff, sizeof(float));
+        f->h_up = alloc(M * ff, sizeof(float));
+        f->h_act = alloc(M * ff, sizeof(float));
+    }
+    if (!f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights ||
+        !f->tie_margin || !f->sort_perm || !f->inv_perm || !f->group_sizes ||
+        !f->group_offsets || !f->x_sorted || !f->y_sorted || !f->out ||
+        (swiglu && (!f->h_gate || !f->h_up || !f->h_act)))
+        return DL_ENOMEM;
+
+    const int64_t all_rows[2] = {0, T};
+    if ((rc = grouped(in->x, d, in->router_weight, DL_RHS_KN, E, all_rows, 1, DL_F32,
+                      f->router_logits, &f->stats)))
+        return rc;
+    if ((rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)))
+        return rc;
+    if ((rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, f->topk_ids,
+                            f->topk_weights, f->tie_margin)))
+        return rc;
+    if ((rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
+                                  f->group_sizes, f->group_offsets)))
+        return rc;
+    if ((rc = dl_permute(in->x, T, d, k, f->sort_perm, f->x_sorted)))
+        return rc;
+    const int64_t *off = f->group_offsets;
+    if (swiglu) {
+        if ((rc = grouped(f->x_sorted, d, in->w_gate, DL_RHS_KN, ff, off, E, t, f->h_gate, &f->stats)) ||
+            (rc = grouped(f->x_sorted, d, in->w_up, DL_RHS_KN, ff, off, E, t, f->h_up, &f->stats)) ||
+            (rc = dl_swiglu(f->h_gate, f->h_up, M * ff, t, f->h_act)) ||
+            (rc = grouped(f->h_act, ff, in->w_down, DL_RHS_KN, d, off, E, t, f->y_sorted, &f->stats)))
+            return rc;
+    } else if ((rc = grouped(f->x_sorted, d, in->w_down, DL_RHS_KN, d, off, E, t, f->y_sorted,
+                             &f->stats))) {
+        return rc;
+    }
+    return dl_combine(f->y_sorted, f->topk_weights, f->inv_perm, T, k, d, t, f->out);
+}
+
+void dl_moe_backward_free(dl_moe_backward_t *b)
+{
+    if (!b)
+        return;
+    free(b->d_topk_weights);
+    free(b->d_y_sorted);
+    free(b->d_h_act);
+    free(b->d_w_down);
+    free(b->d_h_gate);
+    free(b->d_h_up);
+    free(b->d_x_sorted);
+    free(b->d_w_gate);
+    free(b->d_w_up);
+    free(b->d_router_scores);
+    free(b->d_router_logits);
+    free(b->d_router_weight);
+    free(b->d_x);
+    memset(b, 0, sizeof *b);
+}
+
+/* d_x[t,i] = RN(sum_j d_x_sorted[pos(t,j), i] + sum_e d_logits[t,e] W_r[i,e]):
+ * the gradient through the experts and through the router, rounded once. */
+static int total_dx(const dl_moe_config_t *c, const float *d_x_sorted, const int32_t *inv_perm,
+                    const float *d_logits, const float *w_r, float *d_x)
+{
+    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
+    const int64_t n = k + E;
+    int bad = 0, nomem = 0;
+#pragma omp parallel reduction(| : bad, nomem)
+    {
+        double *p = malloc((size_t)n * sizeof *p);
+        if (!p)
+            nomem = 1;
+#pragma omp for schedule(static)
+        for (int64_t tk = 0; tk < T; tk++) {
+            if (!p)
+                continue;
+            for (int64_t i = 0; i < d; i++) {
+                for (int64_t j = 0; j < k; j++)
+                    p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+                for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
+                    p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
+                d_x[tk * d + i] = (float)dl__sum_exact(p, n, c->dtype, &bad);
+            }
+        }
+        free(p);
+    }
+    return nomem ? DL_ENOMEM : bad ? DL_ENONFINITE : 0;
+}
+
+int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                    const dl_moe_forward_t *f, dl_moe_backward_t *b)
+{
+    if (!b || !f)
+        return DL_EINVAL;
+    memset(b, 0, sizeof *b);
+    int rc = dl_moe_inputs_validate(c, in, 1);
+    if (rc)
+        return rc;
+    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
+                  k = c->route.top_k, M = T * k;
+    const dl_dtype_t t = c->dtype;
+    const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
+    const int64_t *off = f->group_offsets;
+
+    b->d_topk_weights = alloc(M, sizeof(float));
+    b->d_y_sorted = alloc(M * d, sizeof(float));
+    b->d_x_sorted = alloc(M * d, sizeof(float));
+    b->d_w_down = alloc(E * ff * d, sizeof(float));
+    b->d_router_scores = alloc(T * E, sizeof(float));
+    b->d_router_logits = alloc(T * E, sizeof(float));
+    b->d_router_weight = alloc(d * E, sizeof(float));
+    b->d_x = alloc(T * d, sizeof(float));
+    if (swiglu) {
+        b->d_h_act = alloc(M * ff, sizeof(float));
+        b->d_h_gate = alloc(M * ff, sizeof(float));
+        b->d_h_up = alloc(M * ff, sizeof(float));
+        b->d_w_gate = alloc(E * d * ff, sizeof(float));
+        b->d_w_up = alloc(E * d * ff, sizeof(float));
+    }
+    if (!b->d_topk_weights || !b->d_y_sorted || !b->d_x_sorted || !b->d_w_down ||
+        !b->d_router_scores || !b->d_router_logits || !b->d_router_weight || !b->d_x ||
+        (swiglu && (!b->d_h_act || !b->d_h_gate || !b->d_h_up || !b->d_w_gate || !b->d_w_up)))
+        return DL_ENOMEM;
+
+    /* combine: out[t] = sum_j w[t,j] y[pos(t,j)] */
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int64_t fl = 0; fl < M; fl++) {
+        const float *y = f->y_sorted + (int64_t)f->inv_perm[fl] * d;
+        const float *g = in->d_out + (fl / k) * d;
+        b->d_topk_weights[fl] = (float)dl__dot_cert(g, 1, y, 1, d, DL_F32, &bad);
+        double w = f->topk_weights[fl];
+        float *dy = b->d_y_sorted + (int64_t)f->inv_perm[fl] * d;
+        for (int64_t i = 0; i < d; i++) /* one product of floats: exact, then rounded once */
+            dy[i] = (float)dl_round(w * (double)g[i], t);
+    }
+    if (bad)
+        return DL_ENONFINITE;
+
+    if (swiglu) {
+        /* y = h_act Wd: d_h_act = d_y Wd^T, d_Wd = h_act^T d_y */
+        if ((rc = grouped(b->d_y_sorted, d, in->w_down, DL_RHS_NK, ff, off, E, t, b->d_h_act, &b->stats)) ||
+            (rc = dl_gemm_ragged_k(f->h_act, ff, b->d_y_sorted, d, off, E, DL_F32, b->d_w_down, &b->stats)) ||
+            (rc = dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, M * ff, t, b->d_h_gate, b->d_h_up)))
+            return rc;
+        dl_gemm_term_t terms[2] = {{b->d_h_gate, ff, in->w_gate, DL_RHS_NK},
+                                   {b->d_h_up, ff, in->w_up, DL_RHS_NK}};
+        if ((rc = dl_gemm_grouped(terms, 2, d, off, E, t, b->d_x_sorted, &b->stats)) ||
+            (rc = dl_gemm_ragged_k(f->x_sorted, d, b->d_h_gate, ff, off, E, DL_F32, b->d_w_gate, &b->stats)) ||
+            (rc = dl_gemm_ragged_k(f->x_sorted, d, b->d_h_up, ff, off, E, DL_F32, b->d_w_up, &b->stats)))
+            return rc;
+    } else if ((rc = grouped(b->d_y_sorted, d, in->w_down, DL_RHS_NK, d, off, E, t, b->d_x_sorted, &b->stats)) ||
+               (rc = dl_gemm_ragged_k(f->x_sorted, d, b->d_y_sorted, d, off, E, DL_F32, b->d_w_down, &b->stats))) {
+        return rc;
+    }
+
+    if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
+                                b->d_router_scores, b->d_router_logits)))
+        return rc;
+    const int64_t all_rows[2] = {0, T};
+    if ((rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
+                               b->d_router_weight, &b->stats)))
+        return rc;
+    return total_dx(c, b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight, b->d_x);
+}
