@@ -129,14 +129,21 @@ static void copy_expert(float *w, float *bias, int64_t d, int64_t E, int64_t src
         bias[dst] = bias[src];
 }
 
+/* Ties (doc/format.md): experts [0, k] become exact copies of expert 0 (a
+ * tie across the k boundary whenever they lead), experts [k+1, 2k+1] near
+ * copies of expert k+1 (each 64 ulps above the previous in one weight),
+ * then group 1 a copy of group 0 (tied group scores), and token 0 is all
+ * zeros (every logit exactly 0). */
 static void make_ties(const dl_case_t *c, dl_golden_inputs_t *in)
 {
     const dl_moe_config_t *k = &c->config;
-    int64_t d = k->hidden, E = k->route.experts;
+    int64_t d = k->hidden, E = k->route.experts, K = k->route.top_k;
     int64_t rnear = d > 1 ? 1 : 0;
-    for (int64_t e = 1; e < E; e += 2) {
+    for (int64_t e = 1; e <= K && e < E; e++)
+        copy_expert(in->router_weight, in->expert_bias, d, E, 0, e);
+    for (int64_t e = K + 2; e <= 2 * K + 1 && e < E; e++) {
         copy_expert(in->router_weight, in->expert_bias, d, E, e - 1, e);
-        if (e % 4 == 3)
+        for (int u = 0; u < 64; u++)
             in->router_weight[rnear * E + e] = nextafterf(in->router_weight[rnear * E + e], INFINITY);
     }
     int64_t gsize = E / k->route.n_group;
