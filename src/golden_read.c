@@ -467,6 +467,8 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
     dl__h5_quiet_on(&q);
     if (access(path, R_OK) != 0)
         FAILF(DL_EIO, "cannot open: %s", strerror(errno));
+    if ((rc = dl__golden_verify_seal(path, &g->sealed, err, errlen)) < 0)
+        goto fail;
     if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
         H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
         FAILF(DL_EIO, "HDF5 error: property list");

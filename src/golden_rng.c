@@ -53,8 +53,10 @@ double dl_golden_ln(double x)
         return x == 0 ? -INFINITY : (x > 0 ? x : NAN);
     int k;
     double m = frexp(x, &k); /* exact: x = m 2^k, m in [0.5, 1) */
-    m *= 2.0;
-    k -= 1;
+    if (m < 0x1.6a09e667f3bcdp-1) { /* m < sqrt(1/2): m in [sqrt(1/2), sqrt(2)) */
+        m *= 2.0;
+        k -= 1;
+    }
     double s = (m - 1.0) / (m + 1.0), s2 = s * s, term = s, sum = 0.0;
     for (int i = 0; i < 20; i++) {
         sum += term / (double)(2 * i + 1);

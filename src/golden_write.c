@@ -52,15 +52,25 @@ fail:
     return rc;
 }
 
-/* Strings are variable-length UTF-8, so h5py reads them as str. */
+/* Strings are fixed-length ASCII (NUL-padded, no terminator). Variable-
+ * length strings would live in a global heap, whose parser in HDF5 1.10
+ * crashes on damaged files; fixed-length ones sit in the object header. */
 static int attr_str(wctx_t *w, hid_t obj, const char *name, const char *val)
 {
     hid_t st = -1;
     int rc = DL_EIO;
+    size_t len = strlen(val);
     H5TRY(st = H5Tcopy(H5T_C_S1), "string type");
-    H5TRY(H5Tset_size(st, H5T_VARIABLE), "string type");
-    H5TRY(H5Tset_cset(st, H5T_CSET_UTF8), "string type");
-    rc = attr_write(w, obj, name, st, st, &val);
+    H5TRY(H5Tset_size(st, len ? len : 1), "string type");
+    H5TRY(H5Tset_strpad(st, H5T_STR_NULLPAD), "string type");
+    H5TRY(H5Tset_cset(st, H5T_CSET_ASCII), "string type");
+    char buf[256] = {0};
+    if (len >= sizeof buf) {
+        dl__golden_msg(w->err, w->errlen, "%s: attribute %s too long", w->path, name);
+        goto fail;
+    }
+    memcpy(buf, val, len);
+    rc = attr_write(w, obj, name, st, st, buf);
 fail:
     if (st >= 0)
         H5Tclose(st);
@@ -151,6 +161,7 @@ static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
     w->gcpl = w->dcpl = -1;
     H5TRY(fcpl = H5Pcreate(H5P_FILE_CREATE), "property list");
     H5TRY(H5Pset_obj_track_times(fcpl, 0), "property list"); /* the root group */
+    H5TRY(H5Pset_userblock(fcpl, DL__GOLDEN_USERBLOCK), "user block");
     H5TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), "property list");
     H5TRY(H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18), "libver bounds");
     H5TRY(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "property list");
@@ -300,6 +311,8 @@ int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
     dl__h5_quiet_on(&q);
     rc = write_h5(&w, tmp, g, progress, pctx);
     dl__h5_quiet_off(&q);
+    if (rc == 0)
+        rc = dl_golden_seal(tmp, err, errlen);
     if (rc == 0) {
         /* the data reaches the disk before the name does */
         int sfd = open(tmp, O_RDONLY);

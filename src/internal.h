@@ -79,5 +79,20 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen);
 typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
 void dl__h5_quiet_on(dl__h5_quiet_t *q);
 void dl__h5_quiet_off(const dl__h5_quiet_t *q);
+/* The seal (src/golden_seal.c): a user block of this size holding the
+ * SHA-256 of the rest of the file. */
+#define DL__GOLDEN_USERBLOCK 512
+typedef struct {
+    uint32_t h[8];
+    uint64_t len;
+    unsigned char buf[64];
+    size_t nbuf;
+} dl__sha256_t;
+void dl__sha256_init(dl__sha256_t *s);
+void dl__sha256_update(dl__sha256_t *s, const void *data, size_t n);
+void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
+/* 0 with *sealed = 1 (seal verified) or 0 (no seal); DL_EFORMAT when the
+ * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
+int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
 
 #endif

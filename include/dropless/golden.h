@@ -152,6 +152,7 @@ typedef struct {
     dl_golden_inputs_t in;
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
+    int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified */
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 
@@ -183,6 +184,13 @@ int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
                     dl_golden_progress_fn progress, void *progress_ctx,
                     char *err, size_t errlen);
 
+/* Seals the file at path: writes the SHA-256 of every byte after the first
+ * 512 into that 512-byte HDF5 user block (doc/format.md, "Seal").
+ * dl_golden_write seals every file; this is for tools that edit a golden
+ * file on purpose. The file must have been created with a 512-byte user
+ * block. Errors: DL_EIO, DL_EFORMAT. */
+int dl_golden_seal(const char *path, char *err, size_t errlen);
+
 /* Generates case c in memory: inputs, dl_moe_forward and (unless
  * opts->no_backward) dl_moe_backward. If the backward pass fails, g keeps
  * has_backward = 0 and the code is returned in *backward_err (may be NULL).
@@ -203,7 +211,9 @@ const char *dl_golden_hdf5_version(void);
 
 /* ---------------------------------------------------------------- reading */
 
-/* Loads a golden file: root attributes, /config, and every present group,
+/* Loads a golden file: first the seal, if the file has one (a mismatch is
+ * DL_EFORMAT before HDF5 reads a byte: HDF5 can crash on damaged
+ * metadata); then root attributes, /config, and every present group,
  * each of which must be complete. Validates the format and version, every
  * dataset's HDF5 type, shape (against /config) and dtype attribute, that
  * every value lies on its storage grid, ids and permutations in range and
@@ -220,7 +230,10 @@ int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errl
  * datasets may have any integer type; ids must be in [0, E), permutation
  * entries in [-1, M) (-1: dropped), sizes nonnegative. A /config group, if
  * present, must agree with expect. Root attributes backend and compute_mode
- * are read if present. Errors as dl_golden_load. */
+ * are read if present. A seal, if present, is verified. Candidate files
+ * are usually unsealed, so HDF5 parses them unprotected: HDF5 1.10 can
+ * crash on deliberately damaged metadata, so a caller that must survive
+ * hostile files loads them in a child process. Errors as dl_golden_load. */
 int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
                              dl_golden_file_t *g, char *err, size_t errlen);
 

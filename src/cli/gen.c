@@ -326,9 +326,11 @@ int dl_cli_info(int argc, char **argv)
         }
         char cfg[1024];
         dl_golden_config_string(&g.config, "\n    ", cfg, sizeof cfg);
-        printf("%s\n  format: %s version %" PRId64 ", written by %s\n  case: %s (seed %" PRIu64
-               ")\n  config:\n    %s\n",
-               argv[i], g.format, g.format_version, g.generator, g.case_name, g.seed, cfg);
+        printf("%s\n  format: %s version %" PRId64 ", written by %s\n  seal: %s\n"
+               "  case: %s (seed %" PRIu64 ")\n  config:\n    %s\n",
+               argv[i], g.format, g.format_version, g.generator,
+               g.sealed ? "SHA-256 verified" : "none (the file is not protected against damage)",
+               g.case_name, g.seed, cfg);
         int has[3] = {g.has_inputs, g.has_forward, g.has_backward};
         static const char *const gn[] = {"/inputs", "/forward", "/backward"};
         int cur = -1;
