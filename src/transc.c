@@ -266,13 +266,19 @@ int dl__silu_mul(double g, double u, dl_dtype_t t, double *out)
         *out = copysign(0.0, a);
         return 0;
     }
-    if (g > 1000) {
-        /* a s with 1 - s < 2^-1442 */
-        if (dl__certify(a, fabs(a) * 0x1p-100, t, out))
-            return 0;
+    if (g >= 42) {
+        /* h = a s with 0 < 1 - s < E = e^-g < 2^-60. a has at most 48
+         * significant bits; a rounding boundary of t != DL_F64 (a value or
+         * a midpoint: at most 25 bits) other than a itself is a multiple
+         * of a's last bit, so at least 2^-49 |a| from a. No boundary lies
+         * in [a', a), a' the double next to a toward zero, and h (inside
+         * (a (1 - 2^-60), a)) rounds like a'. For DL_F64, h rounds to a.
+         * This matters when a is itself a midpoint of t. */
+        *out = t == DL_F64 ? a : dl_round(nextafter(a, 0.0), t);
+        return 0;
     } else {
         int k;
-        double e, y = exp_neg(ag, &k, &e);
+        double e, y = exp_neg(ag, &k, &e); /* |g| < 1000 */
         /* relative error <= 2 DL__EXP_REL + 3u + 2^-998 + O(u^2) < 2^-48 */
         if (g > 0) {
             double h = a / (1.0 + e);
@@ -369,10 +375,13 @@ int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out)
         *out = copysign(0.0, -p);
         return 0;
     }
-    if (g > 1000) {
-        /* silu' = 1 + O(g e^-g), within 2^-1400 of 1 */
-        if (dl__certify(p, fabs(p) * 0x1p-100, t, out))
-            return 0;
+    if (g >= 48) {
+        /* silu' - 1 = E (g - 1 - E) / (1 + E)^2 is in (0, g e^-g) and
+         * g e^-g < 2^-63: as for dl__silu_mul, the value is strictly inside
+         * (p, p'), p' the double next to p away from zero, and no rounding
+         * boundary of t lies in (p, p'] */
+        *out = t == DL_F64 ? p : dl_round(nextafter(p, p > 0 ? INFINITY : -INFINITY), t);
+        return 0;
     } else if (g > 0) {
         int k;
         double e;
