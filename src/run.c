@@ -388,9 +388,10 @@ static void child_segv(int sig, siginfo_t *si, void *uc)
             break;
         }
     }
-    /* SA_RESETHAND restored the default action: returning re-faults and
-     * the child dies of the signal, which is what the executor reports. */
-    (void)sig;
+    /* SA_RESETHAND restored the default action, and the signal is blocked
+     * until the handler returns: then the child dies of it, as the
+     * executor reports (a raise() by the plugin would otherwise resume). */
+    raise(sig);
 }
 
 static void child_msg(ctrl_t *ctl, const char *fmt, ...)

@@ -260,6 +260,14 @@ static inline int ex_expert_forward(const dl_backend_config_t *c, const ex_opts_
     return 0;
 }
 
+/* splitmix64's finaliser: every input bit moves every output bit. */
+static inline uint64_t ex_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
 static inline int ex_combine(const dl_backend_config_t *c, const ex_opts_t *o,
                              const dl_backend_combine_args_t *a)
 {
@@ -273,7 +281,7 @@ static inline int ex_combine(const dl_backend_config_t *c, const ex_opts_t *o,
     for (int64_t t = 0; t < T; t++) {
         /* with a salt, the sum starts at a slot that depends on it, as a
          * split of the work over threads might */
-        int64_t first = salt ? (int64_t)((salt ^ (uint64_t)t * 0x9E3779B97F4A7C15u) >> 33) % k : 0;
+        int64_t first = salt ? (int64_t)(ex_mix(salt + (uint64_t)t) % (uint64_t)k) : 0;
         for (int64_t n = 0; n < d; n++) {
             float acc = 0;
             for (int64_t jj = 0; jj < k; jj++) {
