@@ -464,6 +464,9 @@ static void child_main(const job_t *job, ctrl_t *ctl, int stage, const stage_io_
 #endif
     if (getppid() != job->parent)
         _exit(CHILD_LOAD_FAILED); /* the executor is already gone */
+    sigset_t none; /* the caller's blocked signals are not the plugin's */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
 #ifdef _OPENMP
     /* GNU libgomp cannot start threads in a fork of a process whose thread
      * pool is running: a parallel region would hang. One thread is safe. */

@@ -214,6 +214,9 @@ typedef struct dl_backend {
                   const dl_backend_router_backward_args_t *a);
     int (*input_backward)(const dl_backend_config_t *c,
                   const dl_backend_input_backward_args_t *a);
+    /* Room for stages added in later minor revisions without an ABI bump;
+     * leave zero (a static table with designated initialisers does). */
+    void (*reserved[8])(void);
 } dl_backend_t;
 
 /* The type of the exported symbol DL_BACKEND_SYMBOL. */

@@ -85,11 +85,12 @@ typedef struct {
  * stage the golden inputs from gf (golden forward) and gb (golden backward;
  * may be NULL: the backward stages are then skipped). opt may be NULL for the
  * defaults. The executor never crashes or hangs on account of the plugin:
- * every plugin failure is a diagnostic in *r. Returns 0 when *r is filled
- * (also when the plugin failed), DL_EINVAL for bad arguments (incl. a golden
- * forward missing an array the stages need), DL_ENOMEM, or DL_EPLUGIN when
- * no child process could be started. Free *r with dl_run_result_free, also
- * after an error. */
+ * every plugin failure is a diagnostic in *r. A stage whose golden inputs
+ * are missing (a NULL array in gf, gb or in) is skipped, with a message.
+ * Returns 0 when *r is filled (also when the plugin failed), DL_EINVAL or
+ * DL_EOVERFLOW for a bad configuration or NULL arguments, DL_ENOMEM, or
+ * DL_EPLUGIN when no child process could be started. Free *r with
+ * dl_run_result_free, also after an error. */
 int dl_run_backend(const char *path, const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                    const dl_moe_forward_t *gf, const dl_moe_backward_t *gb,
                    const dl_run_options_t *opt, dl_run_result_t *r);
