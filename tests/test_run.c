@@ -391,6 +391,21 @@ START_TEST(load_failed)
 }
 END_TEST
 
+START_TEST(load_crash)
+{
+    case_t *k = case_new(SMALL);
+    dl_run_result_t r;
+    run("loadcrash", k, 0, &r);
+    ck_assert_int_eq(r.loaded, 0);
+    ck_assert_int_eq(r.load.status, DL_RUN_LOAD_FAILED);
+    ck_assert_ptr_nonnull(strstr(r.load.message, "while loading"));
+    for (int s = 0; s < DL_STAGE_COUNT; s++)
+        assert_status(&r, (dl_run_stage_t)s, DL_RUN_LOAD_FAILED);
+    dl_run_result_free(&r);
+    case_free(k);
+}
+END_TEST
+
 START_TEST(abi_mismatch)
 {
     case_t *k = case_new(SMALL);
@@ -762,6 +777,7 @@ int main(void)
     tcase_add_test(ta, poison_survives_arithmetic);
     tcase_add_test(ta, bad_arguments);
     tcase_add_test(ta, load_failed);
+    tcase_add_test(ta, load_crash);
     tcase_add_test(ta, abi_mismatch);
     suite_add_tcase(abi, ta);
 
