@@ -45,11 +45,6 @@ static float *randn(dl_test_rng_t *r, int64_t n, double scale, dl_dtype_t t)
     return p;
 }
 
-static void *zalloc(int64_t n, size_t size)
-{
-    return calloc((size_t)(n > 0 ? n : 1), size);
-}
-
 typedef struct {
     int64_t T, d, f, E, k;
     dl_dtype_t dtype;
