@@ -136,6 +136,40 @@ static int weight_mpfr(double c, const float *s, const int32_t *ids, int64_t k,
     return rc;
 }
 
+/* When certification fails, the enclosure [q - err, q + err] of an exact
+ * value v usually straddles one midpoint M of fp32 between two adjacent
+ * candidates. Sets *lo_r, *hi_r, *mid and returns 1 in that case (0
+ * otherwise); the caller decides v against M exactly. */
+static int straddled_midpoint(double q, double err, double *lo_r, double *hi_r, double *mid)
+{
+    if (!isfinite(q) || !isfinite(err))
+        return 0;
+    double a = dl_round(nextafter(q - err, -INFINITY), DL_F32);
+    double b = dl_round(nextafter(q + err, INFINITY), DL_F32);
+    if (!isfinite(a) || !isfinite(b) || a == 0.0 || b == 0.0 || (a < 0) != (b < 0))
+        return 0;
+    if ((float)b != nextafterf((float)a, INFINITY))
+        return 0;
+    *lo_r = a;
+    *hi_r = b;
+    *mid = 0.5 * (a + b); /* exact: adjacent floats, far above the binary64 subnormals */
+    return 1;
+}
+
+/* The rounding of v given sign(v - M) for the straddled midpoint M: ties
+ * go to the candidate with an even fp32 significand. */
+static float pick(int sign, double lo_r, double hi_r)
+{
+    if (sign < 0)
+        return (float)lo_r;
+    if (sign > 0)
+        return (float)hi_r;
+    float f = (float)lo_r;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (bits & 1) ? (float)hi_r : f;
+}
+
 /* RN_fp32(c * x) for double c and float x. */
 static float scale_round(double c, float x)
 {
@@ -268,6 +302,19 @@ static int topk_token(const dl_route_config_t *c, const float *s, const float *b
         if (fabs(num) >= 0x1p-1000 && fabs(num) <= 0x1p1000 && fabs(q) >= 0x1p-1000 &&
             fabs(q) <= 0x1p1000 && dl__certify(q, fabs(q) * 0x1p-50, DL_F32, &r)) {
             w[j] = (float)r;
+            continue;
+        }
+        /* v = c s_j / S against the midpoint M: sign(c s_j - M S) sign(S),
+         * exactly (M has 25 bits, so M s_i is exact) */
+        double lo_r, hi_r, mid;
+        if (fabs(q) >= 0x1p-1000 && fabs(q) <= 0x1p1000 &&
+            straddled_midpoint(q, fabs(q) * 0x1p-50, &lo_r, &hi_r, &mid)) {
+            dl_acc_t d;
+            dl_acc_clear(&d);
+            dl_acc_add_prod(&d, c->scaling, sj);
+            for (int64_t i = 0; i < k; i++)
+                dl_acc_add_prod(&d, -mid, s[ids[i]]);
+            w[j] = pick(dl_acc_sign(&d) * dl_acc_sign(&acc), lo_r, hi_r);
             continue;
         }
         int e = weight_mpfr(c->scaling, s, ids, k, j, &r);
@@ -409,6 +456,33 @@ static int dscores_token(const dl_route_config_t *c, const float *s, const int32
         }
         if (dl_acc_sign(&na) == 0) {
             ds[j] = 0.0f;
+            continue;
+        }
+        /* again with N exact, then rounded once: relative 6u + O(u^2) */
+        double ne = dl_acc_round(&na, DL_F64);
+        num = cs * ne;
+        q = num / S2;
+        if (S2 >= 0x1p-1000 && S2 <= 0x1p1000 && fabs(num) >= 0x1p-1000 && fabs(num) <= 0x1p1000 &&
+            fabs(q) >= 0x1p-1000 && fabs(q) <= 0x1p1000 &&
+            dl__certify(q, fabs(q) * 0x1p-50, DL_F32, &r)) {
+            ds[j] = (float)r;
+            continue;
+        }
+        /* v = c N / S^2 against the straddled midpoint M: sign(c N - M S^2),
+         * exactly; c N and M S^2 are sums of exact double products */
+        double lo_r, hi_r, mid;
+        if (k <= 64 && S2 >= 0x1p-1000 && S2 <= 0x1p1000 && fabs(q) >= 0x1p-1000 &&
+            fabs(q) <= 0x1p1000 && straddled_midpoint(q, fabs(q) * 0x1p-50, &lo_r, &hi_r, &mid)) {
+            dl_acc_t d;
+            dl_acc_clear(&d);
+            for (int64_t i = 0; i < k; i++) {
+                double si = s[ids[i]];
+                dl_acc_add_prod(&d, cs, si * dw[j]);
+                dl_acc_add_prod(&d, -cs, si * dw[i]);
+                for (int64_t l = 0; l < k; l++)
+                    dl_acc_add_prod(&d, -mid, si * s[ids[l]]);
+            }
+            ds[j] = pick(dl_acc_sign(&d), lo_r, hi_r);
             continue;
         }
         int e = dscore_mpfr(cs, s, ids, dw, k, j, &r);

@@ -702,19 +702,36 @@ START_TEST(topk_bias_and_weights)
     check_topk(&c, s, bias, 1);
     /* a weight that is exactly an fp32 midpoint: 3 (1/2 + 2^-24) / 1 =
      * 3/2 + 3 * 2^-24 lies halfway between 3/2 + 2^-23 and 3/2 + 2^-22; it
-     * must tie to even (3/2 + 2^-22) and needs the exact fallback */
+     * must tie to even (3/2 + 2^-22): the exact midpoint comparison */
     float sm[2] = {0.5f + 0x1p-24f, 0.5f - 0x1p-24f};
     c = cfg(2, 2, DL_SCORE_SIGMOID);
     c.renormalize = 1;
     c.scaling = 3.0;
-    uint64_t f0 = dl__mpfr_fallbacks();
     ck_assert_int_eq(dl_route_topk(&c, sm, NULL, 1, ids, w, m), 0);
-    ck_assert(dl__mpfr_fallbacks() - f0 >= 1);
     ck_assert(w[0] == 1.5f + 0x1p-22f);
     check_topk(&c, sm, NULL, 1);
     c.renormalize = 0; /* the same midpoint through the exact accumulator */
     ck_assert_int_eq(dl_route_topk(&c, sm, NULL, 1, ids, w, m), 0);
     ck_assert(w[0] == 1.5f + 0x1p-22f);
+    /* just off the midpoint, by 2^-149 / 1 in the sum: rounds down */
+    float sm3[3] = {0.5f + 0x1p-24f, 0.5f - 0x1p-24f, 0x1p-149f};
+    c = cfg(3, 3, DL_SCORE_SIGMOID);
+    c.renormalize = 1;
+    c.scaling = 3.0;
+    ck_assert_int_eq(dl_route_topk(&c, sm3, NULL, 1, ids, w, m), 0);
+    ck_assert(w[0] == 1.5f + 0x1p-23f);
+    check_topk(&c, sm3, NULL, 1);
+    /* weights beyond the binary64 certification range go to MPFR */
+    c.scaling = 0x1p1010;
+    uint64_t f0 = dl__mpfr_fallbacks();
+    ck_assert_int_eq(dl_route_topk(&c, sm3, NULL, 1, ids, w, m), 0);
+    ck_assert(dl__mpfr_fallbacks() - f0 >= 1);
+    ck_assert(w[0] == INFINITY && w[1] == INFINITY);
+    check_topk(&c, sm3, NULL, 1);
+    c.scaling = 0x1p-1010;
+    ck_assert_int_eq(dl_route_topk(&c, sm3, NULL, 1, ids, w, m), 0);
+    ck_assert(w[0] == 0 && !signbit(w[0]));
+    check_topk(&c, sm3, NULL, 1);
 }
 END_TEST
 
@@ -916,6 +933,21 @@ START_TEST(backward_errors_and_edges)
     ck_assert_int_eq(dl_route_backward(&c, s, ids, dw, 1, ds, dl), 0);
     ck_assert(ds[3] == 2.5f && ds[0] == 0 && dl[0] == 0);
     check_backward(&c, s, ids, dw, 1);
+    /* d_score just below an fp32 midpoint: 3 dw_1 / S^2 with 3 dw_1 =
+     * 3 + 3 * 2^-23 (halfway between 3 + 2^-22 and 3 + 2^-21) and
+     * S = 1 + 2^-149: decided by the exact midpoint comparison */
+    float s2[2] = {1.0f, 0x1p-149f}, dw2[2] = {0.0f, 1.0f + 0x1p-23f};
+    int32_t id2[2] = {0, 1};
+    c = cfg(2, 2, DL_SCORE_SIGMOID);
+    c.renormalize = 1;
+    c.scaling = 3.0;
+    ck_assert_int_eq(dl_route_backward(&c, s2, id2, dw2, 1, ds, dl), 0);
+    ck_assert(ds[1] == 3.0f + 0x1p-22f && ds[0] == -3 * 0x1p-149f);
+    check_backward(&c, s2, id2, dw2, 1);
+    s2[1] = 0.0f; /* now exactly the midpoint: ties to even */
+    ck_assert_int_eq(dl_route_backward(&c, s2, id2, dw2, 1, ds, dl), 0);
+    ck_assert(ds[1] == 3.0f + 0x1p-21f && ds[0] == 0 && !signbit(ds[0]));
+    check_backward(&c, s2, id2, dw2, 1);
 }
 END_TEST
 
