@@ -29,6 +29,16 @@ typedef struct {
         goto fail;                                               \
     } while (0)
 
+/* Closes an HDF5 object on the way out; a failure turns success into an
+ * error. */
+#define CLOSE(fn, id)                                                                   \
+    do {                                                                                \
+        if ((id) >= 0 && fn(id) < 0 && rc >= 0) {                                       \
+            dl__golden_msg(r->err, r->errlen, "%s: HDF5 error: " #fn " failed", r->path); \
+            rc = DL_EFORMAT;                                                            \
+        }                                                                               \
+    } while (0)
+
 /* ------------------------------------------------------------ attributes */
 
 /* 1 present (value read), 0 absent (allowed unless required), < 0 error. */
@@ -53,7 +63,11 @@ static int attr_open(rctx_t *r, hid_t obj, const char *where, const char *name, 
               want == H5T_STRING ? "a string" : want == H5T_INTEGER ? "an integer" : "a float");
     if (H5Sget_simple_extent_npoints(sp) != 1)
         FAILF(DL_EFORMAT, "%s: attribute '%s' must be a single value", where, name);
-    H5Sclose(sp);
+    rc = 1;
+    CLOSE(H5Sclose, sp);
+    sp = -1;
+    if (rc < 0)
+        goto fail;
     *a_out = a;
     *t_out = t;
     return 1;
@@ -99,10 +113,9 @@ static int attr_str(rctx_t *r, hid_t obj, const char *where, const char *name, i
     }
     rc = 1;
 fail:
-    if (mt >= 0)
-        H5Tclose(mt);
-    H5Tclose(t);
-    H5Aclose(a);
+    CLOSE(H5Tclose, mt);
+    CLOSE(H5Tclose, t);
+    CLOSE(H5Aclose, a);
     return rc;
 }
 
@@ -117,8 +130,8 @@ static int attr_num(rctx_t *r, hid_t obj, const char *where, const char *name, i
         FAILF(DL_EFORMAT, "%s: cannot read attribute '%s'", where, name);
     rc = 1;
 fail:
-    H5Tclose(t);
-    H5Aclose(a);
+    CLOSE(H5Tclose, t);
+    CLOSE(H5Aclose, a);
     return rc;
 }
 
@@ -186,8 +199,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
         FAILF(DL_EFORMAT, "/config: invalid configuration (rejected by dl_moe_config_validate)");
     rc = 0;
 fail:
-    if (g >= 0)
-        H5Gclose(g);
+    CLOSE(H5Gclose, g);
     return rc;
 }
 
@@ -220,8 +232,7 @@ static int check_candidate_config(rctx_t *r, hid_t file, const dl_moe_config_t *
         FAILF(DL_EDTYPE, "/config: dtype = %s, the golden case has %s", dt, dl_dtype_name(c->dtype));
     rc = 0;
 fail:
-    if (g >= 0)
-        H5Gclose(g);
+    CLOSE(H5Gclose, g);
     return rc;
 }
 
@@ -405,12 +416,9 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
 fail:
     free(buf);
     free(wide);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (t >= 0)
-        H5Tclose(t);
-    if (d >= 0)
-        H5Dclose(d);
+    CLOSE(H5Sclose, sp);
+    CLOSE(H5Tclose, t);
+    CLOSE(H5Dclose, d);
     return rc;
 }
 
@@ -521,21 +529,19 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
             if (rc == 0 && strict)
                 FAILF(DL_EFORMAT, "%s is missing", ds->path);
         }
-        H5Gclose(grp);
+        rc = 0;
+        CLOSE(H5Gclose, grp);
         grp = -1;
+        if (rc < 0)
+            goto fail;
     }
     if (strict && g->has_forward && (rc = check_forward(r, g)) < 0)
         goto fail;
     rc = 0;
 fail:
-    if (grp >= 0)
-        H5Gclose(grp);
-    if (file >= 0 && H5Fclose(file) < 0 && rc == 0) {
-        dl__golden_msg(err, errlen, "%s: HDF5 error closing the file", path);
-        rc = DL_EFORMAT;
-    }
-    if (fapl >= 0)
-        H5Pclose(fapl);
+    CLOSE(H5Gclose, grp);
+    CLOSE(H5Fclose, file);
+    CLOSE(H5Pclose, fapl);
     dl__h5_quiet_off(&q);
     if (rc < 0)
         dl_golden_free(g);

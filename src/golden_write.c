@@ -32,6 +32,15 @@ typedef struct {
         }                                                                          \
     } while (0)
 
+/* Closes an HDF5 object on the way out; a failure turns success into DL_EIO. */
+#define CLOSE(fn, id)                                                               \
+    do {                                                                            \
+        if ((id) >= 0 && fn(id) < 0 && rc >= 0) {                                   \
+            dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: " #fn " failed", w->path); \
+            rc = DL_EIO;                                                            \
+        }                                                                           \
+    } while (0)
+
 static int attr_write(wctx_t *w, hid_t obj, const char *name, hid_t ftype, hid_t mtype,
                       const void *val)
 {
@@ -47,8 +56,7 @@ fail:
         dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: closing attribute %s", w->path, name);
         rc = DL_EIO;
     }
-    if (sp >= 0)
-        H5Sclose(sp);
+    CLOSE(H5Sclose, sp);
     return rc;
 }
 
@@ -72,8 +80,7 @@ static int attr_str(wctx_t *w, hid_t obj, const char *name, const char *val)
     memcpy(buf, val, len);
     rc = attr_write(w, obj, name, st, st, buf);
 fail:
-    if (st >= 0)
-        H5Tclose(st);
+    CLOSE(H5Tclose, st);
     return rc;
 }
 
@@ -115,10 +122,8 @@ static int write_dataset(wctx_t *w, hid_t grp, const dl_golden_dataset_t *ds,
     d = -1;
     rc = 0;
 fail:
-    if (d >= 0)
-        H5Dclose(d);
-    if (sp >= 0)
-        H5Sclose(sp);
+    CLOSE(H5Dclose, d);
+    CLOSE(H5Sclose, sp);
     return rc;
 }
 
@@ -228,14 +233,10 @@ fail:
         H5Gclose(grp);
     if (file >= 0)
         H5Fclose(file);
-    if (w->dcpl >= 0)
-        H5Pclose(w->dcpl);
-    if (w->gcpl >= 0)
-        H5Pclose(w->gcpl);
-    if (fapl >= 0)
-        H5Pclose(fapl);
-    if (fcpl >= 0)
-        H5Pclose(fcpl);
+    CLOSE(H5Pclose, w->dcpl);
+    CLOSE(H5Pclose, w->gcpl);
+    CLOSE(H5Pclose, fapl);
+    CLOSE(H5Pclose, fcpl);
     return rc;
 }
 
