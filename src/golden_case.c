@@ -100,9 +100,11 @@ int dl_case_set_dtype(dl_case_t *c, dl_dtype_t t)
     snprintf(base, sizeof base, "%s", c->name);
     strip_dtype_suffix(base);
     const char *suf = t == DL_BF16 ? "-bf16" : t == DL_F16 ? "-fp16" : "";
-    if (strlen(base) + strlen(suf) > DL_GOLDEN_NAME_MAX)
+    size_t bl = strlen(base), sl = strlen(suf);
+    if (bl + sl > DL_GOLDEN_NAME_MAX)
         return DL_EINVAL;
-    snprintf(c->name, sizeof c->name, "%s%s", base, suf);
+    memcpy(c->name, base, bl);
+    memcpy(c->name + bl, suf, sl + 1);
     c->config.dtype = t;
     return 0;
 }
