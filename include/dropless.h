@@ -27,5 +27,6 @@
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
+#include "dropless/check.h"
 
 #endif
