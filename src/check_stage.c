@@ -276,7 +276,7 @@ static int setup_cmp(dl__ck_t *ck, dl_stage_t s, dl__cmp_t *cmp, dl__mprov_t *mp
         break;
     case DL_STAGE_TOPK_WEIGHTS:
         cmp->mp = NULL;
-        cmp->K = ck->c->route.renormalize ? k + 1 : 1;
+        cmp->K = ck->c->route.renormalize ? k + 1 : 1; /* the sum S, the quotient, scaling */
         return 0;
     case DL_STAGE_H_GATE:
     case DL_STAGE_H_UP:
@@ -419,14 +419,18 @@ static int setup_cmp(dl__ck_t *ck, dl_stage_t s, dl__cmp_t *cmp, dl__mprov_t *mp
             return DL_ENOMEM;
         dl__ck_dscores_m(&ck->c->route, EF(DL_STAGE_ROUTER_SCORES), ck->eff[DL_STAGE_TOPK_IDS],
                          EF(DL_STAGE_D_TOPK_WEIGHTS), T, m);
-        cmp->K = k + 2;
+        /* the longest chain of roundings: sum_j dw_j s_j (k), S^2 (2k-1),
+         * the quotient and the difference */
+        cmp->K = ck->c->route.renormalize ? 3 * k + 1 : 1;
         break;
     case DL_STAGE_D_ROUTER_LOGITS:
         if (!(m = dl__ck_alloc(ck, n, sizeof *m)))
             return DL_ENOMEM;
         dl__ck_score_vjp(&ck->c->route, EF(DL_STAGE_ROUTER_SCORES), EF(DL_STAGE_D_ROUTER_SCORES), T,
                          NULL, m);
-        cmp->K = softmax ? E + 1 : 2;
+        /* softmax: sigma = sum of E products (E), the difference, the product;
+         * sigmoid: 1 - s, two products */
+        cmp->K = softmax ? E + 2 : 3;
         break;
     case DL_STAGE_D_ROUTER_WEIGHT: {
         int64_t *o = dl__ck_alloc(ck, 2, sizeof *o);

@@ -143,7 +143,7 @@ double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col)
 {
     double m = 0.0;
     switch (mp->kind) {
-    case DL__M_ARRAY:
+    case DL__M_ARRAY: /* N is the stage's column count here */
         return mp->arr[row * mp->N + col];
     case DL__M_GROUPED: {
         int64_t e = group_of(mp->off, mp->E, row);
@@ -308,6 +308,8 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
             double M;
             if (!cmp->mp)
                 M = fabs(g);
+            else if (cmp->mp->kind == DL__M_ARRAY)
+                M = cmp->mp->arr[idx];
             else if (Mb)
                 M = Mb[(r - r0) * C + j];
             else
