@@ -70,6 +70,7 @@ typedef struct {
     const void *eff[DL_STAGE_COUNT];
     int eff_golden[DL_STAGE_COUNT];
     int eff_is_cand[DL_STAGE_COUNT];
+    int recomputed[DL_STAGE_COUNT];    /* exact[s] was recomputed, not the golden's */
     int need[DL_STAGE_COUNT];
     void **owned;
     size_t n_owned, cap_owned;

@@ -642,7 +642,10 @@ static int float_stage(dl__ck_t *ck, dl_stage_t s)
             if ((rc = compute_exact(ck, s, x)))
                 return rc;
             ck->exact[s] = x;
+            ck->recomputed[s] = 1;
         }
+    } else {
+        ck->recomputed[s] = 1; /* a sibling left by dl_swiglu_backward */
     }
     /* (a value left by dl_swiglu_backward for its sibling lands here too) */
     if (!ck->exact_golden[s])
@@ -685,7 +688,7 @@ static int float_stage(dl__ck_t *ck, dl_stage_t s)
                 return rc;
         }
         r->worst_index = cand_index(ck, s, r->worst_index);
-        if (!ck->exact_golden[s])
+        if (ck->recomputed[s])
             dl__ck_msg_append(r, " [recomputed on the candidate's upstream]");
         cand_ok = r->n_nonfinite == 0;
         if (cand_ok) {
