@@ -27,6 +27,7 @@
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
+#include "dropless/run.h"
 #include "dropless/check.h"
 
 #endif

@@ -11,7 +11,7 @@
 #include <time.h>
 #include "check_priv.h"
 
-static const char *const stage_names[DL_STAGE_COUNT] = {
+static const char *const stage_names[DL_VALUE_COUNT] = {
     "router_logits", "router_scores", "topk_ids", "topk_weights", "sort_perm",
     "inv_perm", "group_sizes", "group_offsets", "x_sorted", "h_gate",
     "h_up", "h_act", "y_sorted", "out", "d_topk_weights",
@@ -31,103 +31,103 @@ const char *dl_verdict_name(dl_verdict_t v)
     return NULL;
 }
 
-const char *dl_stage_name(dl_stage_t s)
+const char *dl_value_name(dl_value_t s)
 {
-    if (s == DL_STAGE_NONE)
+    if (s == DL_VALUE_NONE)
         return "case";
-    return (int)s >= 0 && s < DL_STAGE_COUNT ? stage_names[s] : NULL;
+    return (int)s >= 0 && s < DL_VALUE_COUNT ? stage_names[s] : NULL;
 }
 
-int dl_stage_parse(const char *name, dl_stage_t *s)
+int dl_value_parse(const char *name, dl_value_t *s)
 {
-    for (int i = 0; name && i < DL_STAGE_COUNT; i++)
+    for (int i = 0; name && i < DL_VALUE_COUNT; i++)
         if (!strcmp(name, stage_names[i])) {
-            *s = (dl_stage_t)i;
+            *s = (dl_value_t)i;
             return 0;
         }
     return DL_ENOTFOUND;
 }
 
-int dl_stage_is_backward(dl_stage_t s)
+int dl_value_is_backward(dl_value_t s)
 {
-    return s >= DL_STAGE_D_TOPK_WEIGHTS && s < DL_STAGE_COUNT;
+    return s >= DL_VALUE_D_TOPK_WEIGHTS && s < DL_VALUE_COUNT;
 }
 
-const void *dl_stage_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_stage_t s)
+const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_value_t s)
 {
     if (f)
         switch (s) {
-        case DL_STAGE_ROUTER_LOGITS: return f->router_logits;
-        case DL_STAGE_ROUTER_SCORES: return f->router_scores;
-        case DL_STAGE_TOPK_IDS: return f->topk_ids;
-        case DL_STAGE_TOPK_WEIGHTS: return f->topk_weights;
-        case DL_STAGE_SORT_PERM: return f->sort_perm;
-        case DL_STAGE_INV_PERM: return f->inv_perm;
-        case DL_STAGE_GROUP_SIZES: return f->group_sizes;
-        case DL_STAGE_GROUP_OFFSETS: return f->group_offsets;
-        case DL_STAGE_X_SORTED: return f->x_sorted;
-        case DL_STAGE_H_GATE: return f->h_gate;
-        case DL_STAGE_H_UP: return f->h_up;
-        case DL_STAGE_H_ACT: return f->h_act;
-        case DL_STAGE_Y_SORTED: return f->y_sorted;
-        case DL_STAGE_OUT: return f->out;
+        case DL_VALUE_ROUTER_LOGITS: return f->router_logits;
+        case DL_VALUE_ROUTER_SCORES: return f->router_scores;
+        case DL_VALUE_TOPK_IDS: return f->topk_ids;
+        case DL_VALUE_TOPK_WEIGHTS: return f->topk_weights;
+        case DL_VALUE_SORT_PERM: return f->sort_perm;
+        case DL_VALUE_INV_PERM: return f->inv_perm;
+        case DL_VALUE_GROUP_SIZES: return f->group_sizes;
+        case DL_VALUE_GROUP_OFFSETS: return f->group_offsets;
+        case DL_VALUE_X_SORTED: return f->x_sorted;
+        case DL_VALUE_H_GATE: return f->h_gate;
+        case DL_VALUE_H_UP: return f->h_up;
+        case DL_VALUE_H_ACT: return f->h_act;
+        case DL_VALUE_Y_SORTED: return f->y_sorted;
+        case DL_VALUE_OUT: return f->out;
         default: break;
         }
     if (b)
         switch (s) {
-        case DL_STAGE_D_TOPK_WEIGHTS: return b->d_topk_weights;
-        case DL_STAGE_D_Y_SORTED: return b->d_y_sorted;
-        case DL_STAGE_D_H_ACT: return b->d_h_act;
-        case DL_STAGE_D_W_DOWN: return b->d_w_down;
-        case DL_STAGE_D_H_GATE: return b->d_h_gate;
-        case DL_STAGE_D_H_UP: return b->d_h_up;
-        case DL_STAGE_D_X_SORTED: return b->d_x_sorted;
-        case DL_STAGE_D_W_GATE: return b->d_w_gate;
-        case DL_STAGE_D_W_UP: return b->d_w_up;
-        case DL_STAGE_D_ROUTER_SCORES: return b->d_router_scores;
-        case DL_STAGE_D_ROUTER_LOGITS: return b->d_router_logits;
-        case DL_STAGE_D_ROUTER_WEIGHT: return b->d_router_weight;
-        case DL_STAGE_D_X: return b->d_x;
+        case DL_VALUE_D_TOPK_WEIGHTS: return b->d_topk_weights;
+        case DL_VALUE_D_Y_SORTED: return b->d_y_sorted;
+        case DL_VALUE_D_H_ACT: return b->d_h_act;
+        case DL_VALUE_D_W_DOWN: return b->d_w_down;
+        case DL_VALUE_D_H_GATE: return b->d_h_gate;
+        case DL_VALUE_D_H_UP: return b->d_h_up;
+        case DL_VALUE_D_X_SORTED: return b->d_x_sorted;
+        case DL_VALUE_D_W_GATE: return b->d_w_gate;
+        case DL_VALUE_D_W_UP: return b->d_w_up;
+        case DL_VALUE_D_ROUTER_SCORES: return b->d_router_scores;
+        case DL_VALUE_D_ROUTER_LOGITS: return b->d_router_logits;
+        case DL_VALUE_D_ROUTER_WEIGHT: return b->d_router_weight;
+        case DL_VALUE_D_X: return b->d_x;
         default: break;
         }
     return NULL;
 }
 
-int64_t dl_stage_numel(const dl_moe_config_t *c, dl_stage_t s)
+int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)
 {
     const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts,
                   M = T * c->route.top_k;
     const int sw = c->ffn_kind == DL_FFN_SWIGLU;
     switch (s) {
-    case DL_STAGE_ROUTER_LOGITS: case DL_STAGE_ROUTER_SCORES:
-    case DL_STAGE_D_ROUTER_SCORES: case DL_STAGE_D_ROUTER_LOGITS:
+    case DL_VALUE_ROUTER_LOGITS: case DL_VALUE_ROUTER_SCORES:
+    case DL_VALUE_D_ROUTER_SCORES: case DL_VALUE_D_ROUTER_LOGITS:
         return T * E;
-    case DL_STAGE_TOPK_IDS: case DL_STAGE_TOPK_WEIGHTS: case DL_STAGE_SORT_PERM:
-    case DL_STAGE_INV_PERM: case DL_STAGE_D_TOPK_WEIGHTS:
+    case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: case DL_VALUE_SORT_PERM:
+    case DL_VALUE_INV_PERM: case DL_VALUE_D_TOPK_WEIGHTS:
         return M;
-    case DL_STAGE_GROUP_SIZES: return E;
-    case DL_STAGE_GROUP_OFFSETS: return E + 1;
-    case DL_STAGE_X_SORTED: case DL_STAGE_Y_SORTED: case DL_STAGE_D_Y_SORTED:
-    case DL_STAGE_D_X_SORTED:
+    case DL_VALUE_GROUP_SIZES: return E;
+    case DL_VALUE_GROUP_OFFSETS: return E + 1;
+    case DL_VALUE_X_SORTED: case DL_VALUE_Y_SORTED: case DL_VALUE_D_Y_SORTED:
+    case DL_VALUE_D_X_SORTED:
         return M * d;
-    case DL_STAGE_H_GATE: case DL_STAGE_H_UP: case DL_STAGE_H_ACT: case DL_STAGE_D_H_ACT:
-    case DL_STAGE_D_H_GATE: case DL_STAGE_D_H_UP:
+    case DL_VALUE_H_GATE: case DL_VALUE_H_UP: case DL_VALUE_H_ACT: case DL_VALUE_D_H_ACT:
+    case DL_VALUE_D_H_GATE: case DL_VALUE_D_H_UP:
         return sw ? M * f : 0;
-    case DL_STAGE_OUT: case DL_STAGE_D_X: return T * d;
-    case DL_STAGE_D_W_DOWN: return E * f * d;
-    case DL_STAGE_D_W_GATE: case DL_STAGE_D_W_UP: return sw ? E * d * f : 0;
-    case DL_STAGE_D_ROUTER_WEIGHT: return d * E;
+    case DL_VALUE_OUT: case DL_VALUE_D_X: return T * d;
+    case DL_VALUE_D_W_DOWN: return E * f * d;
+    case DL_VALUE_D_W_GATE: case DL_VALUE_D_W_UP: return sw ? E * d * f : 0;
+    case DL_VALUE_D_ROUTER_WEIGHT: return d * E;
     default: return 0;
     }
 }
 
-dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_stage_t s)
+dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
     switch (s) {
-    case DL_STAGE_ROUTER_LOGITS: case DL_STAGE_ROUTER_SCORES: case DL_STAGE_TOPK_WEIGHTS:
-    case DL_STAGE_D_TOPK_WEIGHTS: case DL_STAGE_D_ROUTER_SCORES: case DL_STAGE_D_ROUTER_LOGITS:
-    case DL_STAGE_D_ROUTER_WEIGHT: case DL_STAGE_D_W_DOWN: case DL_STAGE_D_W_GATE:
-    case DL_STAGE_D_W_UP:
+    case DL_VALUE_ROUTER_LOGITS: case DL_VALUE_ROUTER_SCORES: case DL_VALUE_TOPK_WEIGHTS:
+    case DL_VALUE_D_TOPK_WEIGHTS: case DL_VALUE_D_ROUTER_SCORES: case DL_VALUE_D_ROUTER_LOGITS:
+    case DL_VALUE_D_ROUTER_WEIGHT: case DL_VALUE_D_W_DOWN: case DL_VALUE_D_W_GATE:
+    case DL_VALUE_D_W_UP:
         return DL_F32;
     default:
         return ck->act;
@@ -159,7 +159,7 @@ void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size)
     return p;
 }
 
-dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_stage_t s, const char *check)
+dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check)
 {
     dl_check_report_t *r = ck->rep;
     if (r->n == ck->rep_cap) {
@@ -257,8 +257,8 @@ static double now(void)
 
 static int golden_forward_complete(const dl_moe_config_t *c, const dl_moe_forward_t *f)
 {
-    for (int s = 0; s <= DL_STAGE_OUT; s++)
-        if (dl_stage_numel(c, (dl_stage_t)s) > 0 && !dl_stage_array(f, NULL, (dl_stage_t)s))
+    for (int s = 0; s <= DL_VALUE_OUT; s++)
+        if (dl_value_numel(c, (dl_value_t)s) > 0 && !dl_value_array(f, NULL, (dl_value_t)s))
             return 0;
     return 1;
 }
@@ -313,14 +313,14 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
              cand->backend_version ? cand->backend_version : "");
     snprintf(r->profile, sizeof r->profile, "%s", ck.prof->name);
 
-    for (int s = 0; s < DL_STAGE_COUNT; s++) {
-        ck.numel[s] = dl_stage_numel(ck.c, (dl_stage_t)s);
-        ck.gold[s] = ck.numel[s] > 0 ? dl_stage_array(ck.gf, ck.gb, (dl_stage_t)s) : NULL;
-        const void *p = dl_stage_array(&cand->fwd, &cand->bwd, (dl_stage_t)s);
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        ck.numel[s] = dl_value_numel(ck.c, (dl_value_t)s);
+        ck.gold[s] = ck.numel[s] > 0 ? dl_value_array(ck.gf, ck.gb, (dl_value_t)s) : NULL;
+        const void *p = dl_value_array(&cand->fwd, &cand->bwd, (dl_value_t)s);
         if (!p || ck.numel[s] == 0)
             continue;
         if (cand->bad_shape & ((uint64_t)1 << s)) {
-            dl_check_result_t *x = dl__ck_result(&ck, (dl_stage_t)s, "shape");
+            dl_check_result_t *x = dl__ck_result(&ck, (dl_value_t)s, "shape");
             if (!x) {
                 rc = DL_ENOMEM;
                 goto out;

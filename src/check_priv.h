@@ -27,7 +27,7 @@ typedef struct {
 
 /* One comparison of a float stage against its exact values. */
 typedef struct {
-    dl_stage_t stage;
+    dl_value_t stage;
     const char *check;         /* result name, "numerics" by default */
     dl_dtype_t t;              /* storage type of the stage */
     int64_t rows, cols;
@@ -64,18 +64,18 @@ typedef struct {
     int swiglu;
     dl_dtype_t act;
 
-    const void *cand_arr[DL_STAGE_COUNT]; /* canonical slot order, candidate row layout */
-    const void *exact[DL_STAGE_COUNT];
-    int exact_golden[DL_STAGE_COUNT];
-    const void *eff[DL_STAGE_COUNT];
-    int eff_golden[DL_STAGE_COUNT];
-    int eff_is_cand[DL_STAGE_COUNT];
-    int recomputed[DL_STAGE_COUNT];    /* exact[s] was recomputed, not the golden's */
-    int need[DL_STAGE_COUNT];
+    const void *cand_arr[DL_VALUE_COUNT]; /* canonical slot order, candidate row layout */
+    const void *exact[DL_VALUE_COUNT];
+    int exact_golden[DL_VALUE_COUNT];
+    const void *eff[DL_VALUE_COUNT];
+    int eff_golden[DL_VALUE_COUNT];
+    int eff_is_cand[DL_VALUE_COUNT];
+    int recomputed[DL_VALUE_COUNT];    /* exact[s] was recomputed, not the golden's */
+    int need[DL_VALUE_COUNT];
     void **owned;
     size_t n_owned, cap_owned;
-    const void *gold[DL_STAGE_COUNT];  /* the golden's arrays (NULL: absent) */
-    int64_t numel[DL_STAGE_COUNT];
+    const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
+    int64_t numel[DL_VALUE_COUNT];
     int have_bwd;                      /* golden backward and d_out present */
 
     /* slot canonicalisation: candidate flat index t*k+j <-> canonical */
@@ -94,7 +94,7 @@ typedef struct {
 
 /* check.c */
 void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size);
-dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_stage_t s, const char *check);
+dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check);
 void dl__ck_msg(dl_check_result_t *r, const char *fmt, ...)
 #ifdef __GNUC__
     __attribute__((format(printf, 2, 3)))
@@ -106,7 +106,7 @@ void dl__ck_msg_append(dl_check_result_t *r, const char *fmt, ...)
 #endif
     ;
 int dl__ck_add_drop(dl__ck_t *ck, int64_t canon_flat);
-dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_stage_t s);
+dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
 
 /* check_tol.c */
 double dl__ck_ulp(double g, dl_dtype_t t);

@@ -171,7 +171,7 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
         const dl_check_result_t *x = &r->results[i];
         fputs(i ? ",\n  {" : "\n  {", f);
         fputs("\"stage\":", f);
-        json_str(f, dl_stage_name(x->stage));
+        json_str(f, dl_value_name(x->stage));
         fputs(",\"check\":", f);
         json_str(f, x->check);
         fprintf(f, ",\"verdict\":\"%s\",\"n_checked\":%lld,\"n_over_pass\":%lld,"
@@ -242,7 +242,7 @@ static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
             snprintf(wi, sizeof wi, "%lld", (long long)x->worst_index);
         else
             snprintf(wi, sizeof wi, "-");
-        fprintf(f, "%-16s %-14s %s%-7s%s %9s %9s %9lld %12s  %s\n", dl_stage_name(x->stage),
+        fprintf(f, "%-16s %-14s %s%-7s%s %9s %9s %9lld %12s  %s\n", dl_value_name(x->stage),
                 x->check, col ? colour_of(x->verdict) : "", dl_verdict_name(x->verdict),
                 col ? "\033[0m" : "", ep, ul, (long long)x->n_over_pass, wi, x->message);
     }
@@ -250,7 +250,7 @@ static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
         fprintf(f, "skipped (not provided):");
         for (size_t i = 0; i < r->n; i++)
             if (r->results[i].verdict == DL_VERDICT_SKIP)
-                fprintf(f, " %s", dl_stage_name(r->results[i].stage));
+                fprintf(f, " %s", dl_value_name(r->results[i].stage));
         fputc('\n', f);
     }
     const int ok = dl_check_conformant(r);
@@ -312,7 +312,7 @@ static void write_junit(FILE *f, const dl_check_report_t *const *r, size_t n)
             const dl_check_result_t *x = &rp->results[j];
             fputs("    <testcase classname=\"dropless.", f);
             xml_str(f, rp->case_name);
-            fprintf(f, "\" name=\"%s.%s\" time=\"0\">", dl_stage_name(x->stage), x->check);
+            fprintf(f, "\" name=\"%s.%s\" time=\"0\">", dl_value_name(x->stage), x->check);
             switch (x->verdict) {
             case DL_VERDICT_FAIL:
                 fputs("\n      <failure type=\"FAIL\" message=\"", f);

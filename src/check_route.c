@@ -217,15 +217,15 @@ static double key_of(const dl__ck_t *ck, const float *s, int64_t e)
 int dl__ck_route_ids(dl__ck_t *ck)
 {
     const int64_t T = ck->T, E = ck->E, k = ck->k, M = ck->M;
-    const float *scores = ck->eff[DL_STAGE_ROUTER_SCORES];
-    const float *logits = ck->eff[DL_STAGE_ROUTER_LOGITS];
+    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
+    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
     int rc;
     /* the exact selection on the effective scores */
-    if (ck->eff_golden[DL_STAGE_ROUTER_SCORES] && ck->gf->tie_margin) {
+    if (ck->eff_golden[DL_VALUE_ROUTER_SCORES] && ck->gf->tie_margin) {
         ck->exact_ids = ck->gf->topk_ids;
         ck->exact_weights = ck->gf->topk_weights;
         ck->tie_margin = ck->gf->tie_margin;
-        ck->exact_golden[DL_STAGE_TOPK_IDS] = 1;
+        ck->exact_golden[DL_VALUE_TOPK_IDS] = 1;
     } else {
         int32_t *ids = dl__ck_alloc(ck, M, sizeof *ids);
         float *w = dl__ck_alloc(ck, M, sizeof *w);
@@ -237,18 +237,18 @@ int dl__ck_route_ids(dl__ck_t *ck)
         ck->exact_ids = ids;
         ck->exact_weights = w;
         ck->tie_margin = mg;
-        ck->exact_golden[DL_STAGE_TOPK_IDS] = !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
+        ck->exact_golden[DL_VALUE_TOPK_IDS] = !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
     }
-    ck->exact[DL_STAGE_TOPK_IDS] = ck->exact_ids;
+    ck->exact[DL_VALUE_TOPK_IDS] = ck->exact_ids;
 
     if ((rc = dl__ck_canonicalise(ck)))
         return rc;
 
-    const int32_t *cid = dl_stage_array(&ck->cand->fwd, NULL, DL_STAGE_TOPK_IDS);
-    if (!ck->cand_arr[DL_STAGE_TOPK_IDS])
+    const int32_t *cid = dl_value_array(&ck->cand->fwd, NULL, DL_VALUE_TOPK_IDS);
+    if (!ck->cand_arr[DL_VALUE_TOPK_IDS])
         cid = NULL;
     if (cid) {
-        dl_check_result_t *r = dl__ck_result(ck, DL_STAGE_TOPK_IDS, "routing");
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
         if (!r)
             return DL_ENOMEM;
         const double gt = group_terms(&ck->c->route);
@@ -342,13 +342,13 @@ int dl__ck_route_ids(dl__ck_t *ck)
     }
 
     /* the ids downstream stages are recomputed on */
-    if (ck->cand_arr[DL_STAGE_TOPK_IDS] && ck->ids_cand_valid) {
-        ck->eff[DL_STAGE_TOPK_IDS] = ck->cand_arr[DL_STAGE_TOPK_IDS];
-        ck->eff_is_cand[DL_STAGE_TOPK_IDS] = 1;
+    if (ck->cand_arr[DL_VALUE_TOPK_IDS] && ck->ids_cand_valid) {
+        ck->eff[DL_VALUE_TOPK_IDS] = ck->cand_arr[DL_VALUE_TOPK_IDS];
+        ck->eff_is_cand[DL_VALUE_TOPK_IDS] = 1;
     } else {
-        ck->eff[DL_STAGE_TOPK_IDS] = ck->exact_ids;
+        ck->eff[DL_VALUE_TOPK_IDS] = ck->exact_ids;
     }
-    ck->eff_golden[DL_STAGE_TOPK_IDS] =
-        !memcmp(ck->eff[DL_STAGE_TOPK_IDS], ck->gf->topk_ids, (size_t)M * sizeof(int32_t));
+    ck->eff_golden[DL_VALUE_TOPK_IDS] =
+        !memcmp(ck->eff[DL_VALUE_TOPK_IDS], ck->gf->topk_ids, (size_t)M * sizeof(int32_t));
     return 0;
 }

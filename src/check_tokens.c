@@ -14,7 +14,7 @@
 int dl__ck_canonicalise(dl__ck_t *ck)
 {
     const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
-    const int32_t *cid = ck->cand_arr[DL_STAGE_TOPK_IDS];
+    const int32_t *cid = ck->cand_arr[DL_VALUE_TOPK_IDS];
     ck->ids_cand_valid = 1;
     if (!cid)
         return 0;
@@ -66,7 +66,7 @@ int dl__ck_canonicalise(dl__ck_t *ck)
     ck->from_canon = inv;
 
     /* per-slot arrays: value at canonical slot */
-    static const dl_stage_t slot_float[] = {DL_STAGE_TOPK_WEIGHTS, DL_STAGE_D_TOPK_WEIGHTS};
+    static const dl_value_t slot_float[] = {DL_VALUE_TOPK_WEIGHTS, DL_VALUE_D_TOPK_WEIGHTS};
     for (size_t i = 0; i < 2; i++) {
         const float *src = ck->cand_arr[slot_float[i]];
         if (!src)
@@ -83,26 +83,26 @@ int dl__ck_canonicalise(dl__ck_t *ck)
         return DL_ENOMEM;
     for (int64_t fl = 0; fl < M; fl++)
         ids[map[fl]] = cid[fl];
-    ck->cand_arr[DL_STAGE_TOPK_IDS] = ids;
+    ck->cand_arr[DL_VALUE_TOPK_IDS] = ids;
     /* sort_perm holds flat indices: renumber its values */
-    const int32_t *sp = ck->cand_arr[DL_STAGE_SORT_PERM];
+    const int32_t *sp = ck->cand_arr[DL_VALUE_SORT_PERM];
     if (sp) {
         int32_t *d = dl__ck_alloc(ck, M, sizeof *d);
         if (!d)
             return DL_ENOMEM;
         for (int64_t p = 0; p < M; p++)
             d[p] = sp[p] >= 0 && sp[p] < M ? map[sp[p]] : sp[p];
-        ck->cand_arr[DL_STAGE_SORT_PERM] = d;
+        ck->cand_arr[DL_VALUE_SORT_PERM] = d;
     }
     /* inv_perm is indexed by flat index */
-    const int32_t *ip = ck->cand_arr[DL_STAGE_INV_PERM];
+    const int32_t *ip = ck->cand_arr[DL_VALUE_INV_PERM];
     if (ip) {
         int32_t *d = dl__ck_alloc(ck, M, sizeof *d);
         if (!d)
             return DL_ENOMEM;
         for (int64_t fl = 0; fl < M; fl++)
             d[map[fl]] = ip[fl];
-        ck->cand_arr[DL_STAGE_INV_PERM] = d;
+        ck->cand_arr[DL_VALUE_INV_PERM] = d;
     }
     return 0;
 }
@@ -131,7 +131,7 @@ static void list_pairs(dl__ck_t *ck, dl_check_result_t *r, const int32_t *fl, in
 static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
 {
     const int64_t E = ck->E, M = ck->M;
-    const int64_t *co = ck->cand_arr[DL_STAGE_GROUP_OFFSETS];
+    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
     if (co) {
         int ok = co[0] == 0;
         for (int64_t e = 0; e < E && ok; e++)
@@ -139,7 +139,7 @@ static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
         if (ok)
             return co;
     }
-    const int64_t *cs = ck->cand_arr[DL_STAGE_GROUP_SIZES];
+    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
     if (cs) {
         int64_t *o = dl__ck_alloc(ck, E + 1, sizeof *o);
         if (!o)
@@ -158,10 +158,10 @@ static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
 int dl__ck_tokens(dl__ck_t *ck)
 {
     const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
-    const int32_t *ids = ck->eff[DL_STAGE_TOPK_IDS];
+    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
     int32_t *sort_o, *inv_o;
     int64_t *size_o, *off_o;
-    const int gold = ck->eff_golden[DL_STAGE_TOPK_IDS];
+    const int gold = ck->eff_golden[DL_VALUE_TOPK_IDS];
     if (gold) {
         sort_o = ck->gf->sort_perm;
         inv_o = ck->gf->inv_perm;
@@ -180,14 +180,14 @@ int dl__ck_tokens(dl__ck_t *ck)
     }
     const void *orc[4] = {sort_o, inv_o, size_o, off_o};
     for (int i = 0; i < 4; i++) {
-        dl_stage_t s = (dl_stage_t)(DL_STAGE_SORT_PERM + i);
+        dl_value_t s = (dl_value_t)(DL_VALUE_SORT_PERM + i);
         ck->exact[s] = ck->eff[s] = orc[i];
         ck->exact_golden[s] = ck->eff_golden[s] = gold;
     }
 
     /* the candidate's permutation: its sort_perm, else the inverse of its inv_perm */
-    const int32_t *cp = ck->cand_arr[DL_STAGE_SORT_PERM];
-    const int32_t *ci = ck->cand_arr[DL_STAGE_INV_PERM];
+    const int32_t *cp = ck->cand_arr[DL_VALUE_SORT_PERM];
+    const int32_t *ci = ck->cand_arr[DL_VALUE_INV_PERM];
     int from_inv = 0;
     if (!cp && ci) {
         int32_t *p = dl__ck_alloc(ck, M, sizeof *p);
@@ -206,7 +206,7 @@ int dl__ck_tokens(dl__ck_t *ck)
         from_inv = 1;
     }
     if (cp) {
-        dl_check_result_t *r = dl__ck_result(ck, from_inv ? DL_STAGE_INV_PERM : DL_STAGE_SORT_PERM,
+        dl_check_result_t *r = dl__ck_result(ck, from_inv ? DL_VALUE_INV_PERM : DL_VALUE_SORT_PERM,
                                              "bijection");
         int32_t *where = dl__ck_alloc(ck, M, sizeof *where); /* flat -> candidate row */
         int32_t *miss = dl__ck_alloc(ck, M, sizeof *miss);
@@ -299,7 +299,7 @@ int dl__ck_tokens(dl__ck_t *ck)
 
     if (ci && !from_inv) {
         /* inv_perm must invert the candidate's own sort_perm */
-        dl_check_result_t *r = dl__ck_result(ck, DL_STAGE_INV_PERM, "inverse");
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_INV_PERM, "inverse");
         if (!r)
             return DL_ENOMEM;
         int64_t bad = 0, first = -1;
@@ -323,9 +323,9 @@ int dl__ck_tokens(dl__ck_t *ck)
             dl__ck_msg(r, "inverts sort_perm");
     }
 
-    const int64_t *cs = ck->cand_arr[DL_STAGE_GROUP_SIZES];
+    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
     if (cs) {
-        dl_check_result_t *r = dl__ck_result(ck, DL_STAGE_GROUP_SIZES, "exact");
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_SIZES, "exact");
         if (!r)
             return DL_ENOMEM;
         int64_t bad = 0, first = -1;
@@ -361,9 +361,9 @@ int dl__ck_tokens(dl__ck_t *ck)
         else
             dl__ck_msg(r, "all %lld group sizes exact, sum T*k = %lld", (long long)E, (long long)M);
     }
-    const int64_t *co = ck->cand_arr[DL_STAGE_GROUP_OFFSETS];
+    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
     if (co) {
-        dl_check_result_t *r = dl__ck_result(ck, DL_STAGE_GROUP_OFFSETS, "exact");
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_OFFSETS, "exact");
         if (!r)
             return DL_ENOMEM;
         int64_t bad = 0, first = -1;
@@ -430,9 +430,9 @@ static int popcount64(uint64_t x)
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
-    const float *y = ck->eff[DL_STAGE_Y_SORTED];
-    const float *w = ck->eff[DL_STAGE_TOPK_WEIGHTS];
-    const int32_t *inv = ck->eff[DL_STAGE_INV_PERM];
+    const float *y = ck->eff[DL_VALUE_Y_SORTED];
+    const float *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
+    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
     if (!y || !w || !inv)
         return 0;
     /* the subsets to try, fewest slots first: all of them up to k = 8,
@@ -503,10 +503,10 @@ int dl__ck_zero_drops(dl__ck_t *ck)
     dl_check_report_t *rep = ck->rep;
     if (rep->n_dropped > 1)
         qsort(rep->dropped, (size_t)rep->n_dropped, sizeof *rep->dropped, drop_cmp);
-    const int has_disp = ck->cand_arr[DL_STAGE_SORT_PERM] || ck->cand_arr[DL_STAGE_INV_PERM] ||
-                         ck->cand_arr[DL_STAGE_GROUP_SIZES] || ck->cand_arr[DL_STAGE_GROUP_OFFSETS];
-    const int has_out = ck->cand_arr[DL_STAGE_OUT] != NULL;
-    dl_check_result_t *r = dl__ck_result(ck, DL_STAGE_NONE, "zero_drops");
+    const int has_disp = ck->cand_arr[DL_VALUE_SORT_PERM] || ck->cand_arr[DL_VALUE_INV_PERM] ||
+                         ck->cand_arr[DL_VALUE_GROUP_SIZES] || ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    const int has_out = ck->cand_arr[DL_VALUE_OUT] != NULL;
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_NONE, "zero_drops");
     if (!r)
         return DL_ENOMEM;
     if (!has_disp && !has_out) {
@@ -515,8 +515,8 @@ int dl__ck_zero_drops(dl__ck_t *ck)
     }
     const int64_t M = ck->M, E = ck->E;
     int64_t sum = M;
-    const int64_t *cs = ck->cand_arr[DL_STAGE_GROUP_SIZES];
-    const int64_t *co = ck->cand_arr[DL_STAGE_GROUP_OFFSETS];
+    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
+    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
     if (cs) {
         sum = 0;
         for (int64_t e = 0; e < E; e++)

@@ -16,6 +16,19 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
 #define DL__UNUSED
 #define DL__LIKELY(x) (x)
 #define DL__UNLIKELY(x) (x)
+#endif
+
+__extension__ typedef unsigned __int128 dl__u128;
+
+/* Interval certification: the exact value is known to lie within
+ * [y - err, y + err] (err >= 0, both finite). If every real in that interval
+ * rounds to the same value of t (same sign of zero too), stores it in *out
+ * and returns 1; else returns 0 and the caller must take a slower path. */
+int dl__certify(double y, double err, dl_dtype_t t, double *out);
+
+/* Propagates carries so that every limb but the top one is in [0, 2^32). */
+void dl__acc_normalize(dl_acc_t *acc);
+
 /* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
  * decreases), else DL_EINVAL. */
 int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
@@ -30,18 +43,48 @@ double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite);
 double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t incb,
                     int64_t n, dl_dtype_t t, int *nonfinite);
 
+/* ------------------------------------------ certified transcendentals (transc.c) */
+
+/* Relative error bound of dl__exp_parts (the proof is in src/transc.c). */
+#define DL__EXP_REL 0x1p-50
+
+/* exp(x + xl) = y * 2^k * (1 + theta), |theta| <= DL__EXP_REL, for
+ * |x| <= 1100 and |xl| <= 2^-40; returns y (in [0.70, 1.42]) and sets *k.
+ * Uses no libm exp/log, so the bits are the same on every platform. */
+double dl__exp_parts(double x, double xl, int *k);
+
+/* Correctly rounded to t (certified binary64, MPFR when undecided); x, g,
+ * u finite. Return 0 or DL_EINTERNAL (the MPFR loop gave up: a bug). An
+ * exact zero result is +0.
+ *   dl__sigmoid:   1 / (1 + exp(-x))
+ *   dl__silu_mul:  silu(g) * u
+ *   dl__dsilu_mul: silu'(g) * p, p = the exact product of two floats */
+int dl__sigmoid(double x, dl_dtype_t t, double *out);
+int dl__silu_mul(double g, double u, dl_dtype_t t, double *out);
+int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out);
+
+/* out[e] = softmax(l)[e] for a row of n finite logits, each correctly
+ * rounded to t (stored as float, so t must not be DL_F64). */
+int dl__softmax_row(const float *l, int64_t n, dl_dtype_t t, float *out);
+
+/* How many evaluations so far took the MPFR fallback (all threads). */
+uint64_t dl__mpfr_fallbacks(void);
+/* Adds one to that count; for other modules' MPFR fallbacks. */
+void dl__mpfr_fallback_note(void);
+
+#ifdef MPFR_VERSION
+/* x rounded once to t, with t's subnormals and overflow, through
+ * dl_round_parts; touches no MPFR global state. */
+double dl__mpfr_round(mpfr_srcptr x, dl_dtype_t t);
+
+/* Ziv's loop over an interval evaluator: eval(lo, hi, ctx) must set lo <= exact
+ * <= hi at the precision of lo and hi (both set to p by the loop). Doubles p
+ * from 128 bits until both ends round to the same value of t. Counts one
+ * fallback. The caller must hold `#pragma omp critical(dl__mpfr)`. Returns 0
+ * or DL_EINTERNAL past 2^16 bits. */
+typedef void (*dl__ival_fn)(mpfr_ptr lo, mpfr_ptr hi, const void *ctx);
+int dl__ziv(dl__ival_fn eval, const void *ctx, dl_dtype_t t, double *out);
 #endif
-
-__extension__ typedef unsigned __int128 dl__u128;
-
-/* Interval certification: the exact value is known to lie within
- * [y - err, y + err] (err >= 0, both finite). If every real in that interval
- * rounds to the same value of t (same sign of zero too), stores it in *out
- * and returns 1; else returns 0 and the caller must take a slower path. */
-int dl__certify(double y, double err, dl_dtype_t t, double *out);
-
-/* Propagates carries so that every limb but the top one is in [0, 2^32). */
-void dl__acc_normalize(dl_acc_t *acc);
 
 /* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
  * decreases), else DL_EINVAL. */

@@ -92,29 +92,29 @@ static void copy_all(const gcase_t *g, dl_moe_forward_t *f, dl_moe_backward_t *b
 {
     memset(f, 0, sizeof *f);
     memset(b, 0, sizeof *b);
-    for (int s = 0; s < DL_STAGE_COUNT; s++) {
-        const int64_t n = dl_stage_numel(&g->c, (dl_stage_t)s);
-        const void *src = dl_stage_array(&g->f, &g->b, (dl_stage_t)s);
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        const int64_t n = dl_value_numel(&g->c, (dl_value_t)s);
+        const void *src = dl_value_array(&g->f, &g->b, (dl_value_t)s);
         if (!src || !n)
             continue;
-        size_t sz = (s == DL_STAGE_GROUP_SIZES || s == DL_STAGE_GROUP_OFFSETS) ? 8 : 4;
+        size_t sz = (s == DL_VALUE_GROUP_SIZES || s == DL_VALUE_GROUP_OFFSETS) ? 8 : 4;
         void *p = dupm(src, (size_t)n * sz);
         switch (s) {
 #define F(S, m) case S: f->m = p; break;
 #define G(S, m) case S: b->m = p; break;
-            F(DL_STAGE_ROUTER_LOGITS, router_logits) F(DL_STAGE_ROUTER_SCORES, router_scores)
-            F(DL_STAGE_TOPK_IDS, topk_ids) F(DL_STAGE_TOPK_WEIGHTS, topk_weights)
-            F(DL_STAGE_SORT_PERM, sort_perm) F(DL_STAGE_INV_PERM, inv_perm)
-            F(DL_STAGE_GROUP_SIZES, group_sizes) F(DL_STAGE_GROUP_OFFSETS, group_offsets)
-            F(DL_STAGE_X_SORTED, x_sorted) F(DL_STAGE_H_GATE, h_gate) F(DL_STAGE_H_UP, h_up)
-            F(DL_STAGE_H_ACT, h_act) F(DL_STAGE_Y_SORTED, y_sorted) F(DL_STAGE_OUT, out)
-            G(DL_STAGE_D_TOPK_WEIGHTS, d_topk_weights) G(DL_STAGE_D_Y_SORTED, d_y_sorted)
-            G(DL_STAGE_D_H_ACT, d_h_act) G(DL_STAGE_D_W_DOWN, d_w_down)
-            G(DL_STAGE_D_H_GATE, d_h_gate) G(DL_STAGE_D_H_UP, d_h_up)
-            G(DL_STAGE_D_X_SORTED, d_x_sorted) G(DL_STAGE_D_W_GATE, d_w_gate)
-            G(DL_STAGE_D_W_UP, d_w_up) G(DL_STAGE_D_ROUTER_SCORES, d_router_scores)
-            G(DL_STAGE_D_ROUTER_LOGITS, d_router_logits)
-            G(DL_STAGE_D_ROUTER_WEIGHT, d_router_weight) G(DL_STAGE_D_X, d_x)
+            F(DL_VALUE_ROUTER_LOGITS, router_logits) F(DL_VALUE_ROUTER_SCORES, router_scores)
+            F(DL_VALUE_TOPK_IDS, topk_ids) F(DL_VALUE_TOPK_WEIGHTS, topk_weights)
+            F(DL_VALUE_SORT_PERM, sort_perm) F(DL_VALUE_INV_PERM, inv_perm)
+            F(DL_VALUE_GROUP_SIZES, group_sizes) F(DL_VALUE_GROUP_OFFSETS, group_offsets)
+            F(DL_VALUE_X_SORTED, x_sorted) F(DL_VALUE_H_GATE, h_gate) F(DL_VALUE_H_UP, h_up)
+            F(DL_VALUE_H_ACT, h_act) F(DL_VALUE_Y_SORTED, y_sorted) F(DL_VALUE_OUT, out)
+            G(DL_VALUE_D_TOPK_WEIGHTS, d_topk_weights) G(DL_VALUE_D_Y_SORTED, d_y_sorted)
+            G(DL_VALUE_D_H_ACT, d_h_act) G(DL_VALUE_D_W_DOWN, d_w_down)
+            G(DL_VALUE_D_H_GATE, d_h_gate) G(DL_VALUE_D_H_UP, d_h_up)
+            G(DL_VALUE_D_X_SORTED, d_x_sorted) G(DL_VALUE_D_W_GATE, d_w_gate)
+            G(DL_VALUE_D_W_UP, d_w_up) G(DL_VALUE_D_ROUTER_SCORES, d_router_scores)
+            G(DL_VALUE_D_ROUTER_LOGITS, d_router_logits)
+            G(DL_VALUE_D_ROUTER_WEIGHT, d_router_weight) G(DL_VALUE_D_X, d_x)
 #undef F
 #undef G
         default:
@@ -131,7 +131,7 @@ static int count(const dl_check_report_t *r, dl_verdict_t v)
     return n;
 }
 
-static const dl_check_result_t *find(const dl_check_report_t *r, dl_stage_t s, const char *check)
+static const dl_check_result_t *find(const dl_check_report_t *r, dl_value_t s, const char *check)
 {
     for (size_t i = 0; i < r->n; i++)
         if (r->results[i].stage == s && !strcmp(r->results[i].check, check))
@@ -374,8 +374,8 @@ START_TEST(golden_is_conformant)
         if (!strcmp(r.results[i].check, "numerics"))
             ck_assert(r.results[i].err_pass == 0.0);
     }
-    ck_assert_ptr_nonnull(find(&r, DL_STAGE_NONE, "zero_drops"));
-    ck_assert_ptr_nonnull(find(&r, DL_STAGE_D_W_DOWN, "empty_experts"));
+    ck_assert_ptr_nonnull(find(&r, DL_VALUE_NONE, "zero_drops"));
+    ck_assert_ptr_nonnull(find(&r, DL_VALUE_D_W_DOWN, "empty_experts"));
     dl_check_report_free(&r);
     dl_moe_forward_free(&f);
     dl_moe_backward_free(&b);
@@ -400,10 +400,10 @@ START_TEST(fp32_backend_passes)
     ck_assert_int_eq(count(&r, DL_VERDICT_WARN), 0);
     ck_assert_int_eq(r.verdict, DL_VERDICT_PASS);
     /* it really differs from the golden: the check is not vacuous */
-    const dl_check_result_t *y = find(&r, DL_STAGE_Y_SORTED, "numerics");
+    const dl_check_result_t *y = find(&r, DL_VALUE_Y_SORTED, "numerics");
     ck_assert_ptr_nonnull(y);
     ck_assert(y->err_pass > 0.0 && y->err_pass <= 1.0);
-    const dl_check_result_t *dr = find(&r, DL_STAGE_OUT, "drift");
+    const dl_check_result_t *dr = find(&r, DL_VALUE_OUT, "drift");
     /* (a bf16/fp16 out may round to the golden bits end to end) */
     ck_assert_msg(dr && dr->verdict == DL_VERDICT_INFO && (dr->max_abs > 0.0 || cs[_i].t != DL_F32), "%s", dr ? dr->message : "none");
     dl_check_report_free(&r);
@@ -424,10 +424,10 @@ START_TEST(tf32_backend_needs_tf32_profile)
     ck_assert_int_eq(r.verdict, DL_VERDICT_FAIL);
     ck_assert(!dl_check_conformant(&r));
     /* the GEMM stages are what fails */
-    const dl_check_result_t *h = find(&r, DL_STAGE_H_GATE, "numerics");
+    const dl_check_result_t *h = find(&r, DL_VALUE_H_GATE, "numerics");
     ck_assert(h && h->verdict == DL_VERDICT_FAIL && h->err_warn > 1.0);
     /* elementwise stages computed in fp32 from the candidate's own inputs pass */
-    const dl_check_result_t *a = find(&r, DL_STAGE_H_ACT, "numerics");
+    const dl_check_result_t *a = find(&r, DL_VALUE_H_ACT, "numerics");
     ck_assert(a && a->verdict == DL_VERDICT_PASS);
     dl_check_report_free(&r);
     r = run(&g, &f, &b, "tf32");
@@ -488,14 +488,14 @@ START_TEST(dropped_slot_is_named)
     ck_assert_int_eq(r.n_dropped, 1);
     ck_assert_int_eq(r.dropped[0].token, 5);
     ck_assert_int_eq(r.dropped[0].slot, 1);
-    const dl_check_result_t *z = find(&r, DL_STAGE_NONE, "zero_drops");
+    const dl_check_result_t *z = find(&r, DL_VALUE_NONE, "zero_drops");
     ck_assert(z && z->verdict == DL_VERDICT_FAIL);
     ck_assert_ptr_nonnull(strstr(z->message, "(5,1)"));
-    ck_assert_int_eq(find(&r, DL_STAGE_SORT_PERM, "bijection")->verdict, DL_VERDICT_FAIL);
-    ck_assert_int_eq(find(&r, DL_STAGE_GROUP_SIZES, "exact")->verdict, DL_VERDICT_FAIL);
-    ck_assert_int_eq(find(&r, DL_STAGE_GROUP_OFFSETS, "exact")->verdict, DL_VERDICT_FAIL);
-    ck_assert_int_eq(find(&r, DL_STAGE_OUT, "numerics")->verdict, DL_VERDICT_FAIL);
-    ck_assert_int_eq(find(&r, DL_STAGE_OUT, "numerics")->worst_index / g.c.hidden, 5);
+    ck_assert_int_eq(find(&r, DL_VALUE_SORT_PERM, "bijection")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_GROUP_SIZES, "exact")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_GROUP_OFFSETS, "exact")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_OUT, "numerics")->worst_index / g.c.hidden, 5);
     dl_check_report_free(&r);
     dl_moe_forward_free(&f0);
     free_case(&g);
@@ -544,7 +544,7 @@ START_TEST(dropped_out_diagnosed)
     f.out[3 * d + 1] += 1.0f;
     r = run(&g, &f, NULL, "fp32");
     ck_assert_int_eq(r.n_dropped, 7);
-    ck_assert_ptr_nonnull(strstr(find(&r, DL_STAGE_NONE, "zero_drops")->message, "not explained"));
+    ck_assert_ptr_nonnull(strstr(find(&r, DL_VALUE_NONE, "zero_drops")->message, "not explained"));
     dl_check_report_free(&r);
     free(f.out);
     free_case(&g);
@@ -611,9 +611,9 @@ START_TEST(routing_ties)
     dl_check_report_t r = run(&g, &f, NULL, "fp32");
     if (r.verdict != DL_VERDICT_WARN)
         dump(&r);
-    const dl_check_result_t *x = find(&r, DL_STAGE_TOPK_IDS, "routing");
+    const dl_check_result_t *x = find(&r, DL_VALUE_TOPK_IDS, "routing");
     ck_assert(x && x->verdict == DL_VERDICT_WARN && x->worst_index == tt);
-    ck_assert_int_eq(find(&r, DL_STAGE_TOPK_WEIGHTS, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(find(&r, DL_VALUE_TOPK_WEIGHTS, "numerics")->verdict, DL_VERDICT_PASS);
     ck_assert_int_eq(r.verdict, DL_VERDICT_WARN);
     ck_assert(dl_check_conformant(&r));
     dl_check_report_free(&r);
@@ -631,7 +631,7 @@ START_TEST(routing_ties)
     ck_assert(g.f.tie_margin[3] > 0.0f);
     f.topk_ids[3 * k + k - 1] = (int32_t)lo;
     r = run(&g, &f, NULL, "fp32");
-    x = find(&r, DL_STAGE_TOPK_IDS, "routing");
+    x = find(&r, DL_VALUE_TOPK_IDS, "routing");
     ck_assert(x && x->verdict == DL_VERDICT_FAIL && x->worst_index == 3);
     ck_assert(!dl_check_conformant(&r));
     dl_check_report_free(&r);
@@ -640,7 +640,7 @@ START_TEST(routing_ties)
     f.topk_ids[3 * k] = 99;
     f.topk_ids[7 * k] = f.topk_ids[7 * k + 1];
     r = run(&g, &f, NULL, "fp32");
-    x = find(&r, DL_STAGE_TOPK_IDS, "routing");
+    x = find(&r, DL_VALUE_TOPK_IDS, "routing");
     ck_assert(x && x->verdict == DL_VERDICT_FAIL);
     ck_assert_ptr_nonnull(strstr(x->message, "out of"));
     dl_check_report_free(&r);
@@ -664,28 +664,28 @@ START_TEST(hygiene)
     b.d_x[0] = INFINITY;
     dl_check_report_t r = run(&g, &f, &b, "fp32");
     ck_assert_int_eq(r.verdict, DL_VERDICT_FAIL);
-    const dl_check_result_t *x = find(&r, DL_STAGE_D_W_GATE, "empty_experts");
+    const dl_check_result_t *x = find(&r, DL_VALUE_D_W_GATE, "empty_experts");
     ck_assert(x && x->verdict == DL_VERDICT_FAIL && x->n_over_warn == 1 &&
               x->worst_index == 7 * d * ff + 3);
-    ck_assert_int_eq(find(&r, DL_STAGE_D_W_UP, "empty_experts")->verdict, DL_VERDICT_PASS);
-    x = find(&r, DL_STAGE_H_ACT, "numerics");
+    ck_assert_int_eq(find(&r, DL_VALUE_D_W_UP, "empty_experts")->verdict, DL_VERDICT_PASS);
+    x = find(&r, DL_VALUE_H_ACT, "numerics");
     ck_assert(x && x->verdict == DL_VERDICT_FAIL && x->n_nonfinite == 1 && x->worst_index == 7);
-    x = find(&r, DL_STAGE_D_X, "numerics");
+    x = find(&r, DL_VALUE_D_X, "numerics");
     ck_assert(x && x->verdict == DL_VERDICT_FAIL && x->n_nonfinite == 1);
     /* downstream of the NaN is checked on exact values, and passes */
-    ck_assert_int_eq(find(&r, DL_STAGE_Y_SORTED, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(find(&r, DL_VALUE_Y_SORTED, "numerics")->verdict, DL_VERDICT_PASS);
     dl_check_report_free(&r);
 
     /* a stage the loader found misshapen */
     dl_check_golden_t gold = golden_of(&g);
-    dl_check_candidate_t cand = {.fwd = f, .bwd = b, .bad_shape = (uint64_t)1 << DL_STAGE_OUT};
+    dl_check_candidate_t cand = {.fwd = f, .bwd = b, .bad_shape = (uint64_t)1 << DL_VALUE_OUT};
     b.d_w_gate[7 * d * ff + 3] = 0.0f;
     f.h_act[7] = g.f.h_act[7];
     b.d_x[0] = g.b.d_x[0];
     cand.fwd = f;
     cand.bwd = b;
     ck_assert_int_eq(dl_check_run(&gold, &cand, NULL, &r), 0);
-    x = find(&r, DL_STAGE_OUT, "shape");
+    x = find(&r, DL_VALUE_OUT, "shape");
     ck_assert(x && x->verdict == DL_VERDICT_FAIL);
     ck_assert_int_eq(count(&r, DL_VERDICT_FAIL), 1);
     dl_check_report_free(&r);
@@ -698,9 +698,9 @@ START_TEST(hygiene)
     cand.fwd = f;
     cand.bad_shape = 0;
     ck_assert_int_eq(dl_check_run(&gold, &cand, NULL, &r), 0);
-    ck_assert_int_eq(find(&r, DL_STAGE_SORT_PERM, "bijection")->verdict, DL_VERDICT_FAIL);
-    ck_assert_int_eq(find(&r, DL_STAGE_GROUP_SIZES, "exact")->verdict, DL_VERDICT_FAIL);
-    ck_assert_int_eq(find(&r, DL_STAGE_NONE, "zero_drops")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_SORT_PERM, "bijection")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_GROUP_SIZES, "exact")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_NONE, "zero_drops")->verdict, DL_VERDICT_FAIL);
     dl_check_report_free(&r);
     dl_moe_forward_free(&f);
     dl_moe_backward_free(&b);
@@ -717,11 +717,11 @@ START_TEST(missing_stages_skip)
     f.out = g.f.out;
     dl_check_report_t r = run(&g, &f, NULL, "fp32");
     ck_assert_int_eq(r.verdict, DL_VERDICT_PASS);
-    ck_assert_int_eq(find(&r, DL_STAGE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
-    ck_assert_int_eq(find(&r, DL_STAGE_NONE, "zero_drops")->verdict, DL_VERDICT_PASS);
-    ck_assert_int_eq(find(&r, DL_STAGE_H_GATE, "provided")->verdict, DL_VERDICT_SKIP);
-    ck_assert_int_eq(find(&r, DL_STAGE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
-    ck_assert_int_eq(count(&r, DL_VERDICT_SKIP), DL_STAGE_COUNT - 1);
+    ck_assert_int_eq(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(find(&r, DL_VALUE_NONE, "zero_drops")->verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "provided")->verdict, DL_VERDICT_SKIP);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
+    ck_assert_int_eq(count(&r, DL_VERDICT_SKIP), DL_VALUE_COUNT - 1);
     dl_check_report_free(&r);
     /* nothing at all: everything SKIP, still conformant */
     memset(&f, 0, sizeof f);
@@ -737,7 +737,7 @@ START_TEST(missing_stages_skip)
     gold.bwd = NULL;
     dl_check_candidate_t cand = {.fwd = f2, .bwd = b2};
     ck_assert_int_eq(dl_check_run(&gold, &cand, NULL, &r), 0);
-    ck_assert_int_eq(find(&r, DL_STAGE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
     ck_assert_int_eq(r.verdict, DL_VERDICT_PASS);
     dl_check_report_free(&r);
     dl_moe_forward_free(&f2);
@@ -761,16 +761,16 @@ START_TEST(stage_local)
         f.h_gate[i] = nextafterf(f.h_gate[i], INFINITY);
     ck_assert_int_eq(dl_swiglu(f.h_gate, g.f.h_up, n, DL_F32, f.h_act), 0);
     dl_check_report_t r = run(&g, &f, NULL, "fp32");
-    const dl_check_result_t *a = find(&r, DL_STAGE_H_ACT, "numerics");
+    const dl_check_result_t *a = find(&r, DL_VALUE_H_ACT, "numerics");
     ck_assert(a && a->verdict == DL_VERDICT_PASS && a->err_pass == 0.0);
     ck_assert_ptr_nonnull(strstr(a->message, "recomputed"));
-    ck_assert_int_eq(find(&r, DL_STAGE_H_GATE, "numerics")->verdict, DL_VERDICT_PASS);
-    ck_assert(find(&r, DL_STAGE_H_GATE, "numerics")->max_ulp == 1.0);
+    ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert(find(&r, DL_VALUE_H_GATE, "numerics")->max_ulp == 1.0);
     dl_check_report_free(&r);
     /* against the golden h_act instead it would not be exact */
     memcpy(f.h_act, g.f.h_act, (size_t)n * 4);
     r = run(&g, &f, NULL, "fp32");
-    ck_assert(find(&r, DL_STAGE_H_ACT, "numerics")->err_pass > 0.0);
+    ck_assert(find(&r, DL_VALUE_H_ACT, "numerics")->err_pass > 0.0);
     dl_check_report_free(&r);
     free(f.h_gate);
     free(f.h_act);
@@ -794,15 +794,15 @@ START_TEST(plain_recomputed)
     if (r.verdict != DL_VERDICT_PASS)
         dump(&r);
     ck_assert_int_eq(r.verdict, DL_VERDICT_PASS);
-    static const dl_stage_t re[] = {DL_STAGE_OUT, DL_STAGE_D_Y_SORTED};
+    static const dl_value_t re[] = {DL_VALUE_OUT, DL_VALUE_D_Y_SORTED};
     for (size_t i = 0; i < sizeof re / sizeof re[0]; i++) {
         const dl_check_result_t *x = find(&r, re[i], "numerics");
         ck_assert_ptr_nonnull(x);
-        ck_assert_msg(strstr(x->message, "recomputed") != NULL, "%s: %s", dl_stage_name(re[i]), x->message);
+        ck_assert_msg(strstr(x->message, "recomputed") != NULL, "%s: %s", dl_value_name(re[i]), x->message);
     }
     /* its upstream (the candidate's golden d_y_sorted) is golden: reused */
-    ck_assert_ptr_null(strstr(find(&r, DL_STAGE_D_X_SORTED, "numerics")->message, "recomputed"));
-    ck_assert_ptr_null(find(&r, DL_STAGE_H_GATE, "numerics"));
+    ck_assert_ptr_null(strstr(find(&r, DL_VALUE_D_X_SORTED, "numerics")->message, "recomputed"));
+    ck_assert_ptr_null(find(&r, DL_VALUE_H_GATE, "numerics"));
     dl_check_report_free(&r);
     dl_moe_forward_free(&f);
     dl_moe_backward_free(&b);
@@ -975,13 +975,13 @@ START_TEST(bound_model)
     ck_assert(dl__ck_ulp(1.0, DL_BF16) == 0x1p-7 && dl__ck_ulp(0.0, DL_F16) == 0x1p-24);
     for (int v = DL_VERDICT_SKIP; v <= DL_VERDICT_FAIL; v++)
         ck_assert_ptr_nonnull(dl_verdict_name((dl_verdict_t)v));
-    for (int s = 0; s < DL_STAGE_COUNT; s++) {
-        dl_stage_t x;
-        ck_assert_int_eq(dl_stage_parse(dl_stage_name((dl_stage_t)s), &x), 0);
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        dl_value_t x;
+        ck_assert_int_eq(dl_value_parse(dl_value_name((dl_value_t)s), &x), 0);
         ck_assert_int_eq(x, s);
     }
-    dl_stage_t x;
-    ck_assert_int_eq(dl_stage_parse("nope", &x), DL_ENOTFOUND);
+    dl_value_t x;
+    ck_assert_int_eq(dl_value_parse("nope", &x), DL_ENOTFOUND);
 }
 END_TEST
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "tap.h"
 #include "mpref.h"
+#include "internal.h"
 
 /* Tolerances: none. Every value here must match MPFR bit for bit. */
 #define N_RANDOM_ROUND 200000
@@ -315,7 +316,6 @@ START_TEST(certify_interval)
 }
 END_TEST
 
-int dl__certify(double y, double err, dl_dtype_t t, double *out);
 
 int main(void)
 {

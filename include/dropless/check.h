@@ -30,56 +30,58 @@ typedef enum {
 /* "PASS", "WARN", "FAIL", "SKIP", "INFO"; NULL for an unknown value. */
 const char *dl_verdict_name(dl_verdict_t v);
 
-/* --------------------------------------------------------------- stages */
+/* --------------------------------------------------------- stage values */
 
-/* Every stage of the forward and backward pass, in dependency order. The
- * names (dl_stage_name) are the dataset names of the golden file layout. */
+/* The value every stage of the forward and backward pass stores, in
+ * dependency order: what the runner checks. The names (dl_value_name) are
+ * the dataset names of the golden file layout. (Not the plugin ABI's
+ * dl_run_stage_t, whose stages each produce several of these.) */
 typedef enum {
-    DL_STAGE_ROUTER_LOGITS = 0,
-    DL_STAGE_ROUTER_SCORES,
-    DL_STAGE_TOPK_IDS,
-    DL_STAGE_TOPK_WEIGHTS,
-    DL_STAGE_SORT_PERM,
-    DL_STAGE_INV_PERM,
-    DL_STAGE_GROUP_SIZES,
-    DL_STAGE_GROUP_OFFSETS,
-    DL_STAGE_X_SORTED,
-    DL_STAGE_H_GATE,
-    DL_STAGE_H_UP,
-    DL_STAGE_H_ACT,
-    DL_STAGE_Y_SORTED,
-    DL_STAGE_OUT,
-    DL_STAGE_D_TOPK_WEIGHTS,
-    DL_STAGE_D_Y_SORTED,
-    DL_STAGE_D_H_ACT,
-    DL_STAGE_D_W_DOWN,
-    DL_STAGE_D_H_GATE,
-    DL_STAGE_D_H_UP,
-    DL_STAGE_D_X_SORTED,
-    DL_STAGE_D_W_GATE,
-    DL_STAGE_D_W_UP,
-    DL_STAGE_D_ROUTER_SCORES,
-    DL_STAGE_D_ROUTER_LOGITS,
-    DL_STAGE_D_ROUTER_WEIGHT,
-    DL_STAGE_D_X,
-    DL_STAGE_COUNT,
-    DL_STAGE_NONE = -1 /* a check about the whole case (token accounting) */
-} dl_stage_t;
+    DL_VALUE_ROUTER_LOGITS = 0,
+    DL_VALUE_ROUTER_SCORES,
+    DL_VALUE_TOPK_IDS,
+    DL_VALUE_TOPK_WEIGHTS,
+    DL_VALUE_SORT_PERM,
+    DL_VALUE_INV_PERM,
+    DL_VALUE_GROUP_SIZES,
+    DL_VALUE_GROUP_OFFSETS,
+    DL_VALUE_X_SORTED,
+    DL_VALUE_H_GATE,
+    DL_VALUE_H_UP,
+    DL_VALUE_H_ACT,
+    DL_VALUE_Y_SORTED,
+    DL_VALUE_OUT,
+    DL_VALUE_D_TOPK_WEIGHTS,
+    DL_VALUE_D_Y_SORTED,
+    DL_VALUE_D_H_ACT,
+    DL_VALUE_D_W_DOWN,
+    DL_VALUE_D_H_GATE,
+    DL_VALUE_D_H_UP,
+    DL_VALUE_D_X_SORTED,
+    DL_VALUE_D_W_GATE,
+    DL_VALUE_D_W_UP,
+    DL_VALUE_D_ROUTER_SCORES,
+    DL_VALUE_D_ROUTER_LOGITS,
+    DL_VALUE_D_ROUTER_WEIGHT,
+    DL_VALUE_D_X,
+    DL_VALUE_COUNT,
+    DL_VALUE_NONE = -1 /* a check about the whole case (token accounting) */
+} dl_value_t;
 
-/* "router_logits", ..., "d_x"; "case" for DL_STAGE_NONE; NULL otherwise. */
-const char *dl_stage_name(dl_stage_t s);
+/* "router_logits", ..., "d_x"; "case" for DL_VALUE_NONE; NULL otherwise. */
+const char *dl_value_name(dl_value_t s);
 /* Parses a stage name. Returns 0 and sets *s, or DL_ENOTFOUND. */
-int dl_stage_parse(const char *name, dl_stage_t *s);
+int dl_value_parse(const char *name, dl_value_t *s);
 /* 1 if the stage belongs to the backward pass. */
-int dl_stage_is_backward(dl_stage_t s);
+int dl_value_is_backward(dl_value_t s);
 /* The candidate's (or golden's) array for stage s, NULL when absent; the
  * pointer is to float, int32_t or int64_t data as the struct declares.
  * tie_margin is not a stage: the runner derives margins itself. */
-const void *dl_stage_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b,
-                           dl_stage_t s);
+const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b,
+                           dl_value_t s);
 /* Elements of stage s for configuration c (0 for the SwiGLU-only stages of a
  * DL_FFN_PLAIN layer: they do not exist there). */
-int64_t dl_stage_numel(const dl_moe_config_t *c, dl_stage_t s);
+int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s);
 
 /* -------------------------------------------------------------- profiles */
 
@@ -127,7 +129,7 @@ typedef struct {
 
 /* The candidate: only the stages it produced (NULL arrays are SKIP). Every
  * non-NULL array must have the shape the golden's configuration gives the
- * stage (dl_stage_numel); a loader that found a stage with another shape or
+ * stage (dl_value_numel); a loader that found a stage with another shape or
  * type sets its bit in bad_shape: the stage is then a FAIL (shape) and is
  * otherwise treated as absent. Ids and indices may hold any value: out-of-
  * range entries are findings, never a crash. The candidate's tie_margin and
@@ -158,7 +160,7 @@ void dl_check_options_default(dl_check_options_t *o);
  * bound. max_ulp is in units of the last place of the stage's storage type
  * at the golden value. */
 typedef struct {
-    dl_stage_t stage;
+    dl_value_t stage;
     char check[24];         /* "numerics", "exact", "routing", "bijection", ... */
     dl_verdict_t verdict;
     int64_t n_checked;      /* elements compared */

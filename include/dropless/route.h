@@ -18,7 +18,8 @@ typedef enum {
 typedef enum {
     DL_GROUP_MAX = 0,      /* max key in the group */
     DL_GROUP_TOP2_SUM = 1, /* sum of the 2 best keys (DeepSeek-V3 / vLLM) */
-    DL_GROUP_TOPK_SUM = 2  /* sum of the best top_k/topk_group keys (Megatron / TE) */
+    DL_GROUP_TOPK_SUM = 2  /* sum of the best top_k/topk_group keys (Megatron / TE),
+                              at least 1 and at most the group size */
 } dl_group_score_t;
 
 typedef struct {
@@ -38,23 +39,29 @@ int dl_route_config_validate(const dl_route_config_t *c);
 
 /* scores[t, e] = RN_fp32(softmax_e(logits[t, :])) or RN_fp32(sigmoid(logits[t,e])),
  * correctly rounded on every platform (certified binary64 evaluation, MPFR
- * for undecided cases). logits and scores are [T, E], caller-owned.
- * Errors: DL_EINVAL, DL_ENONFINITE (NaN/Inf logit). */
+ * for undecided cases; no libm exp). logits and scores are [T, E],
+ * caller-owned, and must not overlap. A score whose exact value is
+ * positive but below half the smallest subnormal is +0.
+ * Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE (NaN/Inf logit). */
 int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
                     float *scores);
 
 /* Top-k selection and routing weights for each token.
  * Selection key: key[e] = RN_fp32(scores[e] + bias[e]) with bias, scores[e]
- * without. Group limit: groups are scored by c->group_score over keys (sums
- * rounded once to fp32), the best topk_group groups are kept (ties: lower
- * group index). Then the k best keys among kept experts, ties to the lower
- * expert index; ids are listed best first. Weights:
+ * without. Group limit (n_group > 1 and topk_group < n_group): groups of
+ * E/n_group consecutive experts are scored by c->group_score over keys
+ * (sums rounded once to fp32), the best topk_group groups are kept (ties:
+ * lower group index). Then the k best keys among kept experts, ties to the
+ * lower expert index (-0 and +0 tie); ids are listed best first. Weights:
  *   w[t, j] = RN_fp32(scaling * s[id_j] / (renormalize ? sum_j' s[id_j'] : 1))
- * exact then rounded once. margin[t] (may be NULL) is the tie margin: the
- * smallest gap, as RN_fp32 of the exact difference, between the k-th and
- * (k+1)-th selectable keys and between the topk_group-th and next group
- * scores; +inf when nothing competes. ids, weights are [T, k]; bias is [E]
- * (ignored without has_bias). Errors: DL_EINVAL, DL_ENONFINITE. */
+ * exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
+ * the tie margin: the smallest gap, as RN_fp32 of the exact difference,
+ * between the k-th and (k+1)-th selectable keys and between the
+ * topk_group-th and next group scores; +inf when nothing competes, +0 for
+ * an exact tie. ids, weights are [T, k]; bias is [E] (ignored without
+ * has_bias). Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE (a NaN/Inf score
+ * or bias, a key or group score that overflows fp32, or renormalisation by
+ * an exactly zero sum of selected scores). */
 int dl_route_topk(const dl_route_config_t *c, const float *scores,
                   const float *bias, int64_t T, int32_t *ids, float *weights,
                   float *margin);
@@ -63,21 +70,29 @@ int dl_route_topk(const dl_route_config_t *c, const float *scores,
  * (rounded) forward values: given d_weights [T, k], writes
  * d_scores[t, e] = RN_fp32(exact d weights/d scores contracted with d_weights)
  * (zero for unselected experts; the bias and the discrete selection get no
- * gradient), then d_logits[t, e] = RN_fp32(exact VJP of the score function
- * at the stored scores): softmax: s_e (ds_e - sum_j s_j ds_j); sigmoid:
- * ds_e s_e (1 - s_e). Either output may be NULL to skip it.
- * Errors: DL_EINVAL, DL_ENONFINITE. */
+ * gradient): with renormalisation c (dw_i S - sum_j dw_j s_j) / S^2, S the
+ * sum of selected scores, else c dw_i. Then d_logits[t, e] = RN_fp32(exact
+ * VJP of the score function at the stored scores, applied to the STORED
+ * d_scores): softmax: s_e (ds_e - sum_j s_j ds_j); sigmoid: ds_e s_e (1 - s_e).
+ * Exact zeros are +0. Either output may be NULL to skip it.
+ * Errors: DL_EINVAL (also: an expert listed twice in a token), DL_ERANGE
+ * (an id outside [0, E)), DL_EOVERFLOW, DL_ENONFINITE (NaN/Inf input, or
+ * renormalisation by an exactly zero sum). */
 int dl_route_backward(const dl_route_config_t *c, const float *scores,
                       const int32_t *ids, const float *d_weights, int64_t T,
                       float *d_scores, float *d_logits);
 
 /* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
- * correctly rounded. Errors: DL_EINVAL, DL_ENONFINITE. */
+ * correctly rounded to t (fp32, bf16 or fp16; no libm exp). An exact zero
+ * (g or u zero) is +0; a nonzero result that rounds to zero keeps its sign.
+ * h may alias g or u. Errors: DL_EINVAL, DL_EDTYPE, DL_ENONFINITE. */
 int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h);
 
 /* SwiGLU backward: d_g[i] = RN_t(dh[i] * u[i] * silu'(g[i])),
  * d_u[i] = RN_t(dh[i] * silu(g[i])), silu'(g) = s (1 + g (1 - s)),
- * s = sigmoid(g), each correctly rounded. */
+ * s = sigmoid(g), each correctly rounded, with the zero conventions of
+ * dl_swiglu. Either output may be NULL; outputs may alias inputs.
+ * Errors: DL_EINVAL, DL_EDTYPE, DL_ENONFINITE. */
 int dl_swiglu_backward(const float *g, const float *u, const float *dh,
                        int64_t n, dl_dtype_t t, float *d_g, float *d_u);
 

@@ -1,0 +1,179 @@
+/* make bench: the whole layer, forward and backward, at real d, f, E, k with
+ * T reduced for 2 cores. Ratios are against OpenBLAS dgemm and sgemm timed
+ * in the same run on the same grouped shapes (one GEMM call per expert). */
+#include "config.h"
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include "dropless.h"
+
+typedef struct {
+    const char *name;
+    int64_t T, d, f, E, k;
+    int sigmoid;     /* DeepSeek-style group-limited sigmoid with bias */
+    double zipf;     /* > 0: power-law expert load with this exponent */
+} shape_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+static double unif(void) /* xorshift64*: fast; a benchmark needs no statistics */
+{
+    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545F4914F6CDD1DULL) >> 11) * 0x1p-53;
+}
+
+static float *fill(int64_t n, double scale)
+{
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = dl_bf16_to_float(dl_bf16_from_float((float)((2 * unif() - 1) * scale * 1.7320508)));
+    return p;
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* Time one GEMM shape per expert with BLAS, converting (untimed) one
+ * expert's operands at a time so the baseline never holds a double copy of
+ * all weights. op: 0 = [m,K]x[K,N], 1 = [K,m]^T x [m,N] (weight gradient). */
+static double blas_time(int dbl, const int64_t *sizes, int64_t E, int64_t K, int64_t N, int op)
+{
+    int64_t maxm = 0;
+    for (int64_t e = 0; e < E; e++)
+        maxm = sizes[e] > maxm ? sizes[e] : maxm;
+    size_t es = dbl ? sizeof(double) : sizeof(float);
+    int64_t na = op == 0 ? maxm * K : K * maxm, nb = op == 0 ? K * N : maxm * N,
+            nc = op == 0 ? maxm * N : K * N;
+    void *a = calloc((size_t)na + 1, es), *b = calloc((size_t)nb + 1, es), *c = calloc((size_t)nc + 1, es);
+    for (int64_t i = 0; i < na; i++)
+        dbl ? (((double *)a)[i] = unif() - 0.5) : (((float *)a)[i] = (float)(unif() - 0.5));
+    for (int64_t i = 0; i < nb; i++)
+        dbl ? (((double *)b)[i] = unif() - 0.5) : (((float *)b)[i] = (float)(unif() - 0.5));
+    double t = 0;
+    for (int64_t e = 0; e < E; e++) {
+        int m = (int)sizes[e];
+        if (m == 0)
+            continue;
+        double t0 = now();
+        if (op == 0 && dbl)
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, (int)N, (int)K, 1.0, a, (int)K, b, (int)N, 0.0, c, (int)N);
+        else if (op == 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, (int)N, (int)K, 1.0f, a, (int)K, b, (int)N, 0.0f, c, (int)N);
+        else if (dbl)
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, m, 1.0, a, (int)K, b, (int)N, 0.0, c, (int)N);
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, m, 1.0f, a, (int)K, b, (int)N, 0.0f, c, (int)N);
+        t += now() - t0;
+    }
+    free(a), free(b), free(c);
+    return t;
+}
+
+static void run(const shape_t *s)
+{
+    dl_moe_config_t c = {0};
+    c.tokens = s->T, c.hidden = s->d, c.ffn = s->f;
+    c.route.experts = s->E, c.route.top_k = s->k;
+    c.route.score_fn = s->sigmoid ? DL_SCORE_SIGMOID : DL_SCORE_SOFTMAX;
+    c.route.n_group = s->sigmoid ? 8 : 1;
+    c.route.topk_group = s->sigmoid ? 4 : 1;
+    c.route.group_score = DL_GROUP_TOP2_SUM;
+    c.route.renormalize = 1;
+    c.route.scaling = s->sigmoid ? 2.5 : 1.0;
+    c.route.has_bias = s->sigmoid;
+    c.ffn_kind = DL_FFN_SWIGLU, c.dtype = DL_BF16;
+    const int64_t T = s->T, d = s->d, f = s->f, E = s->E;
+    float *x = fill(T * d, 1.0), *wr = fill(d * E, 1.0 / sqrt((double)d));
+    float *bias = calloc((size_t)E, sizeof *bias);
+    float *wg = fill(E * d * f, 1.0 / sqrt((double)d)), *wu = fill(E * d * f, 1.0 / sqrt((double)d));
+    float *wd = fill(E * f * d, 1.0 / sqrt((double)f)), *dout = fill(T * d, 1.0);
+    if (s->zipf > 0) { /* feature 0 is constant; its router row carries log p(e) ~ -zipf log(e+1) */
+        for (int64_t t = 0; t < T; t++)
+            x[t * d] = 1.0f;
+        for (int64_t e = 0; e < E; e++)
+            wr[e] = (float)(-s->zipf * log((double)e + 1.0));
+    }
+    dl_moe_inputs_t in = {x, wr, bias, wg, wu, wd, dout};
+    dl_moe_forward_t F;
+    dl_moe_backward_t B;
+    double t0 = now();
+    int rc = dl_moe_forward(&c, &in, &F);
+    double tf = now() - t0;
+    if (rc) {
+        printf("%s: forward failed: %s\n", s->name, dl_strerror(rc));
+        exit(1);
+    }
+    t0 = now();
+    rc = dl_moe_backward(&c, &in, &F, &B);
+    double tb = now() - t0;
+    if (rc) {
+        printf("%s: backward failed: %s\n", s->name, dl_strerror(rc));
+        exit(1);
+    }
+    double rss = peak_rss_mb();
+    const int64_t M = T * s->k;
+    double in_b = 4.0 * (T * d * 2 + d * E + E + 3 * E * d * f);
+    double fw_b = 4.0 * (2 * T * E + 3 * M + T + 2 * M + E * 3 + 2 * M * d + 3 * M * f + T * d);
+    double bw_b = 4.0 * (M + 2 * M * d + 3 * M * f + 3 * E * d * f + 2 * T * E + d * E + T * d);
+    int64_t hist_max = 0, empty = 0;
+    for (int64_t e = 0; e < E; e++) {
+        hist_max = F.group_sizes[e] > hist_max ? F.group_sizes[e] : hist_max;
+        empty += F.group_sizes[e] == 0;
+    }
+    /* the same grouped shapes through BLAS */
+    double fd = 2 * blas_time(1, F.group_sizes, E, d, f, 0) + blas_time(1, F.group_sizes, E, f, d, 0);
+    double fs = 2 * blas_time(0, F.group_sizes, E, d, f, 0) + blas_time(0, F.group_sizes, E, f, d, 0);
+    double bd = blas_time(1, F.group_sizes, E, d, f, 0) + 2 * blas_time(1, F.group_sizes, E, f, d, 0) +
+                blas_time(1, F.group_sizes, E, f, d, 1) + 2 * blas_time(1, F.group_sizes, E, d, f, 1);
+    double bs = blas_time(0, F.group_sizes, E, d, f, 0) + 2 * blas_time(0, F.group_sizes, E, f, d, 0) +
+                blas_time(0, F.group_sizes, E, f, d, 1) + 2 * blas_time(0, F.group_sizes, E, d, f, 1);
+    double ffl = 6.0 * M * d * f, bfl = 12.0 * M * d * f;
+    const dl_tier_stats_t *sf = &F.stats, *sb = &B.stats;
+    double nf = (double)(sf->fast + sf->middle + sf->exact), nb = (double)(sb->fast + sb->middle + sb->exact);
+    printf("%-18s forward  T=%lld d=%lld f=%lld E=%lld k=%lld time=%.2fs GFLOP/s=%.1f "
+           "middle=%.4f%% exact=%.4f%% ratio_vs_dgemm=%.2f ratio_vs_sgemm=%.2f\n",
+           s->name, (long long)T, (long long)d, (long long)f, (long long)E, (long long)s->k, tf,
+           ffl / tf * 1e-9, 100 * sf->middle / nf, 100 * sf->exact / nf, tf / fd, tf / fs);
+    printf("%-18s backward time=%.2fs GFLOP/s=%.1f middle=%.4f%% exact=%.4f%% "
+           "ratio_vs_dgemm=%.2f ratio_vs_sgemm=%.2f\n",
+           s->name, tb, bfl / tb * 1e-9, 100 * sb->middle / nb, 100 * sb->exact / nb, tb / bd, tb / bs);
+    printf("%-18s memory   peak_rss=%.0fMB inputs+outputs=%.0fMB rss_ratio=%.2f "
+           "load: max_group=%lld empty_experts=%lld\n",
+           s->name, rss, (in_b + fw_b + bw_b) / 1048576.0, rss * 1048576.0 / (in_b + fw_b + bw_b),
+           (long long)hist_max, (long long)empty);
+    fflush(stdout);
+    dl_moe_forward_free(&F);
+    dl_moe_backward_free(&B);
+    free(x), free(wr), free(bias), free(wg), free(wu), free(wd), free(dout);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const char *only = argc > 2 ? argv[2] : NULL;
+    shape_t shapes[] = {
+        {"mixtral-like", quick ? 16 : 256, 4096, 14336, 8, 2, 0, 0},
+        {"deepseek-v3-like", quick ? 16 : 256, 7168, 2048, 256, 8, 1, 0},
+        {"zipf-1.2", quick ? 32 : 1024, 2048, 1408, 64, 6, 0, 1.2},
+    };
+    printf("# bench_layer: bf16 activations and weights, fp32 weight gradients; %s\n",
+           quick ? "--quick" : "full");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (!only || strcmp(only, shapes[i].name) == 0)
+            run(&shapes[i]);
+    return 0;
+}

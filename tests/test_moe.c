@@ -1,0 +1,469 @@
+/* The whole layer, forward and backward, by two independent routes:
+ * (1) a dense [T, E] formulation (no sorting, no grouped GEMM) evaluated
+ *     exactly with GNU MPFR, stage by stage, compared bit for bit;
+ * (2) central finite differences of the layer computed in binary64 with no
+ *     rounding to storage types, compared with the oracle's gradients.
+ * Routing, scores and SwiGLU are taken from the library here: their
+ * exactness has its own MPFR suites. */
+#include "config.h"
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tap.h"
+#include "mpref.h"
+
+/* Finite differences: step FD_STEP (relative to 1; inputs are O(1)) makes
+ * truncation error ~h^2 |f'''| ~ 1e-10 and cancellation ~eps/h ~ 1e-11 in
+ * binary64, far below the ~1e-6 relative difference between the gradient of
+ * the unrounded function and the oracle's gradients of the fp32-rounded
+ * pipeline (a few fp32 roundings, each 2^-24 ~ 6e-8, amplified by
+ * cancellation in sums). FD_RTOL bounds the latter, relative to the largest
+ * gradient entry of the tensor. */
+#define FD_STEP 1e-5
+#define FD_RTOL 2e-4
+
+typedef struct {
+    dl_moe_config_t c;
+    float *x, *wr, *bias, *wg, *wu, *wd, *dout;
+    dl_moe_inputs_t in;
+} layer_t;
+
+static float *randn(dl_test_rng_t *r, int64_t n, double scale, dl_dtype_t t)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (float)dl_round(dl_test_normal(r) * scale, t);
+    return p;
+}
+
+static layer_t *layer_new(uint64_t seed, int64_t T, int64_t d, int64_t f, int64_t E, int64_t k,
+                          int sigmoid, dl_dtype_t t, dl_ffn_t kind)
+{
+    layer_t *L = calloc(1, sizeof *L);
+    dl_test_rng_t r = {seed};
+    L->c.tokens = T, L->c.hidden = d, L->c.ffn = kind == DL_FFN_PLAIN ? d : f;
+    L->c.route.experts = E, L->c.route.top_k = k;
+    L->c.route.score_fn = sigmoid ? DL_SCORE_SIGMOID : DL_SCORE_SOFTMAX;
+    L->c.route.n_group = sigmoid && E % 4 == 0 ? 4 : 1;
+    L->c.route.topk_group = sigmoid && E % 4 == 0 ? 2 : 1;
+    L->c.route.group_score = DL_GROUP_TOP2_SUM;
+    L->c.route.renormalize = 1;
+    L->c.route.scaling = sigmoid ? 2.5 : 1.0;
+    L->c.route.has_bias = sigmoid;
+    L->c.ffn_kind = kind, L->c.dtype = t;
+    f = L->c.ffn;
+    L->x = randn(&r, T * d, 1.0, t);
+    L->wr = randn(&r, d * E, 1.0 / sqrt((double)d), DL_F32);
+    L->bias = randn(&r, E, 0.1, DL_F32);
+    L->wg = randn(&r, E * d * f, 1.0 / sqrt((double)d), t);
+    L->wu = randn(&r, E * d * f, 1.0 / sqrt((double)d), t);
+    L->wd = randn(&r, E * f * d, 1.0 / sqrt((double)f), t);
+    L->dout = randn(&r, T * d, 1.0, t);
+    L->in = (dl_moe_inputs_t){L->x, L->wr, sigmoid ? L->bias : NULL, L->wg, L->wu, L->wd, L->dout};
+    return L;
+}
+
+static void layer_free(layer_t *L)
+{
+    free(L->x), free(L->wr), free(L->bias), free(L->wg), free(L->wu), free(L->wd), free(L->dout);
+    free(L);
+}
+
+/* MPFR: RN_t(sum_i a[i*sa] * b[i*sb] + sum_i c[i*sc] * e[i*se]) */
+static double mp_dot2(const float *a, int64_t sa, const float *b, int64_t sb, int64_t n,
+                      const float *c, int64_t sc, const float *e, int64_t se, int64_t m,
+                      dl_dtype_t t)
+{
+    double *u = malloc((size_t)(n + m + 1) * sizeof *u), *v = malloc((size_t)(n + m + 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        u[i] = a[i * sa], v[i] = b[i * sb];
+    for (int64_t i = 0; i < m; i++)
+        u[n + i] = c[i * sc], v[n + i] = e[i * se];
+    double r = mpref_dot(u, v, (size_t)(n + m), t);
+    free(u), free(v);
+    return r;
+}
+
+static double mp_dot(const float *a, int64_t sa, const float *b, int64_t sb, int64_t n, dl_dtype_t t)
+{
+    return mp_dot2(a, sa, b, sb, n, NULL, 0, NULL, 0, 0, t);
+}
+
+#define SAME(got, want, what, i)                                                               \
+    ck_assert_msg(same_value((got), (want)), "%s[%lld]: oracle %a, dense MPFR %a", what,       \
+                  (long long)(i), (double)(got), (double)(want))
+
+/* Route (1): the dense formulation, stage by stage. Row (t, j) of the sorted
+ * arrays is found through inv_perm; the dense side never sorts. */
+static void dense_check(layer_t *L)
+{
+    const dl_moe_config_t *c = &L->c;
+    const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts, k = c->route.top_k;
+    const dl_dtype_t t = c->dtype;
+    const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
+    dl_moe_forward_t F;
+    dl_moe_backward_t B;
+    ck_assert_int_eq(dl_moe_forward(c, &L->in, &F), 0);
+    ck_assert_int_eq(dl_moe_backward(c, &L->in, &F, &B), 0);
+
+    for (int64_t tk = 0; tk < T; tk++)
+        for (int64_t e = 0; e < E; e++)
+            SAME(F.router_logits[tk * E + e], mp_dot(L->x + tk * d, 1, L->wr + e, E, d, DL_F32),
+                 "router_logits", tk * E + e);
+    float *hg = malloc(f * sizeof *hg), *hu = malloc(f * sizeof *hu), *ha = malloc(f * sizeof *ha);
+    float *dha = malloc(f * sizeof *dha), *dhg = malloc(f * sizeof *dhg), *dhu = malloc(f * sizeof *dhu);
+    float *dy = malloc(d * sizeof *dy);
+    float *y = malloc(k * d * sizeof *y);
+    for (int64_t tk = 0; tk < T; tk++) {
+        for (int64_t j = 0; j < k; j++) {
+            int64_t e = F.topk_ids[tk * k + j], p = F.inv_perm[tk * k + j];
+            const float *xe = L->x + tk * d;
+            const float *hin = xe;
+            if (swiglu) {
+                for (int64_t i = 0; i < f; i++) {
+                    hg[i] = (float)mp_dot(xe, 1, L->wg + e * d * f + i, f, d, t);
+                    hu[i] = (float)mp_dot(xe, 1, L->wu + e * d * f + i, f, d, t);
+                    SAME(F.h_gate[p * f + i], hg[i], "h_gate", p * f + i);
+                    SAME(F.h_up[p * f + i], hu[i], "h_up", p * f + i);
+                }
+                dl_swiglu(hg, hu, f, t, ha);
+                for (int64_t i = 0; i < f; i++)
+                    SAME(F.h_act[p * f + i], ha[i], "h_act", p * f + i);
+                hin = ha;
+            }
+            for (int64_t i = 0; i < d; i++) {
+                y[j * d + i] = (float)mp_dot(hin, 1, L->wd + e * f * d + i, d, f, t);
+                SAME(F.y_sorted[p * d + i], y[j * d + i], "y_sorted", p * d + i);
+            }
+            /* backward through this slot */
+            double w = F.topk_weights[tk * k + j];
+            SAME(B.d_topk_weights[tk * k + j], mp_dot(L->dout + tk * d, 1, y + j * d, 1, d, DL_F32),
+                 "d_topk_weights", tk * k + j);
+            for (int64_t i = 0; i < d; i++) {
+                dy[i] = (float)mpref_round_d(w * L->dout[tk * d + i], t);
+                SAME(B.d_y_sorted[p * d + i], dy[i], "d_y_sorted", p * d + i);
+            }
+            if (swiglu) {
+                for (int64_t i = 0; i < f; i++) {
+                    dha[i] = (float)mp_dot(dy, 1, L->wd + e * f * d + i * d, 1, d, t);
+                    SAME(B.d_h_act[p * f + i], dha[i], "d_h_act", p * f + i);
+                }
+                dl_swiglu_backward(hg, hu, dha, f, t, dhg, dhu);
+                for (int64_t i = 0; i < d; i++)
+                    SAME(B.d_x_sorted[p * d + i],
+                         mp_dot2(dhg, 1, L->wg + e * d * f + i * f, 1, f, dhu, 1,
+                                 L->wu + e * d * f + i * f, 1, f, t),
+                         "d_x_sorted", p * d + i);
+            } else {
+                for (int64_t i = 0; i < d; i++)
+                    SAME(B.d_x_sorted[p * d + i], mp_dot(dy, 1, L->wd + e * d * d + i * d, 1, d, t),
+                         "d_x_sorted", p * d + i);
+            }
+        }
+        for (int64_t i = 0; i < d; i++) {
+            double *u = calloc(k + 1, sizeof *u), *v = calloc(k + 1, sizeof *v);
+            for (int64_t j = 0; j < k; j++)
+                u[j] = F.topk_weights[tk * k + j], v[j] = y[j * d + i];
+            SAME(F.out[tk * d + i], mpref_dot(u, v, k, t), "out", tk * d + i);
+            free(u), free(v);
+        }
+    }
+    /* weight gradients: dense sums over the tokens routed to e (mask), no groups */
+    float *lhs = malloc((T + 1) * (f > d ? f : d) * sizeof *lhs);
+    float *rhs = malloc((T + 1) * (f > d ? f : d) * sizeof *rhs);
+    const float *dW[3] = {B.d_w_down, B.d_w_gate, B.d_w_up};
+    const char *names[3] = {"d_w_down", "d_w_gate", "d_w_up"};
+    for (int which = 0; which < (swiglu ? 3 : 1); which++) {
+        int64_t I = which == 0 ? f : d, J = which == 0 ? d : f;
+        for (int64_t e = 0; e < E; e++) {
+            int64_t n = 0; /* gather the masked rows densely, in token order */
+            for (int64_t tk = 0; tk < T; tk++)
+                for (int64_t j = 0; j < k; j++) {
+                    if (F.topk_ids[tk * k + j] != e)
+                        continue;
+                    int64_t p = F.inv_perm[tk * k + j];
+                    const float *a = which == 0 ? (swiglu ? F.h_act + p * f : F.x_sorted + p * d)
+                                                : L->x + tk * d;
+                    const float *b = which == 0 ? B.d_y_sorted + p * d
+                                   : which == 1 ? B.d_h_gate + p * f : B.d_h_up + p * f;
+                    memcpy(lhs + n * I, a, I * sizeof *lhs);
+                    memcpy(rhs + n * J, b, J * sizeof *rhs);
+                    n++;
+                }
+            for (int64_t i = 0; i < I; i++)
+                for (int64_t jj = 0; jj < J; jj++)
+                    SAME(dW[which][(e * I + i) * J + jj], mp_dot(lhs + i, I, rhs + jj, J, n, DL_F32),
+                         names[which], (e * I + i) * J + jj);
+        }
+    }
+    for (int64_t i = 0; i < d; i++)
+        for (int64_t e = 0; e < E; e++)
+            SAME(B.d_router_weight[i * E + e],
+                 mp_dot(L->x + i, d, B.d_router_logits + e, E, T, DL_F32), "d_router_weight", i * E + e);
+    for (int64_t tk = 0; tk < T; tk++)
+        for (int64_t i = 0; i < d; i++) {
+            float ones[64], parts[64];
+            for (int64_t j = 0; j < k; j++)
+                ones[j] = 1.0f, parts[j] = B.d_x_sorted[(int64_t)F.inv_perm[tk * k + j] * d + i];
+            SAME(B.d_x[tk * d + i],
+                 mp_dot2(ones, 1, parts, 1, k, B.d_router_logits + tk * E, 1, L->wr + i * E, 1, E, t),
+                 "d_x", tk * d + i);
+        }
+    free(lhs), free(rhs), free(hg), free(hu), free(ha), free(dha), free(dhg), free(dhu), free(dy), free(y);
+    dl_moe_forward_free(&F);
+    dl_moe_backward_free(&B);
+}
+
+START_TEST(dense_softmax_swiglu)
+{
+    static const dl_dtype_t ts[] = {DL_F32, DL_BF16, DL_F16};
+    for (int i = 0; i < 3; i++) {
+        layer_t *L = layer_new(100 + i, 9, 6, 5, 4, 2, 0, ts[i], DL_FFN_SWIGLU);
+        dense_check(L);
+        layer_free(L);
+    }
+}
+END_TEST
+
+START_TEST(dense_sigmoid_grouped)
+{
+    static const dl_dtype_t ts[] = {DL_F32, DL_BF16};
+    for (int i = 0; i < 2; i++) {
+        layer_t *L = layer_new(200 + i, 11, 7, 3, 8, 3, 1, ts[i], DL_FFN_SWIGLU);
+        dense_check(L);
+        layer_free(L);
+    }
+}
+END_TEST
+
+START_TEST(dense_plain)
+{
+    layer_t *L = layer_new(300, 7, 5, 5, 3, 2, 0, DL_F32, DL_FFN_PLAIN);
+    dense_check(L);
+    layer_free(L);
+}
+END_TEST
+
+START_TEST(dense_edges)
+{
+    layer_t *L = layer_new(400, 0, 4, 3, 4, 2, 0, DL_F32, DL_FFN_SWIGLU); /* T = 0 */
+    dense_check(L);
+    layer_free(L);
+    L = layer_new(401, 3, 4, 3, 6, 1, 0, DL_F32, DL_FFN_SWIGLU); /* k = 1: most experts empty */
+    dense_check(L);
+    layer_free(L);
+    L = layer_new(402, 4, 3, 2, 3, 3, 0, DL_BF16, DL_FFN_SWIGLU); /* k = E */
+    dense_check(L);
+    layer_free(L);
+}
+END_TEST
+
+/* Empty experts get exact zeros whatever was in the output buffer. */
+START_TEST(empty_expert_grads_zero)
+{
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[4] = {1, -1, 2, 0.5f};
+    int64_t off[4] = {0, 0, 2, 2}; /* experts 0 and 2 empty */
+    float out[3 * 3 * 2];
+    for (int i = 0; i < 18; i++)
+        out[i] = NAN;
+    ck_assert_int_eq(dl_gemm_ragged_k(a, 3, b, 2, off, 3, DL_F32, out, NULL), 0);
+    for (int i = 0; i < 6; i++) {
+        ck_assert(out[i] == 0.0f && !signbit(out[i]));
+        ck_assert(out[12 + i] == 0.0f && !signbit(out[12 + i]));
+    }
+    ck_assert(out[6] == 1 * 1 + 4 * 2);
+}
+END_TEST
+
+/* ---------------------------------------------- route (2): finite differences */
+
+/* The layer in binary64, no rounding anywhere; routing (ids) frozen to the
+ * oracle's, since selection is piecewise constant and the step stays inside
+ * the margin (checked). Returns sum(d_out * out). */
+static double loss64(const layer_t *L, const int32_t *ids, const double *x, const double *wr,
+                     const double *wg, const double *wu, const double *wd)
+{
+    const dl_moe_config_t *c = &L->c;
+    const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts, k = c->route.top_k;
+    double total = 0;
+    double *s = malloc(E * sizeof *s), *h = malloc(f * sizeof *h);
+    for (int64_t tk = 0; tk < T; tk++) {
+        double mx = -INFINITY;
+        for (int64_t e = 0; e < E; e++) {
+            double l = 0;
+            for (int64_t i = 0; i < d; i++)
+                l += x[tk * d + i] * wr[i * E + e];
+            s[e] = l;
+            mx = l > mx ? l : mx;
+        }
+        if (c->route.score_fn == DL_SCORE_SOFTMAX) {
+            double z = 0;
+            for (int64_t e = 0; e < E; e++)
+                z += (s[e] = exp(s[e] - mx));
+            for (int64_t e = 0; e < E; e++)
+                s[e] /= z;
+        } else {
+            for (int64_t e = 0; e < E; e++)
+                s[e] = 1 / (1 + exp(-s[e]));
+        }
+        double norm = 0;
+        for (int64_t j = 0; j < k; j++)
+            norm += s[ids[tk * k + j]];
+        for (int64_t j = 0; j < k; j++) {
+            int64_t e = ids[tk * k + j];
+            double w = c->route.scaling * s[e] / (c->route.renormalize ? norm : 1.0);
+            for (int64_t q = 0; q < f; q++) {
+                double g = 0, u = 0;
+                for (int64_t i = 0; i < d; i++) {
+                    g += x[tk * d + i] * wg[(e * d + i) * f + q];
+                    u += x[tk * d + i] * wu[(e * d + i) * f + q];
+                }
+                h[q] = g / (1 + exp(-g)) * u;
+            }
+            for (int64_t i = 0; i < d; i++) {
+                double yv = 0;
+                for (int64_t q = 0; q < f; q++)
+                    yv += h[q] * wd[(e * f + q) * d + i];
+                total += L->dout[tk * d + i] * w * yv;
+            }
+        }
+    }
+    free(s), free(h);
+    return total;
+}
+
+static double *to64(const float *p, int64_t n)
+{
+    double *r = malloc(n * sizeof *r);
+    for (int64_t i = 0; i < n; i++)
+        r[i] = p[i];
+    return r;
+}
+
+static void fd_check(layer_t *L)
+{
+    const dl_moe_config_t *c = &L->c;
+    const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts;
+    dl_moe_forward_t F;
+    dl_moe_backward_t B;
+    ck_assert_int_eq(dl_moe_forward(c, &L->in, &F), 0);
+    ck_assert_int_eq(dl_moe_backward(c, &L->in, &F, &B), 0);
+    for (int64_t tk = 0; tk < T; tk++) /* the step must not change the selection */
+        ck_assert_msg(F.tie_margin[tk] > 1e-3, "margin %g too small for FD", F.tie_margin[tk]);
+    double *v[5] = {to64(L->x, T * d), to64(L->wr, d * E), to64(L->wg, E * d * f),
+                    to64(L->wu, E * d * f), to64(L->wd, E * f * d)};
+    const int64_t n[5] = {T * d, d * E, E * d * f, E * d * f, E * f * d};
+    const float *g[5] = {B.d_x, B.d_router_weight, B.d_w_gate, B.d_w_up, B.d_w_down};
+    const char *name[5] = {"d_x", "d_router_weight", "d_w_gate", "d_w_up", "d_w_down"};
+    for (int q = 0; q < 5; q++) {
+        double gmax = 0;
+        for (int64_t i = 0; i < n[q]; i++)
+            gmax = fmax(gmax, fabs(g[q][i]));
+        for (int64_t i = 0; i < n[q]; i++) {
+            double keep = v[q][i];
+            v[q][i] = keep + FD_STEP;
+            double lp = loss64(L, F.topk_ids, v[0], v[1], v[2], v[3], v[4]);
+            v[q][i] = keep - FD_STEP;
+            double lm = loss64(L, F.topk_ids, v[0], v[1], v[2], v[3], v[4]);
+            v[q][i] = keep;
+            double fd = (lp - lm) / (2 * FD_STEP);
+            ck_assert_msg(fabs(fd - g[q][i]) <= FD_RTOL * gmax, "%s[%lld]: oracle %.9g, FD %.9g",
+                          name[q], (long long)i, (double)g[q][i], fd);
+        }
+    }
+    for (int q = 0; q < 5; q++)
+        free(v[q]);
+    dl_moe_forward_free(&F);
+    dl_moe_backward_free(&B);
+}
+
+START_TEST(fd_softmax)
+{
+    layer_t *L = layer_new(500, 5, 6, 4, 4, 2, 0, DL_F32, DL_FFN_SWIGLU);
+    fd_check(L);
+    layer_free(L);
+}
+END_TEST
+
+START_TEST(fd_sigmoid_scaled)
+{
+    layer_t *L = layer_new(501, 5, 6, 4, 8, 2, 1, DL_F32, DL_FFN_SWIGLU);
+    fd_check(L);
+    layer_free(L);
+}
+END_TEST
+
+/* Same bits with 1 and 2 threads, forward and backward. */
+START_TEST(threads_same_bits)
+{
+    layer_t *L = layer_new(600, 33, 16, 12, 8, 2, 1, DL_BF16, DL_FFN_SWIGLU);
+    dl_moe_forward_t F1, F2;
+    dl_moe_backward_t B1, B2;
+    omp_set_num_threads(1);
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F1), 0);
+    ck_assert_int_eq(dl_moe_backward(&L->c, &L->in, &F1, &B1), 0);
+    omp_set_num_threads(2);
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F2), 0);
+    ck_assert_int_eq(dl_moe_backward(&L->c, &L->in, &F2, &B2), 0);
+    int64_t M = 33 * 2;
+    ck_assert(memcmp(F1.out, F2.out, 33 * 16 * sizeof(float)) == 0);
+    ck_assert(memcmp(F1.h_act, F2.h_act, M * 12 * sizeof(float)) == 0);
+    ck_assert(memcmp(B1.d_x, B2.d_x, 33 * 16 * sizeof(float)) == 0);
+    ck_assert(memcmp(B1.d_w_gate, B2.d_w_gate, 8 * 16 * 12 * sizeof(float)) == 0);
+    ck_assert(memcmp(B1.d_router_weight, B2.d_router_weight, 16 * 8 * sizeof(float)) == 0);
+    dl_moe_forward_free(&F1), dl_moe_forward_free(&F2);
+    dl_moe_backward_free(&B1), dl_moe_backward_free(&B2);
+    layer_free(L);
+}
+END_TEST
+
+START_TEST(bad_inputs)
+{
+    layer_t *L = layer_new(700, 4, 4, 3, 4, 2, 0, DL_BF16, DL_FFN_SWIGLU);
+    dl_moe_forward_t F;
+    L->x[3] = NAN;
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F), DL_ENONFINITE);
+    dl_moe_forward_free(&F);
+    L->x[3] = 1.0f + 0x1p-12f; /* not a bf16 value */
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F), DL_EGRID);
+    dl_moe_forward_free(&F);
+    L->x[3] = 1.0f;
+    L->c.route.top_k = 5; /* k > E */
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F), DL_EINVAL);
+    dl_moe_forward_free(&F);
+    L->c.route.top_k = 2;
+    L->c.tokens = INT64_C(1) << 40; /* absurd sizes are refused before any allocation */
+    ck_assert_int_eq(dl_moe_config_validate(&L->c), DL_EOVERFLOW);
+    L->c.tokens = 4;
+    L->c.ffn_kind = DL_FFN_PLAIN; /* plain needs f = d */
+    ck_assert_int_eq(dl_moe_config_validate(&L->c), DL_EINVAL);
+    layer_free(L);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *dense = suite_create("vjp-dense");
+    TCase *td = tcase_create("dense-formulation");
+    tcase_set_timeout(td, 300);
+    tcase_add_test(td, dense_softmax_swiglu);
+    tcase_add_test(td, dense_sigmoid_grouped);
+    tcase_add_test(td, dense_plain);
+    tcase_add_test(td, dense_edges);
+    tcase_add_test(td, empty_expert_grads_zero);
+    suite_add_tcase(dense, td);
+    Suite *fd = suite_create("vjp-finite-differences");
+    TCase *tf = tcase_create("central-differences");
+    tcase_set_timeout(tf, 300);
+    tcase_add_test(tf, fd_softmax);
+    tcase_add_test(tf, fd_sigmoid_scaled);
+    suite_add_tcase(fd, tf);
+    Suite *layer = suite_create("layer");
+    TCase *tl = tcase_create("determinism-and-errors");
+    tcase_add_test(tl, threads_same_bits);
+    tcase_add_test(tl, bad_inputs);
+    suite_add_tcase(layer, tl);
+    Suite *all[] = {dense, fd, layer};
+    return dl_test_run(all, 3);
+}
