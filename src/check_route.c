@@ -221,7 +221,7 @@ int dl__ck_route_ids(dl__ck_t *ck)
     const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
     int rc;
     /* the exact selection on the effective scores */
-    if (ck->eff_golden[DL_VALUE_ROUTER_SCORES] && ck->gf->tie_margin) {
+    if (ck->eff_golden[DL_VALUE_ROUTER_SCORES] && ck->gf->tie_margin && !ck->opt.recompute_all) {
         ck->exact_ids = ck->gf->topk_ids;
         ck->exact_weights = ck->gf->topk_weights;
         ck->tie_margin = ck->gf->tie_margin;

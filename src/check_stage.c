@@ -632,7 +632,7 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
             up_golden &= ck->eff_golden[u];
     int rc;
     if (!ck->exact[s]) {
-        if (up_golden && ck->gold[s]) {
+        if (up_golden && ck->gold[s] && !ck->opt.recompute_all) {
             ck->exact[s] = ck->gold[s];
             ck->exact_golden[s] = 1;
         } else {

@@ -162,7 +162,7 @@ int dl__ck_tokens(dl__ck_t *ck)
     int32_t *sort_o, *inv_o;
     int64_t *size_o, *off_o;
     const int gold = ck->eff_golden[DL_VALUE_TOPK_IDS];
-    if (gold) {
+    if (gold && !ck->opt.recompute_all) {
         sort_o = ck->gf->sort_perm;
         inv_o = ck->gf->inv_perm;
         size_o = ck->gf->group_sizes;

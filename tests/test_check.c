@@ -32,7 +32,7 @@ static float *randn(dl_test_rng_t *r, int64_t n, double scale, dl_dtype_t t)
     return p;
 }
 
-enum { CASE_SOFTMAX = 0, CASE_SIGMOID_BIAS = 1, CASE_TIE = 2, CASE_PLAIN = 3 };
+enum { CASE_SOFTMAX = 0, CASE_SIGMOID_BIAS = 1, CASE_TIE = 2, CASE_PLAIN = 3, CASE_GROUPED = 4 };
 
 static void make_case(gcase_t *g, int kind, dl_dtype_t t, uint64_t seed)
 {
@@ -58,6 +58,15 @@ static void make_case(gcase_t *g, int kind, dl_dtype_t t, uint64_t seed)
     if (kind == CASE_TIE) /* experts 2 and 5 get equal logits: exact ties */
         for (int64_t i = 0; i < d; i++)
             g->wr[i * E + 5] = g->wr[i * E + 2];
+    if (kind == CASE_GROUPED) { /* DeepSeek-V3 style: sigmoid, 4 groups keep 2, top2_sum */
+        g->c.route.score_fn = DL_SCORE_SIGMOID;
+        g->c.route.n_group = 4;
+        g->c.route.topk_group = 2;
+        g->c.route.group_score = DL_GROUP_TOP2_SUM;
+        g->c.route.scaling = 2.5;
+        g->c.route.has_bias = 1;
+        g->bias = randn(&r, E, 0.1, DL_F32);
+    }
     if (kind == CASE_SIGMOID_BIAS) { /* expert 7 is never selected: empty */
         g->c.route.has_bias = 1;
         g->bias = calloc((size_t)E, sizeof *g->bias);
@@ -778,6 +787,48 @@ START_TEST(stage_local)
 }
 END_TEST
 
+/* With golden reuse off, every stage is recomputed from the golden's own
+ * upstream: the runner's recomputation must give the golden bits exactly
+ * (score VJP, un-permute plus router d_x, weights, dispatch, all of it). */
+START_TEST(recompute_matches_golden)
+{
+    static const struct { int kind; dl_dtype_t t; } cs[] = {
+        {CASE_SOFTMAX, DL_F32}, {CASE_SIGMOID_BIAS, DL_BF16}, {CASE_PLAIN, DL_F16},
+        {CASE_GROUPED, DL_F32}, {CASE_TIE, DL_BF16}};
+    gcase_t g;
+    make_case(&g, cs[_i].kind, cs[_i].t, 121 + (uint64_t)_i);
+    dl_moe_forward_t f;
+    dl_moe_backward_t b;
+    copy_all(&g, &f, &b);
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_candidate_t cand = {.fwd = f, .bwd = b};
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    o.recompute_all = 1;
+    dl_check_report_t r;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    if (r.verdict != DL_VERDICT_PASS)
+        dump(&r);
+    ck_assert_int_eq(r.verdict, DL_VERDICT_PASS);
+    int n = 0;
+    for (size_t i = 0; i < r.n; i++) {
+        const dl_check_result_t *x = &r.results[i];
+        if (strcmp(x->check, "numerics"))
+            continue;
+        n++;
+        ck_assert_msg(x->err_pass == 0.0 && x->n_checked > 0, "%s differs from the golden: %s",
+                      dl_value_name(x->stage), x->message);
+        ck_assert_ptr_nonnull(strstr(x->message, "recomputed"));
+    }
+    ck_assert_int_ge(n, cs[_i].kind == CASE_PLAIN ? 12 : 19);
+    ck_assert_int_eq(find(&r, DL_VALUE_TOPK_IDS, "routing")->verdict, DL_VERDICT_PASS);
+    dl_check_report_free(&r);
+    dl_moe_forward_free(&f);
+    dl_moe_backward_free(&b);
+    free_case(&g);
+}
+END_TEST
+
 /* The plain single-GEMM layer with routing weights 1 ulp off: everything
  * downstream of the weights is recomputed through the plain branches, and
  * the golden's values, 1 ulp-ish away from those, pass. */
@@ -1080,6 +1131,7 @@ static Suite *suite_verdicts(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, golden_is_conformant, 0, 5);
     tcase_add_test(tc, plain_recomputed);
+    tcase_add_loop_test(tc, recompute_matches_golden, 0, 5);
     tcase_add_test(tc, m_paths_agree);
     tcase_add_loop_test(tc, fp32_backend_passes, 0, 3);
     tcase_add_test(tc, tf32_backend_needs_tf32_profile);

@@ -147,6 +147,9 @@ typedef struct {
     const dl_check_profile_t *profile; /* NULL: the candidate's compute_mode, else fp32 */
     int diagnose_drops;  /* search which (token, slot) pairs are missing from a wrong out row (default 1) */
     int64_t max_listed;  /* (token, slot) pairs and tokens named in messages (default 8) */
+    int recompute_all;   /* never reuse golden values: recompute every stage on the
+                          * effective upstream (a self-test of the runner against
+                          * the golden; costs a generation) (default 0) */
 } dl_check_options_t;
 
 /* Fills *o with the defaults. */
