@@ -230,6 +230,39 @@ void dl_check_report_free(dl_check_report_t *r)
     memset(r, 0, sizeof *r);
 }
 
+static dl_verdict_t worst_verdict(const dl_check_report_t *r)
+{
+    dl_verdict_t v = DL_VERDICT_SKIP;
+    for (size_t i = 0; i < r->n; i++) {
+        dl_verdict_t x = r->results[i].verdict;
+        if (x > v && x != DL_VERDICT_INFO)
+            v = x;
+    }
+    return v;
+}
+
+int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
+                        dl_verdict_t verdict, const char *message)
+{
+    if (!r || !check || !dl_value_name(stage) || !dl_verdict_name(verdict))
+        return DL_EINVAL;
+    dl_check_result_t *p = realloc(r->results, (r->n + 1) * sizeof *p);
+    if (!p)
+        return DL_ENOMEM;
+    r->results = p;
+    dl_check_result_t *x = &p[r->n++];
+    memset(x, 0, sizeof *x);
+    x->stage = stage;
+    snprintf(x->check, sizeof x->check, "%s", check);
+    x->verdict = verdict;
+    x->err_pass = x->err_warn = x->max_ulp = x->max_abs = NAN;
+    x->worst_cand = x->worst_exact = NAN;
+    x->worst_index = -1;
+    snprintf(x->message, sizeof x->message, "%s", message ? message : "");
+    r->verdict = worst_verdict(r);
+    return 0;
+}
+
 int dl_check_conformant(const dl_check_report_t *r)
 {
     for (size_t i = 0; r && i < r->n; i++)
@@ -337,13 +370,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     if (rc)
         goto out;
 
-    dl_verdict_t v = DL_VERDICT_SKIP;
-    for (size_t i = 0; i < r->n; i++) {
-        dl_verdict_t x = r->results[i].verdict;
-        if (x > v && x != DL_VERDICT_INFO)
-            v = x;
-    }
-    r->verdict = v;
+    r->verdict = worst_verdict(r);
 out:
     for (size_t i = 0; i < ck.n_owned; i++)
         free(ck.owned[i]);

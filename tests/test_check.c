@@ -1113,6 +1113,23 @@ START_TEST(reports_parse)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
     ck_assert_int_eq(dl_check_exit_status(rr, 2), DL_CHECK_EXIT_NONCONFORMANT);
+    {
+        /* findings from outside (the plugin executor) join the verdict */
+        dl_check_golden_t g2 = golden_of(&g);
+        dl_check_candidate_t c2 = {.fwd = {.out = g.f.out}};
+        dl_check_report_t q;
+        ck_assert_int_eq(dl_check_run(&g2, &c2, NULL, &q), 0);
+        ck_assert_int_eq(q.verdict, DL_VERDICT_PASS);
+        ck_assert_int_eq(dl_check_report_add(&q, DL_VALUE_OUT, "deterministic", DL_VERDICT_WARN,
+                                             "two runs differ in 3 elements"), 0);
+        ck_assert_int_eq(q.verdict, DL_VERDICT_WARN);
+        ck_assert(dl_check_conformant(&q));
+        ck_assert_int_eq(dl_check_report_add(&q, DL_VALUE_NONE, "executed", DL_VERDICT_FAIL, NULL), 0);
+        ck_assert_int_eq(q.verdict, DL_VERDICT_FAIL);
+        ck_assert(!dl_check_conformant(&q));
+        ck_assert_int_eq(dl_check_report_add(&q, (dl_value_t)99, "x", DL_VERDICT_FAIL, NULL), DL_EINVAL);
+        dl_check_report_free(&q);
+    }
     dl_report_format_t fm;
     ck_assert_int_eq(dl_report_format_parse("junit", &fm), 0);
     ck_assert_int_eq(fm, DL_REPORT_JUNIT);

@@ -203,6 +203,13 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *c,
                  const dl_check_options_t *o, dl_check_report_t *r);
 void dl_check_report_free(dl_check_report_t *r);
 
+/* Appends a finding made outside dl_check_run (the plugin executor's: a
+ * crash or time-out is a FAIL, a nondeterministic stage a WARN, ...) and
+ * updates r->verdict. stage may be DL_VALUE_NONE; message may be NULL.
+ * Returns 0, DL_EINVAL or DL_ENOMEM. */
+int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
+                        dl_verdict_t verdict, const char *message);
+
 /* 1 if the report has no FAIL (WARN, SKIP and INFO conform), else 0. */
 int dl_check_conformant(const dl_check_report_t *r);
 
