@@ -32,13 +32,13 @@ static float *randn(dl_test_rng_t *r, int64_t n, double scale, dl_dtype_t t)
     return p;
 }
 
-enum { CASE_SOFTMAX = 0, CASE_SIGMOID_BIAS = 1, CASE_TIE = 2, CASE_PLAIN = 3, CASE_GROUPED = 4 };
+enum { CASE_SOFTMAX = 0, CASE_SIGMOID_BIAS = 1, CASE_TIE = 2, CASE_PLAIN = 3, CASE_GROUPED = 4, CASE_BIGK = 5 };
 
 static void make_case(gcase_t *g, int kind, dl_dtype_t t, uint64_t seed)
 {
     memset(g, 0, sizeof *g);
-    const int64_t T = 64, d = 32, f = kind == CASE_PLAIN ? 32 : 48, E = 8,
-                  k = kind == CASE_SIGMOID_BIAS ? 2 : 4;
+    const int64_t T = 64, d = 32, f = kind == CASE_PLAIN ? 32 : 48, E = kind == CASE_BIGK ? 16 : 8,
+                  k = kind == CASE_SIGMOID_BIAS ? 2 : kind == CASE_BIGK ? 10 : 4;
     g->c = (dl_moe_config_t){.tokens = T, .hidden = d, .ffn = f,
                              .ffn_kind = kind == CASE_PLAIN ? DL_FFN_PLAIN : DL_FFN_SWIGLU,
                              .dtype = t};
@@ -554,6 +554,28 @@ START_TEST(dropped_out_diagnosed)
     r = run(&g, &f, NULL, "fp32");
     ck_assert_int_eq(r.n_dropped, 7);
     ck_assert_ptr_nonnull(strstr(find(&r, DL_VALUE_NONE, "zero_drops")->message, "not explained"));
+    dl_check_report_free(&r);
+    free(f.out);
+    free_case(&g);
+}
+END_TEST
+
+/* k > 8: single slots and whole tokens are searched. */
+START_TEST(dropped_big_k)
+{
+    gcase_t g;
+    make_case(&g, CASE_BIGK, DL_F32, 44);
+    const int64_t d = g.c.hidden, T = g.c.tokens;
+    dl_moe_forward_t f;
+    memset(&f, 0, sizeof f);
+    f.out = dupm(g.f.out, (size_t)(T * d) * 4);
+    drop_slot(&g, &f, 3, 7, 0);
+    memset(f.out + 60 * d, 0, (size_t)d * 4);
+    dl_check_report_t r = run(&g, &f, NULL, "fp32");
+    ck_assert_int_eq(r.n_dropped, 11);
+    ck_assert(r.dropped[0].token == 3 && r.dropped[0].slot == 7);
+    for (int j = 0; j < 10; j++)
+        ck_assert(r.dropped[1 + j].token == 60 && r.dropped[1 + j].slot == j);
     dl_check_report_free(&r);
     free(f.out);
     free_case(&g);
@@ -1165,6 +1187,7 @@ static Suite *suite_tokens(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, dropped_slot_is_named);
     tcase_add_test(tc, dropped_out_diagnosed);
+    tcase_add_test(tc, dropped_big_k);
     tcase_add_test(tc, slot_order_is_free);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("routing");
