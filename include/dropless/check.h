@@ -95,7 +95,7 @@ int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s);
  * Elementwise transcendental stages (scores, SwiGLU) use elem_pass/elem_warn
  * units of u_f32 = 2^-24 in place of kappa(K) u_acc. */
 typedef struct {
-    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc" */
+    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc" */
     int in_bits;          /* significand bits of the GEMM input grid; 24 = fp32 */
     int in_exp_bits;      /* exponent bits of that grid (8 or 5) */
     double u_acc;         /* unit roundoff of each accumulation step */
