@@ -10,10 +10,6 @@
 #include "dropless.h"
 #include "cli.h"
 
-int dl_cli_gen(int argc, char **argv);
-int dl_cli_cases(int argc, char **argv);
-int dl_cli_info(int argc, char **argv);
-
 /* Cases larger than this get a progress bar (when stderr is a terminal). */
 #define PROGRESS_BYTES (64 * 1024 * 1024)
 
