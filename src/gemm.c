@@ -21,15 +21,20 @@
  * uncertified; gamma_{kc+nc} with kc = 256 cuts that by ~50x, for the price
  * of one extra pass over the tile per chunk.
  *
- * The middle tier is a compensated dot product (TwoSum in 8 fixed lanes),
- * certified with |y - S| <= u|y| + 2 (K+8)^2 u^2 sum|p| (see dot2()). The last
- * tier is the exact accumulator. Bits never depend on which tier decided an
- * element, so they do not depend on threads, alignment or the BLAS kernel.
+ * The middle tier (elements the certificate misses) is a compensated dot
+ * product whose every rounding error is either captured exactly (TwoSum) or
+ * bounded a posteriori; when that bound is zero the double-double result is
+ * the exact sum and is rounded exactly (round_dd), which settles exact ties
+ * and exact zeros, common with bf16 inputs. Otherwise the interval is
+ * certified as in tier 1. The last tier is the exact accumulator. Bits never
+ * depend on which tier decided an element, so they do not depend on threads,
+ * alignment or the BLAS kernel.
  *
  * Memory: inputs are converted to binary64 in bounded panels (a row block of
  * the left operand and a column panel of the right one, each over the full
- * K), within a scratch budget of at most a quarter of the input+output bytes
- * (capped at 128 MiB, at least 4 MiB). */
+ * K, in the layout the input already has, so conversion is a streaming copy)
+ * within a scratch budget of a quarter of the input+output bytes, at least
+ * 4 MiB and at most 128 MiB. */
 #include "config.h"
 #include <limits.h>
 #include <math.h>
@@ -126,49 +131,89 @@ static inline int certify(double y, double err, dl_dtype_t t, double *out)
 
 /* ------------------------------------------------------------- the tiers */
 
-/* Compensated dot product of two binary64 vectors holding floats (so each
- * product is exact): 8 lanes of TwoSum, lanes folded by TwoSum in a fixed
- * order; the low parts are summed with rounding. Then S = hi + (exact sum of
- * all TwoSum errors e) and the only error is in summing the e's: a tree of
- * at most K+7 additions over values with sum|e| <= u sum|t|, where the t are
- * the TwoSum outputs, each |t| <= (1+u)^(K+7) sum|p|, at most K+7 of them.
- * Hence |lo - sum e| <= gamma_{K+7} (K+7) u (1+u)^(K+7) sum|p|, and with the
- * final rounding y = fl(hi + lo):
- *   |y - S| <= u|y| + 2 (K+8)^2 u^2 q     when (K+8) u <= 2^-20,
- * q being the computed sum|p| (within gamma_K of the true one). */
-static double dot2(const double *a, const double *b, int64_t n, double *q_out)
+/* TwoSum-accumulates e into *c and adds the (exact) error of that addition
+ * to *w: afterwards the old c + e = new c + err exactly. */
+static inline void lo_add(double *c, double *w, double e)
 {
-    double s[8] = {0}, c[8] = {0}, q[8] = {0};
+    double s = *c + e;
+    double z = s - *c;
+    *w += fabs((*c - (s - z)) + (e - z));
+    *c = s;
+}
+
+/* Compensated dot product of two binary64 vectors holding floats (so every
+ * product is exact): 8 lanes of TwoSum, the lanes folded by TwoSum in a fixed
+ * order. Every rounding error of the high parts is captured exactly (TwoSum)
+ * and added into a low part; the errors of those low additions are captured
+ * exactly too and their magnitudes summed into w. So
+ *   S = hi + lo + d,   |d| <= sum of the low-addition errors <= w (1 + 2^-18)
+ * (w is a sum of at most K+24 nonnegative terms, each rounding within u,
+ * and (K+24) u <= 2^-20 is required of K). When w == 0 the pair is exact.
+ * On return hi = fl(hi + lo) and lo is the exact remainder. */
+static void dot2(const double *a, const double *b, int64_t n, double *hi_out,
+                 double *lo_out, double *w_out)
+{
+    double s[8] = {0}, c[8] = {0}, w[8] = {0};
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
         for (int l = 0; l < 8; l++) {
             double p = a[k + l] * b[k + l];
             double t = s[l] + p;
             double z = t - s[l];
-            c[l] += (s[l] - (t - z)) + (p - z);
+            lo_add(&c[l], &w[l], (s[l] - (t - z)) + (p - z));
             s[l] = t;
-            q[l] += fabs(p);
         }
     }
     for (int l = 0; k < n; k++, l++) {
         double p = a[k] * b[k];
         double t = s[l] + p;
         double z = t - s[l];
-        c[l] += (s[l] - (t - z)) + (p - z);
+        lo_add(&c[l], &w[l], (s[l] - (t - z)) + (p - z));
         s[l] = t;
-        q[l] += fabs(p);
     }
-    double hi = s[0], lo = c[0], qs = q[0];
+    double hi = s[0], lo = c[0], ws = w[0];
     for (int l = 1; l < 8; l++) {
         double t = hi + s[l];
         double z = t - hi;
-        lo += (hi - (t - z)) + (s[l] - z);
+        lo_add(&lo, &ws, (hi - (t - z)) + (s[l] - z));
         hi = t;
-        lo += c[l];
-        qs += q[l];
+        lo_add(&lo, &ws, c[l]);
+        ws += w[l];
     }
-    *q_out = qs;
-    return hi + lo;
+    double t = hi + lo, z = t - hi;
+    *lo_out = (hi - (t - z)) + (lo - z);
+    *hi_out = t;
+    *w_out = ws;
+}
+
+/* Correct rounding of S = hi + lo (exactly, hi = fl(S)) onto t. S lies
+ * strictly between hi and its binary64 neighbour nb towards lo when lo != 0,
+ * and no value or midpoint of t lies strictly between two neighbouring
+ * doubles, so S rounds like hi unless a midpoint sits at hi or nb; then the
+ * midpoint of rnd(hi) and rnd(nb) (exact in binary64) says which side S is
+ * on. Returns 0 only near the overflow threshold. */
+static int round_dd(double hi, double lo, dl_dtype_t t, double *out)
+{
+    if (hi == 0.0) { /* then lo == 0: an exact zero */
+        *out = 0.0;
+        return 1;
+    }
+    double rh = rnd(hi, t);
+    if (lo == 0.0) {
+        *out = rh;
+        return isfinite(rh);
+    }
+    double nb = nextafter(hi, lo > 0 ? INFINITY : -INFINITY);
+    double rn = rnd(nb, t);
+    if (!isfinite(rh) || !isfinite(rn))
+        return 0;
+    if (rh == rn) {
+        *out = rh;
+        return 1;
+    }
+    double m = rh / 2 + rn / 2; /* exact: both have at most 24 bits, far above underflow */
+    *out = hi == m ? rn : rh;
+    return 1;
 }
 
 static double dot_exact(const double *a, const double *b, int64_t n, dl_dtype_t t)
@@ -184,160 +229,273 @@ static double dot_exact(const double *a, const double *b, int64_t n, dl_dtype_t 
 
 typedef struct {
     dl_dtype_t t;
-    int64_t ks;   /* dot-product length */
-    int64_t kc;   /* dgemm chunk along K */
-    double g1;    /* tier 1: err = g1 * na * nb */
-    double g2;    /* tier 2: err = 2^-52 |y| + g2 * q */
-    int tier1, tier2;
+    int64_t ks; /* dot-product length */
+    int64_t kc; /* dgemm chunk along K */
+    double g1;  /* tier 1: err = g1 * na * nb */
 } plan_t;
 
 typedef struct {
     int64_t fast, middle, exact;
 } counts_t;
 
-static int64_t chunk_len(void)
-{
-    return tune_kc > 0 ? tune_kc : KC_DEFAULT;
-}
+/* Longest K the slack factors below are proven for: (K + kc + 64) u and
+ * (K + 24) u stay below 2^-20. */
+#define KS_MAX (INT64_C(1) << 30)
 
-static void make_plan(plan_t *pl, dl_dtype_t t, int64_t ks)
+static void make_plan(plan_t *pl, dl_dtype_t t, int64_t ks, int nparts)
 {
     pl->t = t;
     pl->ks = ks;
-    pl->kc = chunk_len();
-    int64_t nc = (ks + pl->kc - 1) / pl->kc;
+    pl->kc = tune_kc > 0 ? tune_kc : KC_DEFAULT;
+    /* one chunk never crosses a part (a term), so at most
+     * ceil(ks/kc) + nparts chunks */
+    int64_t nc = (ks + pl->kc - 1) / pl->kc + nparts;
     int64_t h = (ks < pl->kc ? ks : pl->kc) + nc;
-    /* tier 1 needs h*u and (K+16)*u small for the slack factors to hold */
-    pl->tier1 = ks <= (INT64_C(1) << 30) && ks <= INT_MAX;
-    pl->tier2 = ks <= (INT64_C(1) << 30);
     double hu = (double)h * 0x1p-53;
     double gam = hu / (1.0 - hu);
     /* norms: sum of squares within gamma_K, sqrt within u, two products
      * within u each; the 2^-40 covers the roundings in this line */
     double slack = 1.0 + (4.0 * (double)(ks + 16)) * 0x1p-53 + 0x1p-40;
     pl->g1 = gam * slack;
-    double kk = (double)(ks + 8);
-    pl->g2 = 2.0 * kk * kk * 0x1p-106;
+}
+
+/* ------------------------------------------------------------ operands */
+
+/* A K-range of one operand panel in binary64: element (r, k) for k in
+ * [koff, koff+klen) is at p[(k-koff)*ld + r] (k-major) or
+ * p[r*ld + (k-koff)] (row-major). */
+typedef struct {
+    double *p;
+    int64_t ld, koff, klen;
+    int kmajor;
+} part_t;
+
+typedef struct {
+    int n;
+    part_t *part;
+    double *nrm; /* 2-norm of each row over all parts (sum of squares first) */
+} operand_t;
+
+/* A contiguous copy of row r of the operand (or a pointer into it). */
+static const double *fetch(const operand_t *op, int64_t r, double *buf)
+{
+    if (op->n == 1 && !op->part[0].kmajor)
+        return op->part[0].p + r * op->part[0].ld;
+    for (int i = 0; i < op->n; i++) {
+        const part_t *q = &op->part[i];
+        double *d = buf + q->koff;
+        if (q->kmajor)
+            for (int64_t k = 0; k < q->klen; k++)
+                d[k] = q->p[k * q->ld + r];
+        else
+            memcpy(d, q->p + r * q->ld, (size_t)q->klen * sizeof(double));
+    }
+    return buf;
 }
 
 /* ------------------------------------------------------------ conversions */
 
-/* dst[r*ldd + c] = src[r*lds + c] */
-static void conv_rows(double *dst, int64_t ldd, const float *src, int64_t lds,
-                      int64_t rows, int64_t cols)
+/* dst[r*ldd + c] = src[r*lds + c]; ss[r] += sum_c dst^2 (fixed order). */
+static void conv_rm(double *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                    int64_t cols, double *ss)
 {
 #pragma omp parallel for schedule(static) if (rows * cols > 32768)
     for (int64_t r = 0; r < rows; r++) {
         const float *s = src + r * lds;
         double *d = dst + r * ldd;
-        for (int64_t c = 0; c < cols; c++)
-            d[c] = s[c];
+        double q[8] = {0};
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8)
+            for (int l = 0; l < 8; l++) {
+                double v = s[c + l];
+                d[c + l] = v;
+                q[l] += v * v;
+            }
+        for (; c < cols; c++) {
+            double v = s[c];
+            d[c] = v;
+            q[0] += v * v;
+        }
+        ss[r] += ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
     }
 }
 
-/* dst[c*ldd + r] = src[r*lds + c], blocked so both sides stream. */
-static void conv_trans(double *dst, int64_t ldd, const float *src, int64_t lds,
-                       int64_t rows, int64_t cols)
+/* dst[k*ldd + c] = src[k*lds + c] for k < krows, c < cols;
+ * ss[c] += sum_k dst^2. Threads split the columns. */
+static void conv_km(double *dst, int64_t ldd, const float *src, int64_t lds, int64_t krows,
+                    int64_t cols, double *ss)
 {
-    const int64_t B = 32;
-    int64_t ncb = (cols + B - 1) / B;
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-    for (int64_t cb = 0; cb < ncb; cb++) {
-        int64_t c0 = cb * B, c1 = c0 + B < cols ? c0 + B : cols;
-        for (int64_t r0 = 0; r0 < rows; r0 += B) {
-            int64_t r1 = r0 + B < rows ? r0 + B : rows;
-            for (int64_t c = c0; c < c1; c++) {
-                double *d = dst + c * ldd;
-                for (int64_t r = r0; r < r1; r++)
-                    d[r] = src[r * lds + c];
+    const int64_t W = 64;
+    int64_t nblk = (cols + W - 1) / W;
+#pragma omp parallel for schedule(dynamic, 1) if (krows * cols > 32768)
+    for (int64_t cb = 0; cb < nblk; cb++) {
+        int64_t c0 = cb * W, w = cols - c0 < W ? cols - c0 : W;
+        double q[64] = {0};
+        for (int64_t k = 0; k < krows; k++) {
+            const float *s = src + k * lds + c0;
+            double *d = dst + k * ldd + c0;
+            for (int64_t c = 0; c < w; c++) {
+                double v = s[c];
+                d[c] = v;
+                q[c] += v * v;
             }
         }
+        for (int64_t c = 0; c < w; c++)
+            ss[c0 + c] += q[c];
     }
 }
 
-/* nrm[r] = ||row r||_2 of a rows x len panel; returns 1 if any is not
- * finite (a squared float cannot overflow binary64, so only a NaN or an
- * infinity in the row does that). */
-static int row_norms(const double *x, int64_t rows, int64_t len, double *nrm)
+/* Turns sums of squares into norms; returns 1 if any is not finite (a
+ * squared float cannot overflow binary64, so only a NaN or an infinity in
+ * the row does that). */
+static int finish_norms(double *ss, int64_t n)
 {
     int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (rows * len > 32768)
-    for (int64_t r = 0; r < rows; r++) {
-        const double *v = x + r * len;
-        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int64_t k = 0;
-        for (; k + 4 <= len; k += 4) {
-            s0 += v[k] * v[k];
-            s1 += v[k + 1] * v[k + 1];
-            s2 += v[k + 2] * v[k + 2];
-            s3 += v[k + 3] * v[k + 3];
-        }
-        for (; k < len; k++)
-            s0 += v[k] * v[k];
-        double s = (s0 + s1) + (s2 + s3);
-        nrm[r] = sqrt(s);
-        bad |= !isfinite(s);
+    for (int64_t i = 0; i < n; i++) {
+        bad |= !isfinite(ss[i]);
+        ss[i] = sqrt(ss[i]);
     }
     return bad;
 }
 
+/* ------------------------------------------------------- certification pass */
+
+/* Tier 1 for one row of a tile: o[j] = the certified value, fail[j] = 1
+ * where the interval y +- ga*nbn[j] is not decided. Branch-free so that it
+ * vectorises; the arithmetic is certify()'s, with zero handled as there
+ * (e2 == 0 only for an exact zero: a zero norm). Magnitudes below the
+ * normal range of bf16/fp16 are left to the middle tier. */
+static void certify_row(const double *C, double ga, const double *nbn, int64_t n,
+                        dl_dtype_t t, float *o, uint8_t *fail)
+{
+    if (t == DL_F32) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            double y = C[j];
+            double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+            double L = y - e2, H = y + e2;
+            float fl = (float)L, fh = (float)H;
+            int zero = e2 == 0.0;
+            int ok = zero | ((fl == fh) & ((L > 0.0) | (H < 0.0)));
+            o[j] = zero ? 0.0f : fl;
+            fail[j] = (uint8_t)!ok;
+        }
+        return;
+    }
+    int s = t == DL_BF16 ? 45 : 42;
+    uint64_t lo_norm = t == DL_BF16 ? UINT64_C(0x3810000000000000) : UINT64_C(0x3f10000000000000);
+    uint64_t inf_at = t == DL_BF16 ? UINT64_C(0x47f0000000000000) : UINT64_C(0x40f0000000000000);
+    uint64_t half = (UINT64_C(1) << (s - 1)) - 1, keep = ~((UINT64_C(1) << s) - 1);
+    const uint64_t sgn = UINT64_C(1) << 63;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        double y = C[j];
+        double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+        double L = y - e2, H = y + e2;
+        uint64_t bl = bits_of(L), bh = bits_of(H);
+        uint64_t ml = bl & ~sgn, mh = bh & ~sgn;
+        uint64_t rl = (ml + half + ((ml >> s) & 1)) & keep;
+        uint64_t rh = (mh + half + ((mh >> s) & 1)) & keep;
+        int zero = e2 == 0.0;
+        int ok = zero | ((rl == rh) & ((L > 0.0) | (H < 0.0)) & (ml >= lo_norm) & (mh >= lo_norm));
+        uint64_t rb = rl >= inf_at ? (bl & sgn) | UINT64_C(0x7ff0000000000000) : (bl & sgn) | rl;
+        o[j] = zero ? 0.0f : (float)of_bits(rb);
+        fail[j] = (uint8_t)!ok;
+    }
+}
+
 /* ------------------------------------------------------------- the tile */
 
+typedef struct {
+    double *C, *P;  /* mb x nb */
+    uint8_t *fail;  /* mb x nb */
+    int64_t *list;  /* mb x nb */
+    double *vec;    /* 2 ks per thread: gathered rows for the slow tiers */
+} tilebuf_t;
+
 /* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
- * A[i,:] . B[j,:] (A is mb x ks, B is nb x ks, both row-major binary64
- * holding floats; na, nb2 their row norms). C and P are mb x nb scratch. */
-static void tile(const plan_t *pl, int64_t mb, int64_t nb, const double *A,
-                 const double *na, const double *B, const double *nbn, double *C,
-                 double *P, float *out, int64_t ldo, counts_t *cnt)
+ * A(i,:) . B(j,:). A is one part over all of K; B may be split into parts
+ * (one per term), and no dgemm chunk crosses a part. */
+static void tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
+                 const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
 {
     int64_t ks = pl->ks;
-    int64_t nfast = 0, nmid = 0, nexact = 0;
-    if (pl->tier1) {
-        for (int64_t k0 = 0; k0 < ks; k0 += pl->kc) {
-            int64_t kl = ks - k0 < pl->kc ? ks - k0 : pl->kc;
-            double *dst = k0 == 0 ? C : P;
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mb, (int)nb,
-                        (int)kl, 1.0, A + k0, (int)ks, B + k0, (int)ks, 0.0, dst,
+    double *C = tb->C, *P = tb->P;
+    const part_t *pa = &A->part[0];
+    int first = 1;
+    for (int ip = 0; ip < B->n; ip++) {
+        const part_t *pb = &B->part[ip];
+        for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
+            int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
+            int64_t ka = pb->koff + k0;
+            double *dst = first ? C : P;
+            cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
+                        pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)nb, (int)kl, 1.0,
+                        pa->kmajor ? pa->p + ka * pa->ld : pa->p + ka, (int)pa->ld,
+                        pb->kmajor ? pb->p + k0 * pb->ld : pb->p + k0, (int)pb->ld, 0.0, dst,
                         (int)nb);
-            if (k0 > 0) {
+            if (!first) {
                 int64_t total = mb * nb;
 #pragma omp parallel for schedule(static) if (total > 65536)
                 for (int64_t i = 0; i < total; i++)
                     C[i] += P[i];
             }
+            first = 0;
         }
     }
-    int64_t ncb = (nb + CERT_BLOCK - 1) / CERT_BLOCK;
-    int64_t units = mb * ncb;
     dl_dtype_t t = pl->t;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : nfast, nmid, nexact)
-    for (int64_t u = 0; u < units; u++) {
-        int64_t i = u / ncb, j0 = (u % ncb) * CERT_BLOCK;
-        int64_t j1 = j0 + CERT_BLOCK < nb ? j0 + CERT_BLOCK : nb;
-        const double *a = A + i * ks;
-        double ai = na[i];
-        float *o = out + i * ldo;
-        for (int64_t j = j0; j < j1; j++) {
-            double r;
-            if (pl->tier1 && certify(C[i * nb + j], pl->g1 * ai * nbn[j], t, &r)) {
-                o[j] = (float)r;
-                nfast++;
-                continue;
-            }
-            const double *b = B + j * ks;
-            if (pl->tier2) {
-                double q, y = dot2(a, b, ks, &q);
-                if (certify(y, ldexp(fabs(y), -52) + pl->g2 * q, t, &r)) {
-                    o[j] = (float)r;
+    int64_t nfail = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nfail) if (mb * nb > 16384)
+    for (int64_t i = 0; i < mb; i++) {
+        certify_row(C + i * nb, pl->g1 * A->nrm[i], B->nrm, nb, t, out + i * ldo,
+                    tb->fail + i * nb);
+        for (int64_t j = 0; j < nb; j++)
+            nfail += tb->fail[i * nb + j];
+    }
+    cnt->fast += mb * nb - nfail;
+    if (nfail == 0)
+        return;
+    /* the rest, ordered by column so that a gathered column is reused */
+    int64_t nl = 0;
+    for (int64_t j = 0; j < nb; j++)
+        for (int64_t i = 0; i < mb; i++)
+            if (tb->fail[i * nb + j])
+                tb->list[nl++] = i * nb + j;
+    int64_t nmid = 0, nexact = 0;
+    const int64_t SEG = 64;
+    int64_t nseg = (nl + SEG - 1) / SEG;
+#pragma omp parallel reduction(+ : nmid, nexact) if (nl > 4)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        double *abuf = tb->vec + (size_t)me * 2 * (size_t)ks, *bbuf = abuf + ks;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t sg = 0; sg < nseg; sg++) {
+            int64_t jcur = -1;
+            const double *b = NULL;
+            for (int64_t x = sg * SEG; x < nl && x < (sg + 1) * SEG; x++) {
+                int64_t i = tb->list[x] / nb, j = tb->list[x] % nb;
+                double r, hi, lo, w;
+                if (j != jcur) {
+                    b = fetch(B, j, bbuf);
+                    jcur = j;
+                }
+                const double *a = fetch(A, i, abuf);
+                float *o = out + i * ldo + j;
+                dot2(a, b, ks, &hi, &lo, &w);
+                if (w == 0.0 ? round_dd(hi, lo, t, &r)
+                             : certify(hi, fabs(lo) + w * (1.0 + 0x1p-18), t, &r)) {
+                    *o = (float)r;
                     nmid++;
-                    continue;
+                } else {
+                    *o = (float)dot_exact(a, b, ks, t);
+                    nexact++;
                 }
             }
-            o[j] = (float)dot_exact(a, b, ks, t);
-            nexact++;
         }
     }
-    cnt->fast += nfast;
     cnt->middle += nmid;
     cnt->exact += nexact;
 }
@@ -345,29 +503,48 @@ static void tile(const plan_t *pl, int64_t mb, int64_t nb, const double *A,
 /* ------------------------------------------------------------- scratch */
 
 typedef struct {
-    double *A, *B, *C, *P, *na, *nb;
+    double *A, *B, *na, *nb;
+    part_t *parts;
+    tilebuf_t tb;
 } scratch_t;
 
 static void scratch_free(scratch_t *s)
 {
     free(s->A);
     free(s->B);
-    free(s->C);
-    free(s->P);
     free(s->na);
     free(s->nb);
+    free(s->parts);
+    free(s->tb.C);
+    free(s->tb.P);
+    free(s->tb.fail);
+    free(s->tb.list);
+    free(s->tb.vec);
+    memset(s, 0, sizeof *s);
 }
 
-static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t ks)
+/* a_len, b_len: doubles for the two panels; mbn: elements of a tile. */
+static int scratch_alloc(scratch_t *s, int64_t a_len, int64_t b_len, int64_t mb, int64_t nb,
+                         int64_t mbn, int64_t ks, int nparts)
 {
+    int nthr = 1;
+#ifdef _OPENMP
+    nthr = omp_get_max_threads();
+#endif
     memset(s, 0, sizeof *s);
-    s->A = malloc((size_t)(mb * ks) * sizeof(double));
-    s->B = malloc((size_t)(nb * ks) * sizeof(double));
-    s->C = calloc((size_t)(mb * nb), sizeof(double));
-    s->P = calloc((size_t)(mb * nb), sizeof(double));
+    s->A = malloc((size_t)a_len * sizeof(double));
+    s->B = malloc((size_t)b_len * sizeof(double));
     s->na = malloc((size_t)mb * sizeof(double));
     s->nb = malloc((size_t)nb * sizeof(double));
-    if (!s->A || !s->B || !s->C || !s->P || !s->na || !s->nb) {
+    s->parts = malloc((size_t)(nparts + 1) * sizeof(part_t));
+    /* zeroed: dgemm with beta = 0 should not read C, but never let it see a NaN */
+    s->tb.C = calloc((size_t)mbn, sizeof(double));
+    s->tb.P = calloc((size_t)mbn, sizeof(double));
+    s->tb.fail = malloc((size_t)mbn);
+    s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
+    s->tb.vec = malloc((size_t)nthr * 2 * (size_t)ks * sizeof(double));
+    if (!s->A || !s->B || !s->na || !s->nb || !s->parts || !s->tb.C || !s->tb.P ||
+        !s->tb.fail || !s->tb.list || !s->tb.vec) {
         scratch_free(s);
         return DL_ENOMEM;
     }
@@ -386,8 +563,10 @@ static int64_t budget_for(int64_t io_bytes)
     return b;
 }
 
-/* Tile sizes for a rows x cols output over dots of length ks: a row block
- * of mb x ks, a column panel of nb x ks and two mb x nb tiles in budget. */
+/* Tile sizes for a rows x cols output over dots of length ks: half the
+ * budget for a row block of mb x ks doubles, the other half for a column
+ * panel of nb x ks doubles plus an mb x nb tile (two doubles, a list entry
+ * and a flag per element). */
 static void tile_sizes(int64_t budget, int64_t ks, int64_t rows, int64_t cols,
                        int64_t *mb, int64_t *nb)
 {
@@ -396,13 +575,22 @@ static void tile_sizes(int64_t budget, int64_t ks, int64_t rows, int64_t cols,
         m = 8;
     if (m > rows)
         m = rows;
-    int64_t n = budget / 2 / (8 * ks + 16 * m);
+    int64_t n = budget / 2 / (8 * ks + 25 * m);
     if (n < 8)
         n = 8;
     if (n > cols)
         n = cols;
     *mb = m;
     *nb = n;
+}
+
+static void add_counts(dl_tier_stats_t *stats, const counts_t *c)
+{
+    if (stats) {
+        stats->fast += c->fast;
+        stats->middle += c->middle;
+        stats->exact += c->exact;
+    }
 }
 
 /* ------------------------------------------------------- validation */
@@ -476,36 +664,53 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
 
 /* --------------------------------------------------------- grouped GEMM */
 
-/* Row block [r0, r0+mb) of the K-concatenation of all terms' lhs. */
-static void load_lhs(const dl_gemm_term_t *terms, int nterms, int64_t ks, int64_t r0,
-                     int64_t mb, double *A)
+/* Row block [r0, r0+mb) of the K-concatenation of all terms' lhs, row-major
+ * mb x ks, with its row norms. */
+static int load_lhs(const dl_gemm_term_t *terms, int nterms, int64_t ks, int64_t r0,
+                    int64_t mb, double *A, double *nrm)
 {
+    memset(nrm, 0, (size_t)mb * sizeof(double));
     int64_t koff = 0;
     for (int t = 0; t < nterms; t++) {
         int64_t K = terms[t].K;
         if (K > 0)
-            conv_rows(A + koff, ks, terms[t].lhs + r0 * K, K, mb, K);
+            conv_rm(A + koff, ks, terms[t].lhs + r0 * K, K, mb, K, nrm);
         koff += K;
     }
+    return finish_norms(nrm, mb);
 }
 
-/* Column panel [n0, n0+nb) of op(rhs[e]) for all terms, stored transposed:
- * B[j, koff + k] = op(rhs_t[e])[k, n0 + j]. */
-static void load_rhs(const dl_gemm_term_t *terms, int nterms, int64_t ks, int64_t N,
-                     int64_t e, int64_t n0, int64_t nb, double *B)
+/* Column panel [n0, n0+nb) of op(rhs_t[e]) for every term, one part per
+ * term in that term's own layout (NK: nb x K row-major; KN: K x nb), with
+ * the column norms. */
+static int load_rhs(const dl_gemm_term_t *terms, int nterms, int64_t N, int64_t e, int64_t n0,
+                    int64_t nb, double *B, part_t *parts, int *nparts, double *nrm)
 {
+    memset(nrm, 0, (size_t)nb * sizeof(double));
     int64_t koff = 0;
+    int np = 0;
     for (int t = 0; t < nterms; t++) {
         int64_t K = terms[t].K;
-        if (K > 0) {
-            const float *w = terms[t].rhs + e * K * N;
-            if (terms[t].layout == DL_RHS_NK)
-                conv_rows(B + koff, ks, w + n0 * K, K, nb, K);
-            else
-                conv_trans(B + koff, ks, w + n0, N, K, nb);
+        if (K == 0)
+            continue;
+        const float *w = terms[t].rhs + e * K * N;
+        part_t *q = &parts[np++];
+        q->p = B + nb * koff;
+        q->koff = koff;
+        q->klen = K;
+        if (terms[t].layout == DL_RHS_NK) {
+            q->kmajor = 0;
+            q->ld = K;
+            conv_rm(q->p, K, w + n0 * K, K, nb, K, nrm);
+        } else {
+            q->kmajor = 1;
+            q->ld = nb;
+            conv_km(q->p, nb, w + n0, N, K, nb, nrm);
         }
         koff += K;
     }
+    *nparts = np;
+    return finish_norms(nrm, nb);
 }
 
 int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
@@ -527,25 +732,25 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
             stats->fast += M * N;
         return 0;
     }
-    plan_t pl;
-    make_plan(&pl, out_t, ks);
-    if (!pl.tier1 || ks > INT_MAX) {
+    if (ks > KS_MAX) { /* beyond the proven slack: the reference */
         rc = dl_gemm_grouped_ref(terms, nterms, N, offsets, E, out_t, out);
         if (stats && rc == 0)
             stats->exact += M * N;
         return rc;
     }
+    plan_t pl;
+    make_plan(&pl, out_t, ks, nterms);
     int64_t budget = budget_for(io), maxme = 0;
     for (int64_t e = 0; e < E; e++)
         if (offsets[e + 1] - offsets[e] > maxme)
             maxme = offsets[e + 1] - offsets[e];
     int64_t MB, NB;
     tile_sizes(budget, ks, maxme, N, &MB, &NB);
-    if (MB > INT_MAX || NB > INT_MAX)
-        return DL_EOVERFLOW;
     scratch_t s;
-    if ((rc = scratch_alloc(&s, MB, NB, ks)))
+    if ((rc = scratch_alloc(&s, MB * ks, NB * ks, MB, NB, MB * NB, ks, nterms)))
         return rc;
+    part_t apart;
+    operand_t A = {1, &apart, s.na}, B = {0, s.parts, s.nb};
     counts_t cnt = {0, 0, 0};
     for (int64_t e = 0; e < E && !rc; e++) {
         int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
@@ -560,28 +765,20 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
                 int64_t rb = lhs_outer ? xo : xi, pb = lhs_outer ? xi : xo;
                 int64_t r0 = m0 + rb * MB, mb = me - rb * MB < MB ? me - rb * MB : MB;
                 int64_t n0 = pb * NB, nb = N - n0 < NB ? N - n0 : NB;
-                if (xi == 0 || lhs_outer == 0) {
-                    load_lhs(terms, nterms, ks, r0, mb, s.A);
-                    if (row_norms(s.A, mb, ks, s.na))
-                        rc = DL_ENONFINITE;
-                }
-                if (xi == 0 || lhs_outer == 1) {
-                    load_rhs(terms, nterms, ks, N, e, n0, nb, s.B);
-                    if (row_norms(s.B, nb, ks, s.nb))
-                        rc = DL_ENONFINITE;
-                }
+                if ((xi == 0 || !lhs_outer) && load_lhs(terms, nterms, ks, r0, mb, s.A, s.na))
+                    rc = DL_ENONFINITE;
+                apart = (part_t){s.A, ks, 0, ks, 0};
+                if ((xi == 0 || lhs_outer) &&
+                    load_rhs(terms, nterms, N, e, n0, nb, s.B, s.parts, &B.n, s.nb))
+                    rc = DL_ENONFINITE;
                 if (!rc)
-                    tile(&pl, mb, nb, s.A, s.na, s.B, s.nb, s.C, s.P, out + r0 * N + n0,
-                         N, &cnt);
+                    tile(&pl, mb, nb, &A, &B, &s.tb, out + r0 * N + n0, N, &cnt);
             }
         }
     }
     scratch_free(&s);
-    if (stats && !rc) {
-        stats->fast += cnt.fast;
-        stats->middle += cnt.middle;
-        stats->exact += cnt.exact;
-    }
+    if (!rc)
+        add_counts(stats, &cnt);
     return rc;
 }
 
@@ -603,44 +800,31 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
     for (int64_t e = 0; e < E; e++)
         if (offsets[e + 1] - offsets[e] > maxme)
             maxme = offsets[e + 1] - offsets[e];
-    counts_t cnt = {0, 0, 0};
-    if (maxme > (INT64_C(1) << 30) || maxme > INT_MAX) {
+    if (maxme > KS_MAX) {
         rc = dl_gemm_ragged_k_ref(a, I, b, J, offsets, E, out_t, out);
         if (stats && rc == 0)
             stats->exact += E * I * J;
         return rc;
     }
-    /* scratch sized for the largest group; smaller ones use part of it */
-    int64_t MB = 0, NB = 0;
-    if (maxme > 0)
-        tile_sizes(budget, maxme, I, J, &MB, &NB);
+    counts_t cnt = {0, 0, 0};
     scratch_t s;
     memset(&s, 0, sizeof s);
     if (maxme > 0) {
-        /* a smaller group may take taller/wider tiles within the same bytes */
-        int64_t amax = 0, bmax = 0, cmax = 0;
+        /* a smaller group may take larger tiles in the same bytes */
+        int64_t alen = 0, blen = 0, cmax = 0, MB = 0, NB = 0;
         for (int64_t e = 0; e < E; e++) {
             int64_t me = offsets[e + 1] - offsets[e], mb, nb;
             if (me == 0)
                 continue;
             tile_sizes(budget, me, I, J, &mb, &nb);
-            if (mb * me > amax) amax = mb * me;
-            if (nb * me > bmax) bmax = nb * me;
+            if (mb * me > alen) alen = mb * me;
+            if (nb * me > blen) blen = nb * me;
             if (mb * nb > cmax) cmax = mb * nb;
             if (mb > MB) MB = mb;
             if (nb > NB) NB = nb;
         }
-        memset(&s, 0, sizeof s);
-        s.A = malloc((size_t)amax * sizeof(double));
-        s.B = malloc((size_t)bmax * sizeof(double));
-        s.C = calloc((size_t)cmax, sizeof(double));
-        s.P = calloc((size_t)cmax, sizeof(double));
-        s.na = malloc((size_t)MB * sizeof(double));
-        s.nb = malloc((size_t)NB * sizeof(double));
-        if (!s.A || !s.B || !s.C || !s.P || !s.na || !s.nb) {
-            scratch_free(&s);
-            return DL_ENOMEM;
-        }
+        if ((rc = scratch_alloc(&s, alen, blen, MB, NB, cmax, maxme, 1)))
+            return rc;
     }
     for (int64_t e = 0; e < E && !rc; e++) {
         int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
@@ -651,38 +835,41 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
             continue;
         }
         plan_t pl;
-        make_plan(&pl, out_t, me);
+        make_plan(&pl, out_t, me, 1);
         int64_t mbx, nbx;
         tile_sizes(budget, me, I, J, &mbx, &nbx);
         int64_t nrb = (I + mbx - 1) / mbx, npb = (J + nbx - 1) / nbx;
         int lhs_outer = (double)nrb * (double)J <= (double)npb * (double)I;
         int64_t n_outer = lhs_outer ? nrb : npb, n_inner = lhs_outer ? npb : nrb;
+        part_t ap, bp;
+        operand_t A = {1, &ap, s.na}, B = {1, &bp, s.nb};
         for (int64_t xo = 0; xo < n_outer && !rc; xo++) {
             for (int64_t xi = 0; xi < n_inner && !rc; xi++) {
                 int64_t rb = lhs_outer ? xo : xi, pb = lhs_outer ? xi : xo;
                 int64_t i0 = rb * mbx, mb = I - i0 < mbx ? I - i0 : mbx;
                 int64_t j0 = pb * nbx, nb = J - j0 < nbx ? J - j0 : nbx;
-                if (xi == 0 || lhs_outer == 0) {
-                    conv_trans(s.A, me, a + m0 * I + i0, I, me, mb);
-                    if (row_norms(s.A, mb, me, s.na))
+                /* a_e^T and b_e^T are k-major as stored: convert them as they are */
+                if (xi == 0 || !lhs_outer) {
+                    memset(s.na, 0, (size_t)mb * sizeof(double));
+                    conv_km(s.A, mb, a + m0 * I + i0, I, me, mb, s.na);
+                    if (finish_norms(s.na, mb))
                         rc = DL_ENONFINITE;
                 }
-                if (xi == 0 || lhs_outer == 1) {
-                    conv_trans(s.B, me, b + m0 * J + j0, J, me, nb);
-                    if (row_norms(s.B, nb, me, s.nb))
+                ap = (part_t){s.A, mb, 0, me, 1};
+                if (xi == 0 || lhs_outer) {
+                    memset(s.nb, 0, (size_t)nb * sizeof(double));
+                    conv_km(s.B, nb, b + m0 * J + j0, J, me, nb, s.nb);
+                    if (finish_norms(s.nb, nb))
                         rc = DL_ENONFINITE;
                 }
+                bp = (part_t){s.B, nb, 0, me, 1};
                 if (!rc)
-                    tile(&pl, mb, nb, s.A, s.na, s.B, s.nb, s.C, s.P, oe + i0 * J + j0,
-                         J, &cnt);
+                    tile(&pl, mb, nb, &A, &B, &s.tb, oe + i0 * J + j0, J, &cnt);
             }
         }
     }
     scratch_free(&s);
-    if (stats && !rc) {
-        stats->fast += cnt.fast;
-        stats->middle += cnt.middle;
-        stats->exact += cnt.exact;
-    }
+    if (!rc)
+        add_counts(stats, &cnt);
     return rc;
 }
