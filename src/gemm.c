@@ -50,7 +50,7 @@
 #define KC_DEFAULT 256
 #define BUDGET_MAX (INT64_C(128) << 20)
 #define BUDGET_MIN (INT64_C(4) << 20)
-#define CERT_BLOCK 512 /* columns per unit of work in the certification pass */
+#define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
 
 static int64_t tune_kc = 0, tune_budget = 0;
 
@@ -261,11 +261,12 @@ static void make_plan(plan_t *pl, dl_dtype_t t, int64_t ks, int nparts)
 
 /* ------------------------------------------------------------ operands */
 
-/* A K-range of one operand panel in binary64: element (r, k) for k in
- * [koff, koff+klen) is at p[(k-koff)*ld + r] (k-major) or
- * p[r*ld + (k-koff)] (row-major). */
+/* A K-range of one operand, read straight from the caller's floats:
+ * element (r, k), k in [0, klen), is p[k*ld + r] (k-major) or p[r*ld + k]
+ * (row-major); it is element koff + k of the operand's dot products. The
+ * two operands of a tile have parts over the same K-ranges (one per term). */
 typedef struct {
-    double *p;
+    const float *p;
     int64_t ld, koff, klen;
     int kmajor;
 } part_t;
@@ -273,14 +274,11 @@ typedef struct {
 typedef struct {
     int n;
     part_t *part;
-    double *nrm; /* 2-norm of each row over all parts (sum of squares first) */
 } operand_t;
 
-/* A contiguous copy of row r of the operand (or a pointer into it). */
-static const double *fetch(const operand_t *op, int64_t r, double *buf)
+/* Row r of the operand over all K, in binary64, for the slow tiers. */
+static void fetch(const operand_t *op, int64_t r, double *buf)
 {
-    if (op->n == 1 && !op->part[0].kmajor)
-        return op->part[0].p + r * op->part[0].ld;
     for (int i = 0; i < op->n; i++) {
         const part_t *q = &op->part[i];
         double *d = buf + q->koff;
@@ -288,60 +286,57 @@ static const double *fetch(const operand_t *op, int64_t r, double *buf)
             for (int64_t k = 0; k < q->klen; k++)
                 d[k] = q->p[k * q->ld + r];
         else
-            memcpy(d, q->p + r * q->ld, (size_t)q->klen * sizeof(double));
-    }
-    return buf;
-}
-
-/* ------------------------------------------------------------ conversions */
-
-/* dst[r*ldd + c] = src[r*lds + c]; ss[r] += sum_c dst^2 (fixed order). */
-static void conv_rm(double *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
-                    int64_t cols, double *ss)
-{
-#pragma omp parallel for schedule(static) if (rows * cols > 32768)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *s = src + r * lds;
-        double *d = dst + r * ldd;
-        double q[8] = {0};
-        int64_t c = 0;
-        for (; c + 8 <= cols; c += 8)
-            for (int l = 0; l < 8; l++) {
-                double v = s[c + l];
-                d[c + l] = v;
-                q[l] += v * v;
-            }
-        for (; c < cols; c++) {
-            double v = s[c];
-            d[c] = v;
-            q[0] += v * v;
-        }
-        ss[r] += ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+            for (int64_t k = 0; k < q->klen; k++)
+                d[k] = q->p[r * q->ld + k];
     }
 }
 
-/* dst[k*ldd + c] = src[k*lds + c] for k < krows, c < cols;
- * ss[c] += sum_k dst^2. Threads split the columns. */
-static void conv_km(double *dst, int64_t ldd, const float *src, int64_t lds, int64_t krows,
-                    int64_t cols, double *ss)
+/* Converts the K-chunk [k0, k0+kl) of rows [0, rows) of part q into dst,
+ * keeping the part's layout (row-major: rows x kl, ld kl; k-major: kl x rows,
+ * ld rows), and adds the squares to ss[r]. Called inside a parallel region;
+ * each thread owns whole rows (row-major) or whole columns (k-major). */
+static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, double *dst,
+                       double *ss)
 {
-    const int64_t W = 64;
-    int64_t nblk = (cols + W - 1) / W;
-#pragma omp parallel for schedule(dynamic, 1) if (krows * cols > 32768)
-    for (int64_t cb = 0; cb < nblk; cb++) {
-        int64_t c0 = cb * W, w = cols - c0 < W ? cols - c0 : W;
-        double q[64] = {0};
-        for (int64_t k = 0; k < krows; k++) {
-            const float *s = src + k * lds + c0;
-            double *d = dst + k * ldd + c0;
-            for (int64_t c = 0; c < w; c++) {
+    if (!q->kmajor) {
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < rows; r++) {
+            const float *s = q->p + r * q->ld + k0;
+            double *d = dst + r * kl;
+            double acc[8] = {0};
+            int64_t c = 0;
+            for (; c + 8 <= kl; c += 8)
+                for (int l = 0; l < 8; l++) {
+                    double v = s[c + l];
+                    d[c + l] = v;
+                    acc[l] += v * v;
+                }
+            for (; c < kl; c++) {
                 double v = s[c];
                 d[c] = v;
-                q[c] += v * v;
+                acc[0] += v * v;
             }
+            ss[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
-        for (int64_t c = 0; c < w; c++)
-            ss[c0 + c] += q[c];
+    } else {
+        const int64_t W = 64;
+        int64_t nblk = (rows + W - 1) / W;
+#pragma omp for schedule(static) nowait
+        for (int64_t cb = 0; cb < nblk; cb++) {
+            int64_t c0 = cb * W, w = rows - c0 < W ? rows - c0 : W;
+            double acc[64] = {0};
+            for (int64_t k = 0; k < kl; k++) {
+                const float *s = q->p + (k0 + k) * q->ld + c0;
+                double *d = dst + k * rows + c0;
+                for (int64_t c = 0; c < w; c++) {
+                    double v = s[c];
+                    d[c] = v;
+                    acc[c] += v * v;
+                }
+            }
+            for (int64_t c = 0; c < w; c++)
+                ss[c0 + c] += acc[c];
+        }
     }
 }
 
@@ -407,62 +402,80 @@ static void certify_row(const double *C, double ga, const double *nbn, int64_t n
 /* ------------------------------------------------------------- the tile */
 
 typedef struct {
-    double *C, *P;  /* mb x nb */
-    uint8_t *fail;  /* mb x nb */
-    int64_t *list;  /* mb x nb */
-    double *vec;    /* 2 ks per thread: gathered rows for the slow tiers */
+    double *C, *P;    /* mb x nb */
+    double *ca, *cb;  /* one K-chunk of each operand: mb x kc, nb x kc */
+    double *na, *nb;  /* row norms */
+    uint8_t *fail;    /* mb x nb */
+    int64_t *list;    /* mb x nb */
+    double *vec;      /* 2 ks per thread: rows for the slow tiers */
 } tilebuf_t;
 
 /* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
- * A(i,:) . B(j,:). A is one part over all of K; B may be split into parts
- * (one per term), and no dgemm chunk crosses a part. */
-static void tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
-                 const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
+ * A(i,:) . B(j,:). Each K-chunk of both operands is converted to binary64
+ * just before dgemm reads it, so the chunk stays in cache; no chunk crosses
+ * a part (a term). Returns DL_ENONFINITE if an input is NaN or infinite. */
+static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
+                const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
 {
-    int64_t ks = pl->ks;
+    int64_t ks = pl->ks, total = mb * nb;
     double *C = tb->C, *P = tb->P;
-    const part_t *pa = &A->part[0];
-    int first = 1;
+    memset(tb->na, 0, (size_t)mb * sizeof(double));
+    memset(tb->nb, 0, (size_t)nb * sizeof(double));
+    int first = 1, pending = 0;
     for (int ip = 0; ip < B->n; ip++) {
-        const part_t *pb = &B->part[ip];
+        const part_t *pa = &A->part[ip], *pb = &B->part[ip];
         for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
             int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
-            int64_t ka = pb->koff + k0;
-            double *dst = first ? C : P;
+            /* one region: fold the previous chunk's product into C and
+             * convert this chunk (disjoint data, so no barrier between) */
+#pragma omp parallel if (total + (mb + nb) * kl > 32768)
+            {
+                if (pending) {
+#pragma omp for schedule(static) nowait
+                    for (int64_t i = 0; i < total; i++)
+                        C[i] += P[i];
+                }
+                conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
+                conv_chunk(pb, k0, kl, nb, tb->cb, tb->nb);
+            }
             cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
                         pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)nb, (int)kl, 1.0,
-                        pa->kmajor ? pa->p + ka * pa->ld : pa->p + ka, (int)pa->ld,
-                        pb->kmajor ? pb->p + k0 * pb->ld : pb->p + k0, (int)pb->ld, 0.0, dst,
-                        (int)nb);
-            if (!first) {
-                int64_t total = mb * nb;
-#pragma omp parallel for schedule(static) if (total > 65536)
-                for (int64_t i = 0; i < total; i++)
-                    C[i] += P[i];
-            }
+                        tb->ca, (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? nb : kl),
+                        0.0, first ? C : P, (int)nb);
+            pending = !first;
             first = 0;
         }
     }
+    if (finish_norms(tb->na, mb) | finish_norms(tb->nb, nb))
+        return DL_ENONFINITE;
     dl_dtype_t t = pl->t;
     int64_t nfail = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nfail) if (mb * nb > 16384)
-    for (int64_t i = 0; i < mb; i++) {
-        certify_row(C + i * nb, pl->g1 * A->nrm[i], B->nrm, nb, t, out + i * ldo,
-                    tb->fail + i * nb);
-        for (int64_t j = 0; j < nb; j++)
-            nfail += tb->fail[i * nb + j];
+#pragma omp parallel reduction(+ : nfail) if (total > 16384)
+    {
+        if (pending) {
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < total; i++)
+                C[i] += P[i];
+        }
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < mb; i++) {
+            certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo,
+                        tb->fail + i * nb);
+            for (int64_t j = 0; j < nb; j++)
+                nfail += tb->fail[i * nb + j];
+        }
     }
-    cnt->fast += mb * nb - nfail;
+    cnt->fast += total - nfail;
     if (nfail == 0)
-        return;
-    /* the rest, ordered by column so that a gathered column is reused */
+        return 0;
+    /* the rest, ordered by column so that a fetched column is reused */
     int64_t nl = 0;
     for (int64_t j = 0; j < nb; j++)
         for (int64_t i = 0; i < mb; i++)
             if (tb->fail[i * nb + j])
                 tb->list[nl++] = i * nb + j;
     int64_t nmid = 0, nexact = 0;
-    const int64_t SEG = 64;
+    const int64_t SEG = 16;
     int64_t nseg = (nl + SEG - 1) / SEG;
 #pragma omp parallel reduction(+ : nmid, nexact) if (nl > 4)
     {
@@ -470,19 +483,18 @@ static void tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
 #ifdef _OPENMP
         me = omp_get_thread_num();
 #endif
-        double *abuf = tb->vec + (size_t)me * 2 * (size_t)ks, *bbuf = abuf + ks;
+        double *a = tb->vec + (size_t)me * 2 * (size_t)ks, *b = a + ks;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t sg = 0; sg < nseg; sg++) {
             int64_t jcur = -1;
-            const double *b = NULL;
             for (int64_t x = sg * SEG; x < nl && x < (sg + 1) * SEG; x++) {
                 int64_t i = tb->list[x] / nb, j = tb->list[x] % nb;
                 double r, hi, lo, w;
                 if (j != jcur) {
-                    b = fetch(B, j, bbuf);
+                    fetch(B, j, b);
                     jcur = j;
                 }
-                const double *a = fetch(A, i, abuf);
+                fetch(A, i, a);
                 float *o = out + i * ldo + j;
                 dot2(a, b, ks, &hi, &lo, &w);
                 if (w == 0.0 ? round_dd(hi, lo, t, &r)
@@ -498,53 +510,55 @@ static void tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
     }
     cnt->middle += nmid;
     cnt->exact += nexact;
+    return 0;
 }
 
 /* ------------------------------------------------------------- scratch */
 
 typedef struct {
-    double *A, *B, *na, *nb;
-    part_t *parts;
+    part_t *pa, *pb;
     tilebuf_t tb;
 } scratch_t;
 
 static void scratch_free(scratch_t *s)
 {
-    free(s->A);
-    free(s->B);
-    free(s->na);
-    free(s->nb);
-    free(s->parts);
+    free(s->pa);
+    free(s->pb);
     free(s->tb.C);
     free(s->tb.P);
+    free(s->tb.ca);
+    free(s->tb.cb);
+    free(s->tb.na);
+    free(s->tb.nb);
     free(s->tb.fail);
     free(s->tb.list);
     free(s->tb.vec);
     memset(s, 0, sizeof *s);
 }
 
-/* a_len, b_len: doubles for the two panels; mbn: elements of a tile. */
-static int scratch_alloc(scratch_t *s, int64_t a_len, int64_t b_len, int64_t mb, int64_t nb,
-                         int64_t mbn, int64_t ks, int nparts)
+static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64_t ks,
+                         int nparts)
 {
     int nthr = 1;
 #ifdef _OPENMP
     nthr = omp_get_max_threads();
 #endif
+    int64_t mbn = mb * nb;
     memset(s, 0, sizeof *s);
-    s->A = malloc((size_t)a_len * sizeof(double));
-    s->B = malloc((size_t)b_len * sizeof(double));
-    s->na = malloc((size_t)mb * sizeof(double));
-    s->nb = malloc((size_t)nb * sizeof(double));
-    s->parts = malloc((size_t)(nparts + 1) * sizeof(part_t));
+    s->pa = malloc((size_t)nparts * sizeof(part_t));
+    s->pb = malloc((size_t)nparts * sizeof(part_t));
     /* zeroed: dgemm with beta = 0 should not read C, but never let it see a NaN */
     s->tb.C = calloc((size_t)mbn, sizeof(double));
     s->tb.P = calloc((size_t)mbn, sizeof(double));
+    s->tb.ca = malloc((size_t)(mb * kc) * sizeof(double));
+    s->tb.cb = malloc((size_t)(nb * kc) * sizeof(double));
+    s->tb.na = malloc((size_t)mb * sizeof(double));
+    s->tb.nb = malloc((size_t)nb * sizeof(double));
     s->tb.fail = malloc((size_t)mbn);
     s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
     s->tb.vec = malloc((size_t)nthr * 2 * (size_t)ks * sizeof(double));
-    if (!s->A || !s->B || !s->na || !s->nb || !s->parts || !s->tb.C || !s->tb.P ||
-        !s->tb.fail || !s->tb.list || !s->tb.vec) {
+    if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
+        !s->tb.nb || !s->tb.fail || !s->tb.list || !s->tb.vec) {
         scratch_free(s);
         return DL_ENOMEM;
     }
@@ -563,25 +577,37 @@ static int64_t budget_for(int64_t io_bytes)
     return b;
 }
 
-/* Tile sizes for a rows x cols output over dots of length ks: half the
- * budget for a row block of mb x ks doubles, the other half for a column
- * panel of nb x ks doubles plus an mb x nb tile (two doubles, a list entry
- * and a flag per element). */
-static void tile_sizes(int64_t budget, int64_t ks, int64_t rows, int64_t cols,
-                       int64_t *mb, int64_t *nb)
+/* Tile of mb x nb outputs: each tile converts its rows and columns once, so
+ * the conversions per flop go as 1/mb + 1/nb; the tile (two doubles, a flag
+ * and a list entry per element, 25 bytes) takes at most half the budget and
+ * at most TILE_MAX elements, so that it stays near the cache. */
+static void tile_sizes(int64_t budget, int64_t kc, int64_t rows, int64_t cols, int64_t *mb,
+                       int64_t *nb)
 {
-    int64_t m = budget / 2 / (8 * ks);
-    if (m < 8)
-        m = 8;
-    if (m > rows)
+    int64_t cap = budget / 2 / 25;
+    if (cap > TILE_MAX)
+        cap = TILE_MAX;
+    int64_t side = (int64_t)sqrt((double)cap);
+    int64_t m, n;
+    if (rows <= side) {
         m = rows;
-    int64_t n = budget / 2 / (8 * ks + 25 * m);
-    if (n < 8)
-        n = 8;
-    if (n > cols)
+        n = cap / m;
+    } else if (cols <= side) {
         n = cols;
-    *mb = m;
-    *nb = n;
+        m = cap / n;
+    } else {
+        m = n = side;
+    }
+    /* the chunk buffers take (m + n) kc doubles of the other half */
+    int64_t lim = budget / 2 / (8 * kc);
+    if (m + n > lim) {
+        m = m * lim / (m + n);
+        n = lim - m;
+    }
+    m = m < 8 ? 8 : m;
+    n = n < 8 ? 8 : n;
+    *mb = m < rows ? m : rows;
+    *nb = n < cols ? n : cols;
 }
 
 static void add_counts(dl_tier_stats_t *stats, const counts_t *c)
@@ -664,55 +690,6 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
 
 /* --------------------------------------------------------- grouped GEMM */
 
-/* Row block [r0, r0+mb) of the K-concatenation of all terms' lhs, row-major
- * mb x ks, with its row norms. */
-static int load_lhs(const dl_gemm_term_t *terms, int nterms, int64_t ks, int64_t r0,
-                    int64_t mb, double *A, double *nrm)
-{
-    memset(nrm, 0, (size_t)mb * sizeof(double));
-    int64_t koff = 0;
-    for (int t = 0; t < nterms; t++) {
-        int64_t K = terms[t].K;
-        if (K > 0)
-            conv_rm(A + koff, ks, terms[t].lhs + r0 * K, K, mb, K, nrm);
-        koff += K;
-    }
-    return finish_norms(nrm, mb);
-}
-
-/* Column panel [n0, n0+nb) of op(rhs_t[e]) for every term, one part per
- * term in that term's own layout (NK: nb x K row-major; KN: K x nb), with
- * the column norms. */
-static int load_rhs(const dl_gemm_term_t *terms, int nterms, int64_t N, int64_t e, int64_t n0,
-                    int64_t nb, double *B, part_t *parts, int *nparts, double *nrm)
-{
-    memset(nrm, 0, (size_t)nb * sizeof(double));
-    int64_t koff = 0;
-    int np = 0;
-    for (int t = 0; t < nterms; t++) {
-        int64_t K = terms[t].K;
-        if (K == 0)
-            continue;
-        const float *w = terms[t].rhs + e * K * N;
-        part_t *q = &parts[np++];
-        q->p = B + nb * koff;
-        q->koff = koff;
-        q->klen = K;
-        if (terms[t].layout == DL_RHS_NK) {
-            q->kmajor = 0;
-            q->ld = K;
-            conv_rm(q->p, K, w + n0 * K, K, nb, K, nrm);
-        } else {
-            q->kmajor = 1;
-            q->ld = nb;
-            conv_km(q->p, nb, w + n0, N, K, nb, nrm);
-        }
-        koff += K;
-    }
-    *nparts = np;
-    return finish_norms(nrm, nb);
-}
-
 int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
                     const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                     float *out, dl_tier_stats_t *stats)
@@ -745,34 +722,32 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
         if (offsets[e + 1] - offsets[e] > maxme)
             maxme = offsets[e + 1] - offsets[e];
     int64_t MB, NB;
-    tile_sizes(budget, ks, maxme, N, &MB, &NB);
+    tile_sizes(budget, pl.kc, maxme, N, &MB, &NB);
     scratch_t s;
-    if ((rc = scratch_alloc(&s, MB * ks, NB * ks, MB, NB, MB * NB, ks, nterms)))
+    if ((rc = scratch_alloc(&s, MB, NB, pl.kc, ks, nterms)))
         return rc;
-    part_t apart;
-    operand_t A = {1, &apart, s.na}, B = {0, s.parts, s.nb};
+    operand_t A = {0, s.pa}, B = {0, s.pb};
     counts_t cnt = {0, 0, 0};
     for (int64_t e = 0; e < E && !rc; e++) {
         int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
-        if (me == 0)
-            continue;
-        int64_t nrb = (me + MB - 1) / MB, npb = (N + NB - 1) / NB;
-        /* convert whichever operand would be converted more often only once */
-        int lhs_outer = (double)nrb * (double)N <= (double)npb * (double)me;
-        int64_t n_outer = lhs_outer ? nrb : npb, n_inner = lhs_outer ? npb : nrb;
-        for (int64_t xo = 0; xo < n_outer && !rc; xo++) {
-            for (int64_t xi = 0; xi < n_inner && !rc; xi++) {
-                int64_t rb = lhs_outer ? xo : xi, pb = lhs_outer ? xi : xo;
-                int64_t r0 = m0 + rb * MB, mb = me - rb * MB < MB ? me - rb * MB : MB;
-                int64_t n0 = pb * NB, nb = N - n0 < NB ? N - n0 : NB;
-                if ((xi == 0 || !lhs_outer) && load_lhs(terms, nterms, ks, r0, mb, s.A, s.na))
-                    rc = DL_ENONFINITE;
-                apart = (part_t){s.A, ks, 0, ks, 0};
-                if ((xi == 0 || lhs_outer) &&
-                    load_rhs(terms, nterms, N, e, n0, nb, s.B, s.parts, &B.n, s.nb))
-                    rc = DL_ENONFINITE;
-                if (!rc)
-                    tile(&pl, mb, nb, &A, &B, &s.tb, out + r0 * N + n0, N, &cnt);
+        for (int64_t r0 = m0; r0 < m0 + me && !rc; r0 += MB) {
+            int64_t mb = m0 + me - r0 < MB ? m0 + me - r0 : MB;
+            for (int64_t n0 = 0; n0 < N && !rc; n0 += NB) {
+                int64_t nb = N - n0 < NB ? N - n0 : NB, koff = 0;
+                A.n = B.n = 0;
+                for (int t = 0; t < nterms; t++) {
+                    int64_t K = terms[t].K;
+                    if (K == 0)
+                        continue;
+                    const float *w = terms[t].rhs + e * K * N;
+                    s.pa[A.n++] = (part_t){terms[t].lhs + r0 * K, K, koff, K, 0};
+                    if (terms[t].layout == DL_RHS_NK)
+                        s.pb[B.n++] = (part_t){w + n0 * K, K, koff, K, 0};
+                    else
+                        s.pb[B.n++] = (part_t){w + n0, N, koff, K, 1};
+                    koff += K;
+                }
+                rc = tile(&pl, mb, nb, &A, &B, &s.tb, out + r0 * N + n0, N, &cnt);
             }
         }
     }
@@ -809,21 +784,13 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
     counts_t cnt = {0, 0, 0};
     scratch_t s;
     memset(&s, 0, sizeof s);
+    int64_t MB = 0, NB = 0, kc = 0;
     if (maxme > 0) {
-        /* a smaller group may take larger tiles in the same bytes */
-        int64_t alen = 0, blen = 0, cmax = 0, MB = 0, NB = 0;
-        for (int64_t e = 0; e < E; e++) {
-            int64_t me = offsets[e + 1] - offsets[e], mb, nb;
-            if (me == 0)
-                continue;
-            tile_sizes(budget, me, I, J, &mb, &nb);
-            if (mb * me > alen) alen = mb * me;
-            if (nb * me > blen) blen = nb * me;
-            if (mb * nb > cmax) cmax = mb * nb;
-            if (mb > MB) MB = mb;
-            if (nb > NB) NB = nb;
-        }
-        if ((rc = scratch_alloc(&s, alen, blen, MB, NB, cmax, maxme, 1)))
+        plan_t pl;
+        make_plan(&pl, out_t, maxme, 1);
+        kc = pl.kc;
+        tile_sizes(budget, kc, I, J, &MB, &NB);
+        if ((rc = scratch_alloc(&s, MB, NB, kc, maxme, 1)))
             return rc;
     }
     for (int64_t e = 0; e < E && !rc; e++) {
@@ -836,35 +803,15 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
         }
         plan_t pl;
         make_plan(&pl, out_t, me, 1);
-        int64_t mbx, nbx;
-        tile_sizes(budget, me, I, J, &mbx, &nbx);
-        int64_t nrb = (I + mbx - 1) / mbx, npb = (J + nbx - 1) / nbx;
-        int lhs_outer = (double)nrb * (double)J <= (double)npb * (double)I;
-        int64_t n_outer = lhs_outer ? nrb : npb, n_inner = lhs_outer ? npb : nrb;
-        part_t ap, bp;
-        operand_t A = {1, &ap, s.na}, B = {1, &bp, s.nb};
-        for (int64_t xo = 0; xo < n_outer && !rc; xo++) {
-            for (int64_t xi = 0; xi < n_inner && !rc; xi++) {
-                int64_t rb = lhs_outer ? xo : xi, pb = lhs_outer ? xi : xo;
-                int64_t i0 = rb * mbx, mb = I - i0 < mbx ? I - i0 : mbx;
-                int64_t j0 = pb * nbx, nb = J - j0 < nbx ? J - j0 : nbx;
-                /* a_e^T and b_e^T are k-major as stored: convert them as they are */
-                if (xi == 0 || !lhs_outer) {
-                    memset(s.na, 0, (size_t)mb * sizeof(double));
-                    conv_km(s.A, mb, a + m0 * I + i0, I, me, mb, s.na);
-                    if (finish_norms(s.na, mb))
-                        rc = DL_ENONFINITE;
-                }
-                ap = (part_t){s.A, mb, 0, me, 1};
-                if (xi == 0 || lhs_outer) {
-                    memset(s.nb, 0, (size_t)nb * sizeof(double));
-                    conv_km(s.B, nb, b + m0 * J + j0, J, me, nb, s.nb);
-                    if (finish_norms(s.nb, nb))
-                        rc = DL_ENONFINITE;
-                }
-                bp = (part_t){s.B, nb, 0, me, 1};
-                if (!rc)
-                    tile(&pl, mb, nb, &A, &B, &s.tb, oe + i0 * J + j0, J, &cnt);
+        /* a_e^T and b_e^T are k-major as stored */
+        operand_t A = {1, s.pa}, B = {1, s.pb};
+        for (int64_t i0 = 0; i0 < I && !rc; i0 += MB) {
+            int64_t mb = I - i0 < MB ? I - i0 : MB;
+            for (int64_t j0 = 0; j0 < J && !rc; j0 += NB) {
+                int64_t nb = J - j0 < NB ? J - j0 : NB;
+                s.pa[0] = (part_t){a + m0 * I + i0, I, 0, me, 1};
+                s.pb[0] = (part_t){b + m0 * J + j0, J, 0, me, 1};
+                rc = tile(&pl, mb, nb, &A, &B, &s.tb, oe + i0 * J + j0, J, &cnt);
             }
         }
     }
