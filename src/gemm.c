@@ -319,23 +319,27 @@ static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, do
             ss[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
     } else {
-        const int64_t W = 64;
+        /* wide column blocks: each row of a block is a long contiguous read */
+        int nthr = 1;
+#ifdef _OPENMP
+        nthr = omp_get_num_threads();
+#endif
+        int64_t W = (rows + 2 * nthr - 1) / (2 * nthr);
+        W = W < 64 ? 64 : (W + 15) / 16 * 16;
         int64_t nblk = (rows + W - 1) / W;
 #pragma omp for schedule(static) nowait
         for (int64_t cb = 0; cb < nblk; cb++) {
             int64_t c0 = cb * W, w = rows - c0 < W ? rows - c0 : W;
-            double acc[64] = {0};
+            double *sq = ss + c0;
             for (int64_t k = 0; k < kl; k++) {
                 const float *s = q->p + (k0 + k) * q->ld + c0;
                 double *d = dst + k * rows + c0;
                 for (int64_t c = 0; c < w; c++) {
                     double v = s[c];
                     d[c] = v;
-                    acc[c] += v * v;
+                    sq[c] += v * v;
                 }
             }
-            for (int64_t c = 0; c < w; c++)
-                ss[c0 + c] += acc[c];
         }
     }
 }
