@@ -460,6 +460,18 @@ START_TEST(two_terms)
 }
 END_TEST
 
+/* Long K with the default chunking: bf16 inputs give exact sums short
+ * enough that fp32 ties are common (the middle tier's exact rounding), fp32
+ * inputs leave the odd element to the middle tier by width alone. */
+START_TEST(long_k)
+{
+    dl_test_rng_t r = {55};
+    random_case(&r, 48, 3001, 40, 2, 0, DL_BF16, DL_F32, DL_RHS_KN, 0, "long K bf16");
+    random_case(&r, 48, 3001, 40, 2, 0, DL_F32, DL_F32, DL_RHS_NK, 0, "long K f32");
+    random_case(&r, 30, 1000, 30, 2, 0, DL_BF16, DL_F32, DL_RHS_NK, 3, "long K bf16 spread");
+}
+END_TEST
+
 /* ------------------------------------------------------------ ragged K */
 
 START_TEST(ragged_random)
@@ -664,6 +676,7 @@ static Suite *grouped_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, cancellation_reaches_slow_tiers);
     tcase_add_test(tc, two_terms);
+    tcase_add_test(tc, long_k);
     suite_add_tcase(s, tc);
     return s;
 }
