@@ -52,6 +52,15 @@
 #define BUDGET_MIN (INT64_C(4) << 20)
 #define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
 
+/* Vector code for the hot loops where the compiler and CPU allow it: the
+ * clones compute the same IEEE operations (no contraction: the build has
+ * -ffp-contract=off), so results are identical, only faster. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DL__CLONES
+#endif
+
 static int64_t tune_kc = 0, tune_budget = 0;
 
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes)
@@ -150,6 +159,7 @@ static inline void lo_add(double *c, double *w, double e)
  * (w is a sum of at most K+24 nonnegative terms, each rounding within u,
  * and (K+24) u <= 2^-20 is required of K). When w == 0 the pair is exact.
  * On return hi = fl(hi + lo) and lo is the exact remainder. */
+DL__CLONES
 static void dot2(const double *a, const double *b, int64_t n, double *hi_out,
                  double *lo_out, double *w_out)
 {
@@ -295,6 +305,7 @@ static void fetch(const operand_t *op, int64_t r, double *buf)
  * keeping the part's layout (row-major: rows x kl, ld kl; k-major: kl x rows,
  * ld rows), and adds the squares to ss[r]. Called inside a parallel region;
  * each thread owns whole rows (row-major) or whole columns (k-major). */
+DL__CLONES
 static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, double *dst,
                        double *ss)
 {
@@ -359,33 +370,15 @@ static int finish_norms(double *ss, int64_t n)
 
 /* ------------------------------------------------------- certification pass */
 
-/* Tier 1 for one row of a tile: o[j] = the certified value, fail[j] = 1
- * where the interval y +- ga*nbn[j] is not decided. Branch-free so that it
- * vectorises; the arithmetic is certify()'s, with zero handled as there
- * (e2 == 0 only for an exact zero: a zero norm). Magnitudes below the
- * normal range of bf16/fp16 are left to the middle tier. */
-static void certify_row(const double *C, double ga, const double *nbn, int64_t n,
-                        dl_dtype_t t, float *o, uint8_t *fail)
+/* Tier 1 over one row of a tile, for bf16 (s = 45) or fp16 (s = 42): the
+ * arithmetic of certify() and rnd() on the bits, branch-free. */
+static inline __attribute__((always_inline)) void
+certify_row_bits(const double *C, double ga, const double *nbn, int64_t n, float *o, int s,
+                 uint64_t lo_norm, uint64_t inf_at)
 {
-    if (t == DL_F32) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) {
-            double y = C[j];
-            double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
-            double L = y - e2, H = y + e2;
-            float fl = (float)L, fh = (float)H;
-            int zero = e2 == 0.0;
-            int ok = zero | ((fl == fh) & ((L > 0.0) | (H < 0.0)));
-            o[j] = zero ? 0.0f : fl;
-            fail[j] = (uint8_t)!ok;
-        }
-        return;
-    }
-    int s = t == DL_BF16 ? 45 : 42;
-    uint64_t lo_norm = t == DL_BF16 ? UINT64_C(0x3810000000000000) : UINT64_C(0x3f10000000000000);
-    uint64_t inf_at = t == DL_BF16 ? UINT64_C(0x47f0000000000000) : UINT64_C(0x40f0000000000000);
-    uint64_t half = (UINT64_C(1) << (s - 1)) - 1, keep = ~((UINT64_C(1) << s) - 1);
-    const uint64_t sgn = UINT64_C(1) << 63;
+    const uint64_t sgn = UINT64_C(1) << 63, half = (UINT64_C(1) << (s - 1)) - 1,
+                   keep = ~((UINT64_C(1) << s) - 1), inf = UINT64_C(0x7ff0000000000000),
+                   nan = UINT64_C(0x7ff8000000000000);
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) {
         double y = C[j];
@@ -395,12 +388,51 @@ static void certify_row(const double *C, double ga, const double *nbn, int64_t n
         uint64_t ml = bl & ~sgn, mh = bh & ~sgn;
         uint64_t rl = (ml + half + ((ml >> s) & 1)) & keep;
         uint64_t rh = (mh + half + ((mh >> s) & 1)) & keep;
-        int zero = e2 == 0.0;
-        int ok = zero | ((rl == rh) & ((L > 0.0) | (H < 0.0)) & (ml >= lo_norm) & (mh >= lo_norm));
-        uint64_t rb = rl >= inf_at ? (bl & sgn) | UINT64_C(0x7ff0000000000000) : (bl & sgn) | rl;
-        o[j] = zero ? 0.0f : (float)of_bits(rb);
-        fail[j] = (uint8_t)!ok;
+        uint64_t ok = (uint64_t)(rl == rh) & (uint64_t)((L > 0.0) | (H < 0.0)) &
+                      (uint64_t)(ml >= lo_norm) & (uint64_t)(mh >= lo_norm);
+        uint64_t zero = (uint64_t)(e2 == 0.0);
+        uint64_t over = (uint64_t)(rl >= inf_at);
+        uint64_t mag = (rl & (over - 1)) | (inf & (0 - over));
+        uint64_t rb = ((bl & sgn) | mag) & (0 - ok);
+        rb |= nan & ((ok | zero) - 1); /* neither: NaN marks a miss */
+        o[j] = (float)of_bits(rb);     /* zero (ok = 0, zero = 1): rb = +0 */
     }
+}
+
+/* Tier 1 for one row of a tile: o[j] = the certified value where the
+ * interval y +- ga*nbn[j] rounds to one value of t, else a NaN (which no
+ * certified value is). e2 == 0 only for an exact zero (a zero norm), which
+ * gives +0. Magnitudes below the normal range of bf16/fp16 are left to the
+ * middle tier. Returns the number of misses. */
+DL__CLONES
+static int64_t certify_row(const double *C, double ga, const double *nbn, int64_t n,
+                           dl_dtype_t t, float *o)
+{
+    if (t == DL_F32) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            double y = C[j];
+            double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+            double L = y - e2, H = y + e2;
+            float fl = (float)L, fh = (float)H;
+            uint32_t ok = (uint32_t)((fl == fh) & ((L > 0.0) | (H < 0.0)));
+            uint32_t zero = (uint32_t)(e2 == 0.0), b;
+            memcpy(&b, &fl, 4);
+            b = ((b & (0 - ok)) | (UINT32_C(0x7fc00000) & (ok - 1))) & (zero - 1);
+            memcpy(&o[j], &b, 4);
+        }
+    } else if (t == DL_BF16) {
+        certify_row_bits(C, ga, nbn, n, o, 45, UINT64_C(0x3810000000000000),
+                         UINT64_C(0x47f0000000000000));
+    } else {
+        certify_row_bits(C, ga, nbn, n, o, 42, UINT64_C(0x3f10000000000000),
+                         UINT64_C(0x40f0000000000000));
+    }
+    int64_t miss = 0;
+#pragma omp simd reduction(+ : miss)
+    for (int64_t j = 0; j < n; j++)
+        miss += o[j] != o[j];
+    return miss;
 }
 
 /* ------------------------------------------------------------- the tile */
@@ -409,10 +441,15 @@ typedef struct {
     double *C, *P;    /* mb x nb */
     double *ca, *cb;  /* one K-chunk of each operand: mb x kc, nb x kc */
     double *na, *nb;  /* row norms */
-    uint8_t *fail;    /* mb x nb */
     int64_t *list;    /* mb x nb */
     double *vec;      /* 2 ks per thread: rows for the slow tiers */
 } tilebuf_t;
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
 
 /* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
  * A(i,:) . B(j,:). Each K-chunk of both operands is converted to binary64
@@ -462,22 +499,21 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
                 C[i] += P[i];
         }
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < mb; i++) {
-            certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo,
-                        tb->fail + i * nb);
-            for (int64_t j = 0; j < nb; j++)
-                nfail += tb->fail[i * nb + j];
-        }
+        for (int64_t i = 0; i < mb; i++)
+            nfail += certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
     }
     cnt->fast += total - nfail;
     if (nfail == 0)
         return 0;
     /* the rest, ordered by column so that a fetched column is reused */
     int64_t nl = 0;
-    for (int64_t j = 0; j < nb; j++)
-        for (int64_t i = 0; i < mb; i++)
-            if (tb->fail[i * nb + j])
-                tb->list[nl++] = i * nb + j;
+    for (int64_t i = 0; i < mb; i++) {
+        const float *o = out + i * ldo;
+        for (int64_t j = 0; j < nb; j++)
+            if (o[j] != o[j])
+                tb->list[nl++] = j * mb + i;
+    }
+    qsort(tb->list, (size_t)nl, sizeof(int64_t), cmp_i64);
     int64_t nmid = 0, nexact = 0;
     const int64_t SEG = 16;
     int64_t nseg = (nl + SEG - 1) / SEG;
@@ -492,7 +528,7 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
         for (int64_t sg = 0; sg < nseg; sg++) {
             int64_t jcur = -1;
             for (int64_t x = sg * SEG; x < nl && x < (sg + 1) * SEG; x++) {
-                int64_t i = tb->list[x] / nb, j = tb->list[x] % nb;
+                int64_t j = tb->list[x] / mb, i = tb->list[x] % mb;
                 double r, hi, lo, w;
                 if (j != jcur) {
                     fetch(B, j, b);
@@ -534,7 +570,6 @@ static void scratch_free(scratch_t *s)
     free(s->tb.cb);
     free(s->tb.na);
     free(s->tb.nb);
-    free(s->tb.fail);
     free(s->tb.list);
     free(s->tb.vec);
     memset(s, 0, sizeof *s);
@@ -558,11 +593,10 @@ static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64
     s->tb.cb = malloc((size_t)(nb * kc) * sizeof(double));
     s->tb.na = malloc((size_t)mb * sizeof(double));
     s->tb.nb = malloc((size_t)nb * sizeof(double));
-    s->tb.fail = malloc((size_t)mbn);
     s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
     s->tb.vec = malloc((size_t)nthr * 2 * (size_t)ks * sizeof(double));
     if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
-        !s->tb.nb || !s->tb.fail || !s->tb.list || !s->tb.vec) {
+        !s->tb.nb || !s->tb.list || !s->tb.vec) {
         scratch_free(s);
         return DL_ENOMEM;
     }
