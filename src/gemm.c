@@ -442,6 +442,7 @@ typedef struct {
     double *ca, *cb;  /* one K-chunk of each operand: mb x kc, nb x kc */
     double *na, *nb;  /* row norms */
     int64_t *list;    /* mb x nb */
+    int64_t *miss;    /* mb: misses per row */
     double *vec;      /* 2 ks per thread: rows for the slow tiers */
 } tilebuf_t;
 
@@ -499,8 +500,10 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
                 C[i] += P[i];
         }
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < mb; i++)
-            nfail += certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
+        for (int64_t i = 0; i < mb; i++) {
+            tb->miss[i] = certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
+            nfail += tb->miss[i];
+        }
     }
     cnt->fast += total - nfail;
     if (nfail == 0)
@@ -509,7 +512,7 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
     int64_t nl = 0;
     for (int64_t i = 0; i < mb; i++) {
         const float *o = out + i * ldo;
-        for (int64_t j = 0; j < nb; j++)
+        for (int64_t j = 0; j < nb && tb->miss[i]; j++)
             if (o[j] != o[j])
                 tb->list[nl++] = j * mb + i;
     }
@@ -571,6 +574,7 @@ static void scratch_free(scratch_t *s)
     free(s->tb.na);
     free(s->tb.nb);
     free(s->tb.list);
+    free(s->tb.miss);
     free(s->tb.vec);
     memset(s, 0, sizeof *s);
 }
@@ -594,9 +598,10 @@ static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64
     s->tb.na = malloc((size_t)mb * sizeof(double));
     s->tb.nb = malloc((size_t)nb * sizeof(double));
     s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
+    s->tb.miss = malloc((size_t)mb * sizeof(int64_t));
     s->tb.vec = malloc((size_t)nthr * 2 * (size_t)ks * sizeof(double));
     if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
-        !s->tb.nb || !s->tb.list || !s->tb.vec) {
+        !s->tb.nb || !s->tb.list || !s->tb.miss || !s->tb.vec) {
         scratch_free(s);
         return DL_ENOMEM;
     }
