@@ -28,5 +28,7 @@
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
 #include "dropless/run.h"
+#include "dropless/check.h"
+#include "dropless/golden.h"
 
 #endif

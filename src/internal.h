@@ -86,18 +86,43 @@ typedef void (*dl__ival_fn)(mpfr_ptr lo, mpfr_ptr hi, const void *ctx);
 int dl__ziv(dl__ival_fn eval, const void *ctx, dl_dtype_t t, double *out);
 #endif
 
-/* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
- * decreases), else DL_EINVAL. */
-int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
 
-/* The exact sum of n binary64 values rounded once to t: a certified
- * binary64 sum, falling back to the exact accumulator when undecided. For
- * short sums (combine, un-permute). Sets *nonfinite if a term is NaN/Inf. */
-double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite);
-
-/* The exact dot product of floats rounded once to t, certified from a
- * binary64 sum where possible (the common case), else exact. */
-double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t incb,
-                    int64_t n, dl_dtype_t t, int *nonfinite);
+/* Golden files (src/golden_*.c). */
+#define DL__GOLDEN_OWNER_MALLOC 0 /* every array malloc'ed */
+#define DL__GOLDEN_OWNER_MOE 1    /* forward/backward from dl_moe_forward/backward */
+const char *dl__golden_score_name(int v);
+const char *dl__golden_group_name(int v);
+const char *dl__golden_ffn_name(int v);
+const char *dl__golden_inputs_name(int v);
+int dl__golden_score_parse(const char *s);
+int dl__golden_group_parse(const char *s);
+int dl__golden_ffn_parse(const char *s);
+int dl__golden_inputs_parse(const char *s);
+#ifdef __GNUC__
+__attribute__((format(printf, 3, 4)))
+#endif
+void dl__golden_msg(char *err, size_t errlen, const char *fmt, ...);
+/* Checks what the golden format needs of a configuration beyond
+ * dl_moe_config_validate; 0 or DL_EINVAL with a reason in why. */
+int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen);
+/* Silences HDF5's automatic error-stack printing, restoring it after. */
+typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
+void dl__h5_quiet_on(dl__h5_quiet_t *q);
+void dl__h5_quiet_off(const dl__h5_quiet_t *q);
+/* The seal (src/golden_seal.c): a user block of this size holding the
+ * SHA-256 of the rest of the file. */
+#define DL__GOLDEN_USERBLOCK 512
+typedef struct {
+    uint32_t h[8];
+    uint64_t len;
+    unsigned char buf[64];
+    size_t nbuf;
+} dl__sha256_t;
+void dl__sha256_init(dl__sha256_t *s);
+void dl__sha256_update(dl__sha256_t *s, const void *data, size_t n);
+void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
+/* 0 with *sealed = 1 (seal verified) or 0 (no seal); DL_EFORMAT when the
+ * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
+int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
 
 #endif

@@ -1,16 +1,75 @@
+/* The dropless command: a table of subcommands, each a thin layer over the
+ * library. To add one, write `int dl_cli_NAME(int argc, char **argv)`
+ * (argv[0] is the subcommand's name) and add a row to `commands`. */
 #include "config.h"
 #include <stdio.h>
 #include <string.h>
 #include "dropless.h"
 #include "cli.h"
 
+/* src/cli/gen.c */
+int dl_cli_gen(int argc, char **argv);
+int dl_cli_cases(int argc, char **argv);
+int dl_cli_info(int argc, char **argv);
+
+static int cmd_version(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command_t;
+
+static const command_t commands[] = {
+    {"gen", dl_cli_gen, "write golden files (HDF5) for catalogue cases or a case file"},
+    {"cases", dl_cli_cases, "list the case catalogue, one line per case"},
+    {"info", dl_cli_info, "validate a golden file and print what it holds"},
+    {"version", cmd_version, "print the version (--verbose: libraries and format too)"},
+    {"help", cmd_help, "this text; 'dropless help COMMAND' for a command's options"},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: dropless <command> [options]\n"
-            "commands:\n"
-            "  version            print the version\n"
-            "  help               this text\n");
+    fprintf(f, "usage: dropless <command> [options]\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "exit status: 0 success, 1 failure (I/O, computation, not conformant), "
+               "2 usage error or unreadable input\n");
+}
+
+static const command_t *find(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static int cmd_version(int argc, char **argv)
+{
+    printf("dropless %s\n", DL_VERSION_STRING);
+    if (argc > 1 && (strcmp(argv[1], "--verbose") == 0 || strcmp(argv[1], "-v") == 0)) {
+        printf("golden format %s %d\n", DL_GOLDEN_FORMAT, DL_GOLDEN_FORMAT_VERSION);
+        printf("HDF5 %s\n", dl_golden_hdf5_version());
+    }
+    return DL_EXIT_OK;
+}
+
+static int cmd_help(int argc, char **argv)
+{
+    if (argc > 1) {
+        const command_t *c = find(argv[1]);
+        if (!c || c->run == cmd_help) {
+            fprintf(stderr, "dropless: unknown command '%s' (try 'dropless help')\n", argv[1]);
+            return DL_EXIT_USAGE;
+        }
+        char *sub[] = {argv[1], "--help", NULL};
+        return c->run(2, sub);
+    }
+    usage(stdout);
+    return DL_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -20,14 +79,14 @@ int main(int argc, char **argv)
         return DL_EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("dropless %s\n", DL_VERSION_STRING);
-        return DL_EXIT_OK;
+    if (strcmp(cmd, "--version") == 0)
+        cmd = "version";
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+        cmd = "help";
+    const command_t *c = find(cmd);
+    if (!c) {
+        fprintf(stderr, "dropless: unknown command '%s' (try 'dropless help')\n", cmd);
+        return DL_EXIT_USAGE;
     }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        usage(stdout);
-        return DL_EXIT_OK;
-    }
-    fprintf(stderr, "dropless: unknown command '%s' (try 'dropless help')\n", cmd);
-    return DL_EXIT_USAGE;
+    return c->run(argc - 1, argv + 1);
 }

@@ -1,0 +1,250 @@
+/* dropless/check.h: the conformance runner's core. Given a golden case (the
+ * oracle's every stage) and a candidate (the same structs, any array NULL =
+ * stage not provided), checks the candidate stage by stage: token accounting
+ * (zero drops), tie-aware routing, stage-local numerics within derived
+ * tolerances, hygiene; and writes a human table, JSON or JUnit XML.
+ * Part of the public API; include <dropless.h>. doc/conformance.md describes
+ * every check and the JSON schema, doc/tolerances.md the tolerance model. */
+#ifndef DROPLESS_CHECK_H
+#define DROPLESS_CHECK_H
+#include <stdio.h>
+#include "core.h"
+#include "moe.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------- verdicts */
+
+/* Ordered by severity. INFO carries figures only (end-to-end drift) and
+ * never affects conformance; SKIP: the candidate does not provide the stage
+ * (or the golden lacks what the check needs). */
+typedef enum {
+    DL_VERDICT_SKIP = 0,
+    DL_VERDICT_INFO = 1,
+    DL_VERDICT_PASS = 2,
+    DL_VERDICT_WARN = 3,
+    DL_VERDICT_FAIL = 4
+} dl_verdict_t;
+
+/* "PASS", "WARN", "FAIL", "SKIP", "INFO"; NULL for an unknown value. */
+const char *dl_verdict_name(dl_verdict_t v);
+
+/* --------------------------------------------------------- stage values */
+
+/* The value every stage of the forward and backward pass stores, in
+ * dependency order: what the runner checks. The names (dl_value_name) are
+ * the dataset names of the golden file layout. (Not the plugin ABI's
+ * dl_run_stage_t, whose stages each produce several of these.) */
+typedef enum {
+    DL_VALUE_ROUTER_LOGITS = 0,
+    DL_VALUE_ROUTER_SCORES,
+    DL_VALUE_TOPK_IDS,
+    DL_VALUE_TOPK_WEIGHTS,
+    DL_VALUE_SORT_PERM,
+    DL_VALUE_INV_PERM,
+    DL_VALUE_GROUP_SIZES,
+    DL_VALUE_GROUP_OFFSETS,
+    DL_VALUE_X_SORTED,
+    DL_VALUE_H_GATE,
+    DL_VALUE_H_UP,
+    DL_VALUE_H_ACT,
+    DL_VALUE_Y_SORTED,
+    DL_VALUE_OUT,
+    DL_VALUE_D_TOPK_WEIGHTS,
+    DL_VALUE_D_Y_SORTED,
+    DL_VALUE_D_H_ACT,
+    DL_VALUE_D_W_DOWN,
+    DL_VALUE_D_H_GATE,
+    DL_VALUE_D_H_UP,
+    DL_VALUE_D_X_SORTED,
+    DL_VALUE_D_W_GATE,
+    DL_VALUE_D_W_UP,
+    DL_VALUE_D_ROUTER_SCORES,
+    DL_VALUE_D_ROUTER_LOGITS,
+    DL_VALUE_D_ROUTER_WEIGHT,
+    DL_VALUE_D_X,
+    DL_VALUE_COUNT,
+    DL_VALUE_NONE = -1 /* a check about the whole case (token accounting) */
+} dl_value_t;
+
+/* "router_logits", ..., "d_x"; "case" for DL_VALUE_NONE; NULL otherwise. */
+const char *dl_value_name(dl_value_t s);
+/* Parses a stage name. Returns 0 and sets *s, or DL_ENOTFOUND. */
+int dl_value_parse(const char *name, dl_value_t *s);
+/* 1 if the stage belongs to the backward pass. */
+int dl_value_is_backward(dl_value_t s);
+/* The candidate's (or golden's) array for stage s, NULL when absent; the
+ * pointer is to float, int32_t or int64_t data as the struct declares.
+ * tie_margin is not a stage: the runner derives margins itself. */
+const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b,
+                           dl_value_t s);
+/* Elements of stage s for configuration c (0 for the SwiGLU-only stages of a
+ * DL_FFN_PLAIN layer: they do not exist there). */
+int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s);
+
+/* -------------------------------------------------------------- profiles */
+
+/* A compute profile: how the candidate declares it computes. The per-element
+ * bound on |c - exact| (doc/tolerances.md derives it) is
+ *   2 u_out |g| + kappa(K) u_acc M + kappa_in u_in M   (+ underflow slack)
+ * with g the correctly rounded value, M = (|A||B|)_ij, K the contraction
+ * length, kappa = c_pass sqrt(K) for PASS and K for WARN; u_in = 2^-in_bits
+ * applies to each GEMM operand whose storage grid is not inside the
+ * profile's input grid (kappa_in counts those operands, 0..2).
+ * Elementwise transcendental stages (scores, SwiGLU) use elem_pass/elem_warn
+ * units of u_f32 = 2^-24 in place of kappa(K) u_acc. */
+typedef struct {
+    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc" */
+    int in_bits;          /* significand bits of the GEMM input grid; 24 = fp32 */
+    int in_exp_bits;      /* exponent bits of that grid (8 or 5) */
+    double u_acc;         /* unit roundoff of each accumulation step */
+    double c_pass;        /* PASS: kappa(K) = c_pass * sqrt(K) */
+    double elem_pass, elem_warn; /* elementwise stages, in units of 2^-24 */
+    int sums_in_storage;  /* short sums of separately rounded parts (combine,
+                           * un-permute, the two terms of d_x_sorted) accumulate
+                           * in the stage's storage type: u_acc = max(u_acc, u_out) there */
+    const char *summary;  /* one line for reports and --help */
+} dl_check_profile_t;
+
+/* The built-in profiles, in a fixed order; i outside [0, count) gives NULL. */
+int dl_check_profile_count(void);
+const dl_check_profile_t *dl_check_profile_at(int i);
+/* The profile named name (case-insensitive; "float32" and "fp32-rn" are
+ * accepted for fp32), or NULL. */
+const dl_check_profile_t *dl_check_profile_find(const char *name);
+
+/* ------------------------------------------------------------- the inputs */
+
+/* The golden case: configuration, inputs and every stage. bwd may be NULL
+ * (a forward-only golden: backward checks are then SKIP). Nothing is
+ * copied; everything must outlive dl_check_run. */
+typedef struct {
+    const dl_moe_config_t *config;
+    const dl_moe_inputs_t *inputs;
+    const dl_moe_forward_t *fwd;
+    const dl_moe_backward_t *bwd;
+    const char *case_name; /* may be NULL */
+} dl_check_golden_t;
+
+/* The candidate: only the stages it produced (NULL arrays are SKIP). Every
+ * non-NULL array must have the shape the golden's configuration gives the
+ * stage (dl_value_numel); a loader that found a stage with another shape or
+ * type sets its bit in bad_shape: the stage is then a FAIL (shape) and is
+ * otherwise treated as absent. Ids and indices may hold any value: out-of-
+ * range entries are findings, never a crash. The candidate's tie_margin and
+ * stats are ignored. */
+typedef struct {
+    dl_moe_forward_t fwd;
+    dl_moe_backward_t bwd;
+    uint64_t bad_shape;         /* bit (1 << stage) */
+    const char *backend;        /* may be NULL */
+    const char *backend_version;
+    const char *compute_mode;   /* the profile the backend declares; may be NULL */
+} dl_check_candidate_t;
+
+typedef struct {
+    const dl_check_profile_t *profile; /* NULL: the candidate's compute_mode, else fp32 */
+    int diagnose_drops;  /* search which (token, slot) pairs are missing from a wrong out row (default 1) */
+    int64_t max_listed;  /* (token, slot) pairs and tokens named in messages (default 8) */
+    int recompute_all;   /* never reuse golden values: recompute every stage on the
+                          * effective upstream (a self-test of the runner against
+                          * the golden; costs a generation) (default 0) */
+} dl_check_options_t;
+
+/* Fills *o with the defaults. */
+void dl_check_options_default(dl_check_options_t *o);
+
+/* ---------------------------------------------------------------- results */
+
+/* One check of one stage. Figures that do not apply are NaN (JSON null) or
+ * -1 (indices). err_pass is the largest |c - g| divided by that element's
+ * PASS bound: <= 1 everywhere means PASS; err_warn likewise for the WARN
+ * bound. max_ulp is in units of the last place of the stage's storage type
+ * at the golden value. */
+typedef struct {
+    dl_value_t stage;
+    char check[24];         /* "numerics", "exact", "routing", "bijection", ... */
+    dl_verdict_t verdict;
+    int64_t n_checked;      /* elements compared */
+    int64_t n_over_pass;    /* elements over the PASS bound */
+    int64_t n_over_warn;    /* elements over the WARN bound (FAILing elements) */
+    int64_t n_nonfinite;    /* NaN/Inf in the candidate */
+    double err_pass, err_warn, max_ulp, max_abs;
+    int64_t worst_index;    /* flat element index of the largest err_pass */
+    double worst_cand, worst_exact;
+    int64_t K;              /* contraction length (largest, for ragged stages); 0: n/a */
+    char message[256];
+} dl_check_result_t;
+
+/* A dropped assignment: token t lost its slot j (the candidate's own slot
+ * numbering). */
+typedef struct {
+    int64_t token, slot;
+} dl_check_drop_t;
+
+typedef struct {
+    char case_name[128], backend[128], backend_version[64], profile[32];
+    dl_verdict_t verdict;       /* the worst verdict; SKIP if nothing was checked */
+    size_t n;                   /* results */
+    dl_check_result_t *results;
+    int64_t n_dropped;          /* dropped (token, slot) pairs found, all evidence */
+    dl_check_drop_t *dropped;   /* sorted by token then slot */
+    double seconds;             /* wall time of dl_check_run */
+} dl_check_report_t;
+
+/* Checks candidate c against golden g under the options (NULL: defaults),
+ * filling *r (free with dl_check_report_free, also after an error). A
+ * nonconforming candidate is not an error: it is a report with FAILs.
+ * Errors: DL_EINVAL (NULL pointers, invalid configuration, golden missing a
+ * forward stage), DL_ENOMEM, or an error of the oracle's stage functions on
+ * golden data (then the golden is broken). */
+int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *c,
+                 const dl_check_options_t *o, dl_check_report_t *r);
+void dl_check_report_free(dl_check_report_t *r);
+
+/* Appends a finding made outside dl_check_run (the plugin executor's: a
+ * crash or time-out is a FAIL, a nondeterministic stage a WARN, ...) and
+ * updates r->verdict. stage may be DL_VALUE_NONE; message may be NULL.
+ * Returns 0, DL_EINVAL or DL_ENOMEM. */
+int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
+                        dl_verdict_t verdict, const char *message);
+
+/* 1 if the report has no FAIL (WARN, SKIP and INFO conform), else 0. */
+int dl_check_conformant(const dl_check_report_t *r);
+
+/* Exit status of the command: 0 conformant, 1 not conformant, 2 usage or
+ * unreadable input (the caller's to return when no report could be made). */
+#define DL_CHECK_EXIT_CONFORMANT 0
+#define DL_CHECK_EXIT_NONCONFORMANT 1
+#define DL_CHECK_EXIT_USAGE 2
+/* DL_CHECK_EXIT_CONFORMANT or DL_CHECK_EXIT_NONCONFORMANT over n reports. */
+int dl_check_exit_status(const dl_check_report_t *const *r, size_t n);
+
+/* ---------------------------------------------------------------- reports */
+
+typedef enum {
+    DL_REPORT_TABLE = 0, /* human: one line per stage x check */
+    DL_REPORT_JSON = 1,  /* one object per report (an array when n > 1) */
+    DL_REPORT_JUNIT = 2  /* one <testsuite> per report, one <testcase> per stage x check */
+} dl_report_format_t;
+
+#define DL_REPORT_COLOUR 1u  /* ANSI colours in the table */
+#define DL_REPORT_ALL 2u     /* the table lists SKIP lines too */
+
+/* Parses "table", "json", "junit" (also "text", "xml"). 0 or DL_EINVAL. */
+int dl_report_format_parse(const char *name, dl_report_format_t *fmt);
+
+/* Writes n reports to f in the format. Returns 0, DL_EINVAL or DL_EIO. */
+int dl_check_write(FILE *f, dl_report_format_t fmt, const dl_check_report_t *const *r,
+                   size_t n, unsigned flags);
+/* The same to a file: written to a temporary name beside path, then renamed
+ * over it, so a reader never sees half a report. DL_EIO on failure ("-"
+ * writes to stdout). */
+int dl_check_save(const char *path, dl_report_format_t fmt,
+                  const dl_check_report_t *const *r, size_t n, unsigned flags);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

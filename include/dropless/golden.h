@@ -1,0 +1,243 @@
+/* dropless/golden.h: golden files (HDF5, format "dropless-golden" v1): the
+ * case catalogue, deterministic inputs, generation, write and read.
+ * Part of the public API; include <dropless.h>. The file layout is
+ * specified in doc/format.md; the dataset table below is that layout. */
+#ifndef DROPLESS_GOLDEN_H
+#define DROPLESS_GOLDEN_H
+#include "core.h"
+#include "moe.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DL_GOLDEN_FORMAT "dropless-golden"
+#define DL_GOLDEN_FORMAT_VERSION 1
+
+/* Longest case name (without the terminating NUL). */
+#define DL_GOLDEN_NAME_MAX 63
+
+/* ---------------------------------------------------------- the catalogue */
+
+/* How a case's inputs are drawn (doc/format.md, "Input generation"). */
+typedef enum {
+    DL_INPUTS_RANDOM = 0,   /* normals, mild per-expert logit offsets */
+    DL_INPUTS_ZIPF = 1,     /* logit offsets -zipf_s * ln(e+1): heavy imbalance */
+    DL_INPUTS_TIES = 2,     /* duplicated router columns/groups, zero token: exact and near ties */
+    DL_INPUTS_EMPTY = 3,    /* experts 0, E/2 and E-1 never selected */
+    DL_INPUTS_ONE_HOT = 4   /* every token's top choice is expert E/2 */
+} dl_inputs_kind_t;
+
+typedef struct {
+    char name[DL_GOLDEN_NAME_MAX + 1];
+    const char *description;     /* static text; "" for config files */
+    dl_moe_config_t config;
+    uint64_t seed;
+    dl_inputs_kind_t inputs;
+    double zipf_s;               /* DL_INPUTS_ZIPF only */
+    int large;                   /* layer-scale: generated on demand, not committed */
+} dl_case_t;
+
+/* Number of cases in the built-in catalogue (every dtype variant counted). */
+int dl_case_count(void);
+/* The i-th catalogue case (0 <= i < dl_case_count()), or NULL. */
+const dl_case_t *dl_case_get(int i);
+/* Copies the catalogue case named `name` into *c. Returns 0 or DL_ENOTFOUND. */
+int dl_case_find(const char *name, dl_case_t *c);
+/* Replaces c->config.dtype and the name's dtype suffix ("-bf16", "-fp16";
+ * none for fp32). Returns 0 or DL_EINVAL (name too long). */
+int dl_case_set_dtype(dl_case_t *c, dl_dtype_t t);
+
+/* Reads a case from a key = value file (doc/format.md, "Case files").
+ * On error returns DL_EIO (unreadable), DL_EFORMAT (syntax) or DL_EINVAL
+ * (an invalid configuration) and writes a one-line message naming the file
+ * and line into err (errlen bytes; err may be NULL). */
+int dl_case_parse_file(const char *path, dl_case_t *c, char *err, size_t errlen);
+
+/* Writes c as case-file lines "key = value", separated by sep (e.g. "\n";
+ * NULL: " "). Returns 0, DL_EINVAL or DL_EOVERFLOW (buffer too small). */
+int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf, size_t n);
+
+/* Bytes the case's file will take, roughly (data only). */
+int64_t dl_case_data_bytes(const dl_case_t *c);
+
+/* ----------------------------------------------------------- input tensors */
+
+/* Owned input arrays (malloc'ed). Shapes as dl_moe_inputs_t. */
+typedef struct {
+    float *x, *router_weight, *expert_bias;
+    float *w_gate, *w_up, *w_down;
+    float *d_out;
+} dl_golden_inputs_t;
+
+/* A read-only view for dl_moe_forward/backward. */
+dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in);
+
+/* The deterministic PRNG of doc/format.md: the n-th 64-bit output of stream
+ * `stream` for `seed` (splitmix64 started at key(seed, stream)). */
+uint64_t dl_golden_rng_u64(uint64_t seed, uint64_t stream, uint64_t n);
+/* The i-th standard normal of a stream: Irwin-Hall, sum of 12 32-bit
+ * uniforms, exact in binary64, in [-6, 6). */
+double dl_golden_rng_normal(uint64_t seed, uint64_t stream, uint64_t i);
+/* ln(x) for x > 0 by the fixed series of doc/format.md: only +, -, *, /, so
+ * bit-identical in any IEEE binary64 language. Not correctly rounded. */
+double dl_golden_ln(double x);
+
+/* Draws the case's inputs (every array of *in allocated; free with
+ * dl_golden_inputs_free, also after an error). Deterministic: same bits for
+ * any thread count. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENOMEM. */
+int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in);
+void dl_golden_inputs_free(dl_golden_inputs_t *in);
+
+/* ------------------------------------------------------ the dataset table */
+
+typedef enum {
+    DL_GOLDEN_INPUTS = 0,
+    DL_GOLDEN_FORWARD = 1,
+    DL_GOLDEN_BACKWARD = 2
+} dl_golden_group_t;
+
+typedef enum {
+    DL_GOLDEN_FLOAT = 0, /* H5T_IEEE_F32LE, float in memory */
+    DL_GOLDEN_INT32 = 1, /* H5T_STD_I32LE */
+    DL_GOLDEN_INT64 = 2  /* H5T_STD_I64LE */
+} dl_golden_elem_t;
+
+typedef enum {
+    DL_GOLDEN_ALWAYS = 0,
+    DL_GOLDEN_IF_BIAS = 1,  /* present only when route.has_bias */
+    DL_GOLDEN_IF_SWIGLU = 2 /* present only with DL_FFN_SWIGLU */
+} dl_golden_cond_t;
+
+/* One dataset of the format. dims are symbols: 'T' tokens, 'd' hidden,
+ * 'f' ffn, 'E' experts, 'k' top_k, 'M' = T*k, 'P' = E+1. */
+typedef struct {
+    dl_golden_group_t group;
+    const char *name;       /* "x", "router_logits", ... */
+    const char *path;       /* "/inputs/x", ... */
+    dl_golden_elem_t elem;
+    int act;                /* floats: 1 = the case's dtype, 0 = fp32 */
+    int rank;
+    char dims[4];
+    dl_golden_cond_t cond;
+} dl_golden_dataset_t;
+
+/* Number of datasets in format v1, and the i-th (fixed write order). */
+int dl_golden_dataset_count(void);
+const dl_golden_dataset_t *dl_golden_dataset(int i);
+/* The dataset called `path` ("/forward/out") or NULL. */
+const dl_golden_dataset_t *dl_golden_dataset_find(const char *path);
+/* 1 if the dataset exists for configuration c, else 0. */
+int dl_golden_dataset_applies(const dl_golden_dataset_t *ds, const dl_moe_config_t *c);
+/* Fills dims[0..rank-1] for c; returns the element count, or a negative
+ * DL_EOVERFLOW. */
+int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
+                                int64_t dims[3]);
+/* The storage type of a float dataset for c (DL_F32 for non-act ones). */
+dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, const dl_moe_config_t *c);
+
+/* -------------------------------------------------------------- one file */
+
+typedef struct {
+    /* root attributes */
+    char format[32];
+    int64_t format_version;
+    char generator[64];
+    char case_name[DL_GOLDEN_NAME_MAX + 1];
+    uint64_t seed;
+    char backend[128];       /* candidate files: root attribute "backend", or "" */
+    char compute_mode[64];   /* candidate files: root attribute "compute_mode", or "" */
+    dl_moe_config_t config;
+    /* groups; a NULL array is a dataset not present */
+    int has_inputs, has_forward, has_backward;
+    dl_golden_inputs_t in;
+    dl_moe_forward_t fwd;
+    dl_moe_backward_t bwd;
+    int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified */
+    int owner_;              /* private: how the arrays are freed */
+} dl_golden_file_t;
+
+/* The address of dataset ds's array pointer inside g (a float **, int32_t **
+ * or int64_t ** by ds->elem). */
+void **dl_golden_slot(dl_golden_file_t *g, const dl_golden_dataset_t *ds);
+
+/* Frees every array of g (whoever allocated it) and zeroes g. */
+void dl_golden_free(dl_golden_file_t *g);
+
+/* ---------------------------------------------------------------- writing */
+
+typedef void (*dl_golden_progress_fn)(void *ctx, const char *phase, double done);
+
+typedef struct {
+    int force;               /* overwrite an existing output */
+    int no_backward;         /* skip the backward pass and /backward */
+    dl_golden_progress_fn progress; /* may be NULL; done in [0, 1] */
+    void *progress_ctx;
+} dl_golden_gen_opts_t;
+
+/* Writes g to path: the root attributes, /config, and each group whose
+ * has_* flag is set, every applicable dataset of it (all must be non-NULL).
+ * Byte-reproducible. Written to a temporary name in the same directory and
+ * renamed; an existing path is kept unless force (DL_EEXIST); on any error
+ * no file is left behind. Errors: DL_EINVAL, DL_EEXIST, DL_EIO, DL_ENOMEM;
+ * a one-line message goes to err. progress may be NULL. */
+int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
+                    dl_golden_progress_fn progress, void *progress_ctx,
+                    char *err, size_t errlen);
+
+/* Seals the file at path: writes the SHA-256 of every byte after the first
+ * 512 into that 512-byte HDF5 user block (doc/format.md, "Seal").
+ * dl_golden_write seals every file; this is for tools that edit a golden
+ * file on purpose. The file must have been created with a 512-byte user
+ * block. Errors: DL_EIO, DL_EFORMAT. */
+int dl_golden_seal(const char *path, char *err, size_t errlen);
+
+/* Generates case c in memory: inputs, dl_moe_forward and (unless
+ * opts->no_backward) dl_moe_backward. If the backward pass fails, g keeps
+ * has_backward = 0 and the code is returned in *backward_err (may be NULL).
+ * Free g with dl_golden_free, also after an error. */
+int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
+                       dl_golden_file_t *g, int *backward_err, char *err, size_t errlen);
+
+/* dl_golden_generate then dl_golden_write. A failed backward pass does not
+ * fail the call: the file is written without /backward and the code is
+ * returned in *backward_err (may be NULL). An existing path is refused
+ * (DL_EEXIST) before any work unless opts->force. */
+int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *opts,
+                       int *backward_err, char *err, size_t errlen);
+
+/* The HDF5 library version in use ("1.10.8"): byte-identity of files is
+ * pinned for one HDF5 version (doc/format.md). */
+const char *dl_golden_hdf5_version(void);
+
+/* ---------------------------------------------------------------- reading */
+
+/* Loads a golden file: first the seal, if the file has one (a mismatch is
+ * DL_EFORMAT before HDF5 reads a byte: HDF5 can crash on damaged
+ * metadata); then root attributes, /config, and every present group,
+ * each of which must be complete. Validates the format and version, every
+ * dataset's HDF5 type, shape (against /config) and dtype attribute, that
+ * every value lies on its storage grid, ids and permutations in range and
+ * consistent, sizes nonnegative and offsets their prefix sum. Absent groups
+ * are reported by has_* = 0. Errors: DL_EIO (cannot open), DL_EFORMAT,
+ * DL_ESHAPE, DL_EDTYPE, DL_EGRID, DL_ERANGE, DL_ENOMEM, with a one-line
+ * message naming the file and dataset in err. Free with dl_golden_free. */
+int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errlen);
+
+/* Loads a candidate file (a backend's outputs): any subset of the datasets,
+ * shapes checked against `expect` (the golden's configuration). Float
+ * datasets must be IEEE float32; a dtype attribute, if present, must name
+ * the expected storage type and is then verified on the values. Integer
+ * datasets may have any integer type; ids must be in [0, E), permutation
+ * entries in [-1, M) (-1: dropped), sizes nonnegative. A /config group, if
+ * present, must agree with expect. Root attributes backend and compute_mode
+ * are read if present. A seal, if present, is verified. Candidate files
+ * are usually unsealed, so HDF5 parses them unprotected: HDF5 1.10 can
+ * crash on deliberately damaged metadata, so a caller that must survive
+ * hostile files loads them in a child process. Errors as dl_golden_load. */
+int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
+                             dl_golden_file_t *g, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,149 @@
+/* Private to the conformance runner (src/check*.c); not installed. */
+#ifndef DL_CHECK_PRIV_H
+#define DL_CHECK_PRIV_H
+#include "internal.h"
+
+/* How M = (|A||B|)_ij, the scale of the accumulation error, is obtained for
+ * a stage: from |g| (no products), a precomputed array, or the GEMM of
+ * absolute values, in bulk (OpenBLAS dgemm per group) or per element. */
+typedef enum {
+    DL__M_ABS_G = 0,   /* M = |g| */
+    DL__M_ARRAY,       /* M = arr[idx] */
+    DL__M_GROUPED,     /* sum over terms of |lhs| |op(rhs[e])|, rows grouped by offsets */
+    DL__M_RAGGED       /* out[e, i, j] = sum_{m in e} |a[m,i]| |b[m,j]| */
+} dl__mkind_t;
+
+typedef struct {
+    dl__mkind_t kind;
+    const double *arr;
+    dl_gemm_term_t terms[2];
+    int nterms;
+    int64_t N;                 /* grouped: columns; ragged: J */
+    const float *a, *b;        /* ragged */
+    int64_t I;
+    const int64_t *off;
+    int64_t E;
+} dl__mprov_t;
+
+/* One comparison of a float stage against its exact values. */
+typedef struct {
+    dl_value_t stage;
+    const char *check;         /* result name, "numerics" by default */
+    dl_dtype_t t;              /* storage type of the stage */
+    int64_t rows, cols;
+    const float *cand, *exact; /* [rows, cols] */
+    const uint8_t *row_skip;   /* rows not compared (missing from the candidate's dispatch) */
+    const int64_t *row_K;      /* per-row contraction length, or NULL for K */
+    int64_t K;
+    int kappa_in;              /* GEMM operands off the profile's input grid */
+    int elem;                  /* elementwise transcendental stage */
+    int short_sum;             /* a short sum of separately computed parts */
+    const dl__mprov_t *mp;     /* NULL: M = |g| */
+    uint8_t *row_fail;         /* out, may be NULL: rows with an element over the WARN bound */
+    int info;                  /* figures only (drift): verdict INFO */
+} dl__cmp_t;
+
+/* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
+ * value downstream stages are recomputed on: the candidate's own (put in the
+ * oracle's row layout and slot order) where it provides a finite one, else
+ * the exact stage value; *_golden[s] says it is bitwise the golden's, which
+ * lets the runner reuse golden values instead of recomputing. */
+typedef struct {
+    const dl_moe_config_t *c;
+    const dl_moe_inputs_t *in;
+    const dl_moe_forward_t *gf;
+    const dl_moe_backward_t *gb; /* NULL when the golden has no backward */
+    const dl_check_candidate_t *cand;
+    const dl_check_profile_t *prof;
+    dl_check_options_t opt;
+    dl_check_report_t *rep;
+    size_t rep_cap;
+    size_t drop_cap;
+
+    int64_t T, d, f, E, k, M;
+    int swiglu;
+    dl_dtype_t act;
+
+    const void *cand_arr[DL_VALUE_COUNT]; /* canonical slot order, candidate row layout */
+    const void *exact[DL_VALUE_COUNT];
+    int exact_golden[DL_VALUE_COUNT];
+    const void *eff[DL_VALUE_COUNT];
+    int eff_golden[DL_VALUE_COUNT];
+    int eff_is_cand[DL_VALUE_COUNT];
+    int recomputed[DL_VALUE_COUNT];    /* exact[s] was recomputed, not the golden's */
+    int need[DL_VALUE_COUNT];
+    void **owned;
+    size_t n_owned, cap_owned;
+    const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
+    int64_t numel[DL_VALUE_COUNT];
+    int have_bwd;                      /* golden backward and d_out present */
+
+    /* slot canonicalisation: candidate flat index t*k+j <-> canonical */
+    int32_t *to_canon, *from_canon; /* NULL: identity */
+    /* the candidate's sorted rows: oracle row q lives in candidate row
+     * row_map[q] (-1: the assignment is missing there); NULL: identity */
+    int32_t *row_map;
+    uint8_t *row_missing;            /* [M] oracle rows the candidate lacks; NULL: none */
+    int64_t n_row_missing;
+    const float *tie_margin;         /* exact margins on the effective scores */
+    int32_t *exact_ids;              /* exact top-k on the effective scores */
+    float *exact_weights;
+    int ids_cand_valid;
+    int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
+} dl__ck_t;
+
+/* check.c */
+void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size);
+dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check);
+void dl__ck_msg(dl_check_result_t *r, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void dl__ck_msg_append(dl_check_result_t *r, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+int dl__ck_add_drop(dl__ck_t *ck, int64_t canon_flat);
+dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
+
+/* check_tol.c */
+double dl__ck_ulp(double g, dl_dtype_t t);
+/* The PASS (warn = 0) or WARN (warn = 1) bound for one element. */
+double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
+                    int warn);
+/* 1 if x's storage grid lies inside the profile's GEMM input grid. */
+int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t);
+int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res);
+/* M of element (row, col) of a provider (per-element path). */
+double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col);
+/* M of every element, bulk path; out is [rows, cols]. */
+int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out);
+
+/* check_route.c */
+int dl__ck_route_ids(dl__ck_t *ck);
+/* The WARN bound of score element (t, e) given the effective logits. */
+double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
+                          int64_t e, int warn);
+/* M for scores: [T, E]. */
+void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m);
+/* The exact routing weights of the given ids on the given scores. */
+int dl__ck_weights_for_ids(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
+                           int64_t t, int64_t k, float *w);
+/* d_logits = exact VJP of the score function at stored scores and d_scores. */
+int dl__ck_score_vjp(const dl_route_config_t *rc, const float *scores, const float *d_scores,
+                     int64_t T, float *d_logits, double *m);
+void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
+                      const float *d_w, int64_t T, double *m);
+
+/* check_tokens.c */
+int dl__ck_canonicalise(dl__ck_t *ck);
+int dl__ck_tokens(dl__ck_t *ck);
+int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out);
+int dl__ck_zero_drops(dl__ck_t *ck);
+
+/* check_stage.c */
+int dl__ck_stages(dl__ck_t *ck);
+
+#endif

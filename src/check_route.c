@@ -1,0 +1,354 @@
+/* Routing checks: tie-aware top-k comparison, exact routing weights for the
+ * candidate's own ids, and the exact score VJP on stored d_scores (the
+ * stage-local definition of d_router_logits). */
+#include "config.h"
+#include <math.h>
+#include <mpfr.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check_priv.h"
+
+/* ------------------------------------------------------------- scores */
+
+void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m)
+{
+    const int64_t T = ck->T, E = ck->E;
+    const int softmax = ck->c->route.score_fn == DL_SCORE_SOFTMAX;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        const float *l = logits + t * E, *s = scores + t * E;
+        if (!softmax) {
+            /* 1/(1+exp(-l)): exp, add, divide, each relative to s */
+            for (int64_t e = 0; e < E; e++)
+                m[t * E + e] = fabs((double)s[e]);
+            continue;
+        }
+        /* s_e = exp(z_e) / sum_j exp(z_j), z = l - max l: a rounded z_e
+         * carries |z_e| u into exp, and the sum carries its terms' */
+        double mx = -INFINITY, zs = 0.0;
+        for (int64_t e = 0; e < E; e++)
+            if (l[e] > mx)
+                mx = l[e];
+        for (int64_t e = 0; e < E; e++)
+            zs += fabs((double)s[e]) * fabs((double)l[e] - mx);
+        for (int64_t e = 0; e < E; e++)
+            m[t * E + e] = fabs((double)s[e]) * (1.0 + fabs((double)l[e] - mx) + zs);
+    }
+}
+
+double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
+                          int64_t e, int warn)
+{
+    const int64_t E = ck->E;
+    const float *l = logits + t * E, *s = scores + t * E;
+    double M = fabs((double)s[e]);
+    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX) {
+        double mx = -INFINITY, zs = 0.0;
+        for (int64_t j = 0; j < E; j++)
+            if (l[j] > mx)
+                mx = l[j];
+        for (int64_t j = 0; j < E; j++)
+            zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
+        M *= 1.0 + fabs((double)l[e] - mx) + zs;
+    }
+    dl__cmp_t cmp = {.t = DL_F32, .elem = 1,
+                     .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
+    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
+}
+
+/* ------------------------------------------------------------- weights */
+
+/* RN_fp32 of an MPFR value computed exactly or with its ternary value. */
+static double mp_to_f32(mpfr_t r, int inex)
+{
+    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
+    mpfr_set_emin(-148);
+    mpfr_set_emax(128);
+    inex = mpfr_check_range(r, inex, MPFR_RNDN);
+    mpfr_subnormalize(r, inex, MPFR_RNDN);
+    double d = mpfr_get_d(r, MPFR_RNDN);
+    mpfr_set_emin(emin);
+    mpfr_set_emax(emax);
+    return d;
+}
+
+int dl__ck_weights_for_ids(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
+                           int64_t t, int64_t k, float *w)
+{
+    const int64_t E = rc->experts;
+    mpfr_t sum, num, q;
+    mpfr_init2(sum, 400); /* every float in [2^-149, 2^128) with 11 bits of carries: exact */
+    mpfr_init2(num, 80);  /* double * float: exact */
+    mpfr_init2(q, 24);
+    mpfr_set_zero(sum, 1);
+    for (int64_t j = 0; j < k; j++)
+        mpfr_add_d(sum, sum, scores[t * E + ids[t * k + j]], MPFR_RNDN);
+    for (int64_t j = 0; j < k; j++) {
+        mpfr_set_d(num, rc->scaling, MPFR_RNDN);
+        mpfr_mul_d(num, num, scores[t * E + ids[t * k + j]], MPFR_RNDN);
+        int inex;
+        if (rc->renormalize)
+            inex = mpfr_div(q, num, sum, MPFR_RNDN);
+        else
+            inex = mpfr_set(q, num, MPFR_RNDN);
+        w[t * k + j] = (float)mp_to_f32(q, inex);
+    }
+    mpfr_clear(sum);
+    mpfr_clear(num);
+    mpfr_clear(q);
+    return 0;
+}
+
+/* ---------------------------------------------------- routing backward */
+
+void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
+                      const float *d_w, int64_t T, double *m)
+{
+    const int64_t E = rc->experts, k = rc->top_k;
+    const double sc = fabs(rc->scaling);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; t++) {
+        double *mt = m + t * E;
+        for (int64_t e = 0; e < E; e++)
+            mt[e] = 0.0;
+        double S = 0.0, cross = 0.0;
+        for (int64_t j = 0; j < k; j++) {
+            double s = scores[t * E + ids[t * k + j]];
+            S += s;
+            cross += fabs((double)d_w[t * k + j]) * s;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            double dw = fabs((double)d_w[t * k + j]);
+            mt[ids[t * k + j]] = rc->renormalize && S > 0.0 ? sc * (dw / S + cross / (S * S))
+                                                            : sc * dw;
+        }
+    }
+}
+
+int dl__ck_score_vjp(const dl_route_config_t *rc, const float *scores, const float *d_scores,
+                     int64_t T, float *d_logits, double *m)
+{
+    const int64_t E = rc->experts;
+    const int softmax = rc->score_fn == DL_SCORE_SOFTMAX;
+    int bad = 0;
+#pragma omp parallel for schedule(dynamic, 4) reduction(| : bad)
+    for (int64_t t = 0; t < T; t++) {
+        const float *s = scores + t * E, *ds = d_scores + t * E;
+        dl_acc_t acc;
+        if (!d_logits) { /* M only */
+            double asig = 0.0;
+            for (int64_t j = 0; softmax && j < E; j++)
+                asig += fabs((double)s[j] * (double)ds[j]);
+            for (int64_t e = 0; e < E; e++)
+                m[t * E + e] = softmax ? fabs((double)s[e]) * (fabs((double)ds[e]) + asig)
+                                       : fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]));
+            continue;
+        }
+        if (!softmax) {
+            /* ds s (1 - s) = ds s - (ds s) s; ds s is exact in binary64 */
+            for (int64_t e = 0; e < E; e++) {
+                const double p = (double)ds[e] * (double)s[e];
+                dl_acc_clear(&acc);
+                dl_acc_add(&acc, p);
+                dl_acc_add_prod(&acc, -p, s[e]);
+                d_logits[t * E + e] = (float)dl_acc_round(&acc, DL_F32);
+                m[t * E + e] = fabs(p) * (1.0 + fabs((double)s[e]));
+                if (!isfinite(p))
+                    bad = 1;
+            }
+            continue;
+        }
+        /* s_e (ds_e - sigma), sigma = sum_j s_j ds_j: certified from a
+         * binary64 evaluation, else the exact accumulator */
+        double sig = 0.0, asig = 0.0;
+        for (int64_t j = 0; j < E; j++) {
+            double p = (double)s[j] * (double)ds[j];
+            sig += p;
+            asig += fabs(p);
+        }
+        const double nu = (double)E * 0x1p-53;
+        const double sig_err = nu / (1.0 - nu) * asig * (1.0 + 0x1p-40);
+        if (!isfinite(asig))
+            bad = 1;
+        for (int64_t e = 0; e < E; e++) {
+            const double se = s[e];
+            const double a = se * (double)ds[e]; /* exact */
+            const double b = se * sig;
+            const double y = a - b;
+            /* b rounded (u|b|), sigma's own error times s_e, the subtraction (u|y|) */
+            const double err = (fabs(b) + fabs(y)) * 0x1p-53 + se * sig_err + 0x1p-1074;
+            m[t * E + e] = fabs(se) * (fabs((double)ds[e]) + asig);
+            double r;
+            if (dl__certify(y, err * (1.0 + 0x1p-40), DL_F32, &r)) {
+                d_logits[t * E + e] = (float)r;
+                continue;
+            }
+            dl_acc_clear(&acc);
+            dl_acc_add(&acc, a);
+            for (int64_t j = 0; j < E; j++)
+                dl_acc_add_prod(&acc, -se * (double)s[j], ds[j]); /* s_e s_j: exact */
+            d_logits[t * E + e] = (float)dl_acc_round(&acc, DL_F32);
+        }
+    }
+    return bad ? DL_ENONFINITE : 0;
+}
+
+/* ------------------------------------------------------- the ids check */
+
+/* Number of keys one group score adds up: its tie margin scales with it. */
+static double group_terms(const dl_route_config_t *rc)
+{
+    if (rc->n_group <= 1)
+        return 1.0;
+    switch (rc->group_score) {
+    case DL_GROUP_TOP2_SUM: return 2.0;
+    case DL_GROUP_TOPK_SUM: return (double)(rc->top_k / rc->topk_group > 0 ? rc->top_k / rc->topk_group : 1);
+    default: return 1.0;
+    }
+}
+
+static double key_of(const dl__ck_t *ck, const float *s, int64_t e)
+{
+    if (ck->c->route.has_bias && ck->in->expert_bias)
+        return (float)((double)s[e] + (double)ck->in->expert_bias[e]);
+    return s[e];
+}
+
+int dl__ck_route_ids(dl__ck_t *ck)
+{
+    const int64_t T = ck->T, E = ck->E, k = ck->k, M = ck->M;
+    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
+    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
+    int rc;
+    /* the exact selection on the effective scores */
+    if (ck->eff_golden[DL_VALUE_ROUTER_SCORES] && ck->gf->tie_margin && !ck->opt.recompute_all) {
+        ck->exact_ids = ck->gf->topk_ids;
+        ck->exact_weights = ck->gf->topk_weights;
+        ck->tie_margin = ck->gf->tie_margin;
+        ck->exact_golden[DL_VALUE_TOPK_IDS] = 1;
+    } else {
+        int32_t *ids = dl__ck_alloc(ck, M, sizeof *ids);
+        float *w = dl__ck_alloc(ck, M, sizeof *w);
+        float *mg = dl__ck_alloc(ck, T, sizeof *mg);
+        if (!ids || !w || !mg)
+            return DL_ENOMEM;
+        if ((rc = dl_route_topk(&ck->c->route, scores, ck->in->expert_bias, T, ids, w, mg)))
+            return rc;
+        ck->exact_ids = ids;
+        ck->exact_weights = w;
+        ck->tie_margin = mg;
+        ck->exact_golden[DL_VALUE_TOPK_IDS] = !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
+    }
+    ck->exact[DL_VALUE_TOPK_IDS] = ck->exact_ids;
+
+    if ((rc = dl__ck_canonicalise(ck)))
+        return rc;
+
+    const int32_t *cid = dl_value_array(&ck->cand->fwd, NULL, DL_VALUE_TOPK_IDS);
+    if (!ck->cand_arr[DL_VALUE_TOPK_IDS])
+        cid = NULL;
+    if (cid) {
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
+        if (!r)
+            return DL_ENOMEM;
+        const double gt = group_terms(&ck->c->route);
+        int64_t n_range = 0, n_dup = 0, n_tie = 0, n_fail = 0, first_fail = -1, first_tie = -1;
+        double worst_ratio = 0.0;
+        for (int64_t t = 0; t < T; t++) {
+            const int32_t *c = cid + t * k, *x = ck->exact_ids + t * k;
+            int bad = 0;
+            for (int64_t j = 0; j < k && !bad; j++) {
+                if (c[j] < 0 || c[j] >= E) {
+                    n_range++;
+                    bad = 1;
+                }
+                for (int64_t i = 0; i < j && !bad; i++)
+                    if (c[i] == c[j]) {
+                        n_dup++;
+                        bad = 1;
+                    }
+            }
+            if (bad) {
+                n_fail++;
+                if (first_fail < 0)
+                    first_fail = t;
+                continue;
+            }
+            int64_t nmiss = 0;
+            for (int64_t j = 0; j < k; j++) {
+                int found = 0;
+                for (int64_t i = 0; i < k && !found; i++)
+                    found = c[j] == x[i];
+                nmiss += !found;
+            }
+            if (!nmiss)
+                continue;
+            /* a different set: a WARN only inside the tie margin, judged with
+             * the score tolerance at the competing keys */
+            const float *s = scores + t * E;
+            double tau = 0.0, kth = INFINITY;
+            for (int64_t j = 0; j < k; j++) {
+                double b1 = dl__ck_score_bound(ck, logits, scores, t, c[j], 1);
+                double b2 = dl__ck_score_bound(ck, logits, scores, t, x[j], 1);
+                tau = fmax(tau, fmax(b1, b2));
+                kth = fmin(kth, key_of(ck, s, x[j]));
+            }
+            if (ck->c->route.has_bias)
+                tau += 2.0 * 0x1p-24 * fabs(kth); /* the key's own rounding */
+            tau *= 2.0 * gt;
+            const double margin = ck->tie_margin[t];
+            int tie = margin <= tau;
+            if (tie && ck->c->route.n_group <= 1)
+                for (int64_t j = 0; j < k; j++)
+                    if (key_of(ck, s, c[j]) < kth - tau)
+                        tie = 0;
+            double ratio = tau > 0 ? margin / tau : INFINITY;
+            if (tie) {
+                n_tie++;
+                if (first_tie < 0)
+                    first_tie = t;
+            } else {
+                n_fail++;
+                if (first_fail < 0 || ratio > worst_ratio)
+                    worst_ratio = ratio;
+                if (first_fail < 0)
+                    first_fail = t;
+            }
+        }
+        r->n_checked = T;
+        r->n_over_pass = n_tie + n_fail;
+        r->n_over_warn = n_fail;
+        r->worst_index = first_fail >= 0 ? first_fail : first_tie;
+        if (n_fail) {
+            r->verdict = DL_VERDICT_FAIL;
+            if (n_range || n_dup)
+                dl__ck_msg(r, "%lld tokens with ids out of [0,%lld), %lld with repeated ids; ",
+                           (long long)n_range, (long long)E, (long long)n_dup);
+            dl__ck_msg_append(r, "%lld of %lld tokens select other experts outside the tie margin "
+                                 "(first: token %lld)",
+                              (long long)(n_fail - n_range - n_dup), (long long)T,
+                              (long long)first_fail);
+            if (n_tie)
+                dl__ck_msg_append(r, "; %lld more inside it", (long long)n_tie);
+        } else if (n_tie) {
+            r->verdict = DL_VERDICT_WARN;
+            dl__ck_msg(r, "%lld of %lld tokens select other experts inside the tie margin "
+                          "(first: token %lld)",
+                       (long long)n_tie, (long long)T, (long long)first_tie);
+        } else {
+            r->verdict = DL_VERDICT_PASS;
+            dl__ck_msg(r, "all %lld tokens select the exact expert sets", (long long)T);
+        }
+    }
+
+    /* the ids downstream stages are recomputed on */
+    if (ck->cand_arr[DL_VALUE_TOPK_IDS] && ck->ids_cand_valid) {
+        ck->eff[DL_VALUE_TOPK_IDS] = ck->cand_arr[DL_VALUE_TOPK_IDS];
+        ck->eff_is_cand[DL_VALUE_TOPK_IDS] = 1;
+    } else {
+        ck->eff[DL_VALUE_TOPK_IDS] = ck->exact_ids;
+    }
+    ck->eff_golden[DL_VALUE_TOPK_IDS] =
+        !memcmp(ck->eff[DL_VALUE_TOPK_IDS], ck->gf->topk_ids, (size_t)M * sizeof(int32_t));
+    return 0;
+}

@@ -1,0 +1,554 @@
+/* Token accounting: the candidate's slot order put in canonical order, its
+ * dispatch checked as a bijection onto the T*k assignments, group sizes and
+ * offsets checked exactly, and wrong output rows diagnosed as dropped
+ * (token, slot) pairs. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check_priv.h"
+
+/* The candidate may list a token's experts in any order. Where its set
+ * equals the exact set, its slots are renumbered to the exact order so that
+ * golden values can be reused downstream; elsewhere its own order stays. */
+int dl__ck_canonicalise(dl__ck_t *ck)
+{
+    const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
+    const int32_t *cid = ck->cand_arr[DL_VALUE_TOPK_IDS];
+    ck->ids_cand_valid = 1;
+    if (!cid)
+        return 0;
+    int32_t *map = NULL;
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *c = cid + t * k, *x = ck->exact_ids + t * k;
+        int ok = 1;
+        for (int64_t j = 0; j < k && ok; j++) {
+            ok = c[j] >= 0 && c[j] < E;
+            for (int64_t i = 0; i < j && ok; i++)
+                ok = c[i] != c[j];
+        }
+        if (!ok) {
+            ck->ids_cand_valid = 0;
+            continue;
+        }
+        int64_t pos[1024]; /* k <= 1024 (dl_moe_config_validate) */
+        int same = 1;
+        for (int64_t j = 0; j < k && same; j++) {
+            pos[j] = -1;
+            for (int64_t i = 0; i < k; i++)
+                if (x[i] == c[j])
+                    pos[j] = i;
+            same = pos[j] >= 0;
+        }
+        if (!same)
+            continue;
+        for (int64_t j = 0; j < k; j++) {
+            if (pos[j] == j)
+                continue;
+            if (!map) {
+                map = dl__ck_alloc(ck, M, sizeof *map);
+                if (!map)
+                    return DL_ENOMEM;
+                for (int64_t fl = 0; fl < M; fl++)
+                    map[fl] = (int32_t)fl;
+            }
+            map[t * k + j] = (int32_t)(t * k + pos[j]);
+        }
+    }
+    if (!map)
+        return 0;
+    int32_t *inv = dl__ck_alloc(ck, M, sizeof *inv);
+    if (!inv)
+        return DL_ENOMEM;
+    for (int64_t fl = 0; fl < M; fl++)
+        inv[map[fl]] = (int32_t)fl;
+    ck->to_canon = map;
+    ck->from_canon = inv;
+
+    /* per-slot arrays: value at canonical slot */
+    static const dl_value_t slot_float[] = {DL_VALUE_TOPK_WEIGHTS, DL_VALUE_D_TOPK_WEIGHTS};
+    for (size_t i = 0; i < 2; i++) {
+        const float *src = ck->cand_arr[slot_float[i]];
+        if (!src)
+            continue;
+        float *dst = dl__ck_alloc(ck, M, sizeof *dst);
+        if (!dst)
+            return DL_ENOMEM;
+        for (int64_t fl = 0; fl < M; fl++)
+            dst[map[fl]] = src[fl];
+        ck->cand_arr[slot_float[i]] = dst;
+    }
+    int32_t *ids = dl__ck_alloc(ck, M, sizeof *ids);
+    if (!ids)
+        return DL_ENOMEM;
+    for (int64_t fl = 0; fl < M; fl++)
+        ids[map[fl]] = cid[fl];
+    ck->cand_arr[DL_VALUE_TOPK_IDS] = ids;
+    /* sort_perm holds flat indices: renumber its values */
+    const int32_t *sp = ck->cand_arr[DL_VALUE_SORT_PERM];
+    if (sp) {
+        int32_t *d = dl__ck_alloc(ck, M, sizeof *d);
+        if (!d)
+            return DL_ENOMEM;
+        for (int64_t p = 0; p < M; p++)
+            d[p] = sp[p] >= 0 && sp[p] < M ? map[sp[p]] : sp[p];
+        ck->cand_arr[DL_VALUE_SORT_PERM] = d;
+    }
+    /* inv_perm is indexed by flat index */
+    const int32_t *ip = ck->cand_arr[DL_VALUE_INV_PERM];
+    if (ip) {
+        int32_t *d = dl__ck_alloc(ck, M, sizeof *d);
+        if (!d)
+            return DL_ENOMEM;
+        for (int64_t fl = 0; fl < M; fl++)
+            d[map[fl]] = ip[fl];
+        ck->cand_arr[DL_VALUE_INV_PERM] = d;
+    }
+    return 0;
+}
+
+/* Flat index in the candidate's own slot numbering, for messages. */
+static int64_t cand_flat(const dl__ck_t *ck, int64_t canon)
+{
+    return ck->from_canon ? ck->from_canon[canon] : canon;
+}
+
+/* Lists up to max (token, slot) pairs of flat canonical indices. */
+static void list_pairs(dl__ck_t *ck, dl_check_result_t *r, const int32_t *fl, int64_t n)
+{
+    const int64_t lim = n < ck->opt.max_listed ? n : ck->opt.max_listed;
+    for (int64_t i = 0; i < lim; i++) {
+        int64_t f = cand_flat(ck, fl[i]);
+        dl__ck_msg_append(r, "%s(%lld,%lld)", i ? " " : "", (long long)(f / ck->k),
+                          (long long)(f % ck->k));
+    }
+    if (n > lim)
+        dl__ck_msg_append(r, " ...");
+}
+
+/* Offsets the candidate laid its rows out by: its own when valid, else
+ * from its sizes when valid, else the oracle's. */
+static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
+{
+    const int64_t E = ck->E, M = ck->M;
+    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    if (co) {
+        int ok = co[0] == 0;
+        for (int64_t e = 0; e < E && ok; e++)
+            ok = co[e + 1] >= co[e] && co[e + 1] <= M;
+        if (ok)
+            return co;
+    }
+    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
+    if (cs) {
+        int64_t *o = dl__ck_alloc(ck, E + 1, sizeof *o);
+        if (!o)
+            return NULL;
+        int ok = 1;
+        for (int64_t e = 0; e < E && ok; e++) {
+            ok = cs[e] >= 0 && cs[e] <= M - o[e];
+            o[e + 1] = ok ? o[e] + cs[e] : 0;
+        }
+        if (ok)
+            return o;
+    }
+    return oracle;
+}
+
+int dl__ck_tokens(dl__ck_t *ck)
+{
+    const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
+    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
+    int32_t *sort_o, *inv_o;
+    int64_t *size_o, *off_o;
+    const int gold = ck->eff_golden[DL_VALUE_TOPK_IDS];
+    if (gold && !ck->opt.recompute_all) {
+        sort_o = ck->gf->sort_perm;
+        inv_o = ck->gf->inv_perm;
+        size_o = ck->gf->group_sizes;
+        off_o = ck->gf->group_offsets;
+    } else {
+        sort_o = dl__ck_alloc(ck, M, sizeof *sort_o);
+        inv_o = dl__ck_alloc(ck, M, sizeof *inv_o);
+        size_o = dl__ck_alloc(ck, E, sizeof *size_o);
+        off_o = dl__ck_alloc(ck, E + 1, sizeof *off_o);
+        if (!sort_o || !inv_o || !size_o || !off_o)
+            return DL_ENOMEM;
+        int rc = dl_sort_assignments(ids, T, k, E, sort_o, inv_o, size_o, off_o);
+        if (rc)
+            return rc;
+    }
+    const void *orc[4] = {sort_o, inv_o, size_o, off_o};
+    for (int i = 0; i < 4; i++) {
+        dl_value_t s = (dl_value_t)(DL_VALUE_SORT_PERM + i);
+        ck->exact[s] = ck->eff[s] = orc[i];
+        ck->exact_golden[s] = ck->eff_golden[s] = gold;
+    }
+
+    /* the candidate's permutation: its sort_perm, else the inverse of its inv_perm */
+    const int32_t *cp = ck->cand_arr[DL_VALUE_SORT_PERM];
+    const int32_t *ci = ck->cand_arr[DL_VALUE_INV_PERM];
+    int from_inv = 0;
+    if (!cp && ci) {
+        int32_t *p = dl__ck_alloc(ck, M, sizeof *p);
+        if (!p)
+            return DL_ENOMEM;
+        for (int64_t i = 0; i < M; i++)
+            p[i] = -1;
+        for (int64_t fl = 0; fl < M; fl++)
+            if (ci[fl] >= 0 && ci[fl] < M) {
+                if (p[ci[fl]] < 0)
+                    p[ci[fl]] = (int32_t)fl;
+                else
+                    p[ci[fl]] = INT32_MAX; /* two assignments in one row: neither is there */
+            }
+        cp = p;
+        from_inv = 1;
+    }
+    if (cp) {
+        dl_check_result_t *r = dl__ck_result(ck, from_inv ? DL_VALUE_INV_PERM : DL_VALUE_SORT_PERM,
+                                             "bijection");
+        int32_t *where = dl__ck_alloc(ck, M, sizeof *where); /* flat -> candidate row */
+        int32_t *miss = dl__ck_alloc(ck, M, sizeof *miss);
+        const int64_t *lay = layout_offsets(ck, off_o);
+        if (!r || !where || !miss || !lay)
+            return DL_ENOMEM;
+        for (int64_t fl = 0; fl < M; fl++)
+            where[fl] = -1;
+        int64_t n_range = 0, n_dup = 0, n_miss = 0, n_place = 0, first = -1;
+        int64_t e = 0;
+        for (int64_t p = 0; p < M; p++) {
+            while (e < E && p >= lay[e + 1])
+                e++;
+            const int64_t fl = cp[p];
+            if (fl < 0 || fl >= M) {
+                /* padding past the candidate's last group is no finding by
+                 * itself: the missing assignment is */
+                if (p < lay[E]) {
+                    n_range++;
+                    if (first < 0)
+                        first = p;
+                }
+                continue;
+            }
+            if (where[fl] >= 0) {
+                n_dup++;
+                if (first < 0)
+                    first = p;
+                continue;
+            }
+            where[fl] = (int32_t)p;
+            if (e >= E || ids[fl] != e) {
+                n_place++;
+                if (first < 0)
+                    first = p;
+            }
+        }
+        for (int64_t fl = 0; fl < M; fl++)
+            if (where[fl] < 0) {
+                miss[n_miss++] = (int32_t)fl;
+                int rc = dl__ck_add_drop(ck, fl);
+                if (rc)
+                    return rc;
+            }
+        int same = !n_range && !n_dup && !n_miss && !n_place;
+        for (int64_t p = 0; p < M && same; p++)
+            same = cp[p] == sort_o[p];
+        r->n_checked = M;
+        r->n_over_warn = n_range + n_dup + n_miss + n_place;
+        r->n_over_pass = r->n_over_warn;
+        r->worst_index = first;
+        if (r->n_over_warn) {
+            r->verdict = DL_VERDICT_FAIL;
+            if (n_miss) {
+                dl__ck_msg(r, "%lld assignments dispatched nowhere (dropped):", (long long)n_miss);
+                list_pairs(ck, r, miss, n_miss);
+                dl__ck_msg_append(r, "; ");
+            }
+            if (n_range)
+                dl__ck_msg_append(r, "%lld entries outside [0,T*k); ", (long long)n_range);
+            if (n_dup)
+                dl__ck_msg_append(r, "%lld duplicate entries; ", (long long)n_dup);
+            if (n_place)
+                dl__ck_msg_append(r, "%lld rows in another expert's segment", (long long)n_place);
+        } else if (!same) {
+            r->verdict = DL_VERDICT_WARN;
+            r->n_over_warn = 0;
+            dl__ck_msg(r, "a valid dispatch in another order than the stable sort by expert "
+                          "(rows are compared in the candidate's order)");
+        } else {
+            r->verdict = DL_VERDICT_PASS;
+            r->n_over_pass = 0;
+            dl__ck_msg(r, "every one of %lld assignments dispatched exactly once, stable order",
+                       (long long)M);
+        }
+        if (!same) {
+            int32_t *map = dl__ck_alloc(ck, M, sizeof *map);
+            uint8_t *gone = dl__ck_alloc(ck, M, sizeof *gone);
+            if (!map || !gone)
+                return DL_ENOMEM;
+            for (int64_t q = 0; q < M; q++) {
+                map[q] = where[sort_o[q]];
+                gone[q] = map[q] < 0;
+                ck->n_row_missing += gone[q];
+            }
+            ck->row_map = map;
+            ck->row_missing = ck->n_row_missing ? gone : NULL;
+        }
+    }
+
+    if (ci && !from_inv) {
+        /* inv_perm must invert the candidate's own sort_perm */
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_INV_PERM, "inverse");
+        if (!r)
+            return DL_ENOMEM;
+        int64_t bad = 0, first = -1;
+        for (int64_t fl = 0; fl < M; fl++) {
+            const int64_t p = ci[fl];
+            int ok = p >= 0 && p < M && cp[p] == fl;
+            if (!ok) {
+                bad++;
+                if (first < 0)
+                    first = cand_flat(ck, fl);
+            }
+        }
+        r->n_checked = M;
+        r->n_over_pass = r->n_over_warn = bad;
+        r->worst_index = first;
+        r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+        if (bad)
+            dl__ck_msg(r, "%lld entries do not invert sort_perm (first at flat index %lld)",
+                       (long long)bad, (long long)first);
+        else
+            dl__ck_msg(r, "inverts sort_perm");
+    }
+
+    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
+    if (cs) {
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_SIZES, "exact");
+        if (!r)
+            return DL_ENOMEM;
+        int64_t bad = 0, first = -1;
+        int over = 0;
+        int64_t sum = 0;
+        for (int64_t e = 0; e < E; e++) {
+            if (cs[e] != size_o[e]) {
+                bad++;
+                if (first < 0)
+                    first = e;
+            }
+            if (cs[e] < 0 || cs[e] > M)
+                over = 1;
+            else if (!over)
+                sum += cs[e];
+        }
+        r->n_checked = E;
+        r->n_over_pass = r->n_over_warn = bad;
+        r->worst_index = first;
+        if (first >= 0) {
+            r->worst_cand = (double)cs[first];
+            r->worst_exact = (double)size_o[first];
+        }
+        r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+        if (over)
+            dl__ck_msg(r, "sizes outside [0,T*k]; ");
+        else if (sum != M)
+            dl__ck_msg(r, "sizes sum to %lld, not T*k = %lld; ", (long long)sum, (long long)M);
+        if (bad)
+            dl__ck_msg_append(r, "%lld of %lld experts differ (first: expert %lld, %lld vs %lld)",
+                              (long long)bad, (long long)E, (long long)first,
+                              (long long)cs[first], (long long)size_o[first]);
+        else
+            dl__ck_msg(r, "all %lld group sizes exact, sum T*k = %lld", (long long)E, (long long)M);
+    }
+    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    if (co) {
+        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_OFFSETS, "exact");
+        if (!r)
+            return DL_ENOMEM;
+        int64_t bad = 0, first = -1;
+        for (int64_t e = 0; e <= E; e++)
+            if (co[e] != off_o[e]) {
+                bad++;
+                if (first < 0)
+                    first = e;
+            }
+        r->n_checked = E + 1;
+        r->n_over_pass = r->n_over_warn = bad;
+        r->worst_index = first;
+        if (first >= 0) {
+            r->worst_cand = (double)co[first];
+            r->worst_exact = (double)off_o[first];
+        }
+        r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+        if (bad)
+            dl__ck_msg(r, "%lld of %lld offsets differ (first: [%lld] %lld vs %lld; end %lld vs T*k %lld)",
+                       (long long)bad, (long long)(E + 1), (long long)first, (long long)co[first],
+                       (long long)off_o[first], (long long)co[E], (long long)M);
+        else
+            dl__ck_msg(r, "all %lld offsets exact", (long long)(E + 1));
+    }
+    return 0;
+}
+
+/* Whether candidate row t equals the exact combine without the slots in
+ * mask, within the WARN bound of that combine. */
+static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t mask,
+                       const float *y, const float *w, const int32_t *inv, double *p)
+{
+    const int64_t k = ck->k, d = ck->d;
+    dl__cmp_t cmp = {.t = ck->act, .K = k, .short_sum = 1};
+    for (int64_t i = 0; i < d; i++) {
+        int64_t n = 0;
+        double m = 0.0;
+        for (int64_t j = 0; j < k; j++) {
+            if (j < 64 && (mask >> j) & 1)
+                continue;
+            p[n] = (double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i];
+            m += fabs(p[n]);
+            n++;
+        }
+        int bad = 0;
+        const double g = dl__sum_exact(p, n, ck->act, &bad);
+        const double c = cand_row[i];
+        if (bad || !isfinite(c))
+            return 0;
+        if (fabs(c - g) > dl__ck_bound(ck, &cmp, g, m, k, 1))
+            return 0;
+    }
+    return 1;
+}
+
+static int popcount64(uint64_t x)
+{
+    int n = 0;
+    for (; x; x &= x - 1)
+        n++;
+    return n;
+}
+
+int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out)
+{
+    const int64_t T = ck->T, k = ck->k, d = ck->d;
+    const float *y = ck->eff[DL_VALUE_Y_SORTED];
+    const float *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
+    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
+    if (!y || !w || !inv)
+        return 0;
+    /* the subsets to try, fewest slots first: all of them up to k = 8,
+     * else each single slot and the whole token */
+    uint64_t *masks = NULL;
+    int64_t nm = 0;
+    if (k <= 8) {
+        masks = malloc(((size_t)1 << k) * sizeof *masks);
+        if (!masks)
+            return DL_ENOMEM;
+        for (int pc = 1; pc <= k; pc++)
+            for (uint64_t m = 1; m < ((uint64_t)1 << k); m++)
+                if (popcount64(m) == pc)
+                    masks[nm++] = m;
+    } else {
+        masks = malloc((size_t)(k + 1) * sizeof *masks);
+        if (!masks)
+            return DL_ENOMEM;
+        for (int64_t j = 0; j < k && j < 64; j++)
+            masks[nm++] = (uint64_t)1 << j;
+        masks[nm++] = ~(uint64_t)0;
+    }
+    uint64_t *found = calloc((size_t)(T > 0 ? T : 1), sizeof *found);
+    if (!found) {
+        free(masks);
+        return DL_ENOMEM;
+    }
+    int64_t nrows = 0, unexplained = 0;
+#pragma omp parallel reduction(+ : nrows, unexplained)
+    {
+        double *p = malloc((size_t)k * sizeof *p);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < T; t++) {
+            if (!row_fail[t] || !p)
+                continue;
+            nrows++;
+            for (int64_t i = 0; i < nm; i++)
+                if (row_matches(ck, cand_out + t * d, t, masks[i], y, w, inv, p)) {
+                    found[t] = masks[i];
+                    break;
+                }
+            unexplained += !found[t];
+        }
+        free(p);
+    }
+    int rc = 0;
+    for (int64_t t = 0; t < T && !rc; t++)
+        for (int64_t j = 0; j < k && j < 64 && !rc; j++)
+            if ((found[t] >> j) & 1)
+                rc = dl__ck_add_drop(ck, t * k + j);
+    ck->n_diag_rows += nrows;
+    ck->n_unexplained += unexplained;
+    free(found);
+    free(masks);
+    return rc;
+}
+
+static int drop_cmp(const void *a, const void *b)
+{
+    const dl_check_drop_t *x = a, *y = b;
+    if (x->token != y->token)
+        return x->token < y->token ? -1 : 1;
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+int dl__ck_zero_drops(dl__ck_t *ck)
+{
+    dl_check_report_t *rep = ck->rep;
+    if (rep->n_dropped > 1)
+        qsort(rep->dropped, (size_t)rep->n_dropped, sizeof *rep->dropped, drop_cmp);
+    const int has_disp = ck->cand_arr[DL_VALUE_SORT_PERM] || ck->cand_arr[DL_VALUE_INV_PERM] ||
+                         ck->cand_arr[DL_VALUE_GROUP_SIZES] || ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    const int has_out = ck->cand_arr[DL_VALUE_OUT] != NULL;
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_NONE, "zero_drops");
+    if (!r)
+        return DL_ENOMEM;
+    if (!has_disp && !has_out) {
+        dl__ck_msg(r, "neither dispatch nor out provided");
+        return 0;
+    }
+    const int64_t M = ck->M, E = ck->E;
+    int64_t sum = M;
+    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
+    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    if (cs) {
+        sum = 0;
+        for (int64_t e = 0; e < E; e++)
+            sum += cs[e] >= 0 && cs[e] <= M ? cs[e] : M + 1;
+    } else if (co) {
+        sum = co[E] - co[0];
+    }
+    r->n_checked = M;
+    r->n_over_pass = r->n_over_warn = rep->n_dropped;
+    if (rep->n_dropped || sum != M) {
+        r->verdict = DL_VERDICT_FAIL;
+        if (rep->n_dropped) {
+            dl__ck_msg(r, "%lld (token, slot) pairs dropped:", (long long)rep->n_dropped);
+            const int64_t lim = rep->n_dropped < ck->opt.max_listed ? rep->n_dropped
+                                                                      : ck->opt.max_listed;
+            for (int64_t i = 0; i < lim; i++)
+                dl__ck_msg_append(r, " (%lld,%lld)", (long long)rep->dropped[i].token,
+                                  (long long)rep->dropped[i].slot);
+            if (rep->n_dropped > lim)
+                dl__ck_msg_append(r, " ...");
+            r->worst_index = rep->dropped[0].token * ck->k + rep->dropped[0].slot;
+        }
+        if (sum != M)
+            dl__ck_msg_append(r, "%sgroup sizes account for %lld of %lld assignments",
+                              rep->n_dropped ? "; " : "", (long long)sum, (long long)M);
+    } else {
+        r->verdict = DL_VERDICT_PASS;
+        dl__ck_msg(r, "all %lld assignments accounted for%s", (long long)M,
+                   has_out ? ", every out row complete" : "");
+    }
+    if (ck->n_unexplained)
+        dl__ck_msg_append(r, "; %lld wrong out rows not explained by missing slots",
+                          (long long)ck->n_unexplained);
+    return 0;
+}

@@ -1,0 +1,495 @@
+/* The tolerance model of the conformance runner: compute profiles, the
+ * per-element bound, and the comparison engine that turns a candidate stage
+ * and its exact values into figures and a verdict. doc/tolerances.md derives
+ * every constant here. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "check_priv.h"
+#include <cblas.h>
+#undef I /* <complex.h>, via cblas.h */
+
+#define U32 0x1p-24
+
+/* Tensor-core paths (tf32, bf16, fp16 inputs) accumulate in fp32 but align
+ * and normalise by truncation (Fasi, Higham, Mikaitis, Pranesh 2021), so one
+ * step errs by up to an ulp: u_acc = 2^-23 there, 2^-24 for plain fp32 FMA. */
+static const dl_check_profile_t profiles[] = {
+    {"fp32", 24, 8, 0x1p-24, 2.0, 8.0, 32.0, 0,
+     "fp32 inputs as stored, fp32 round-to-nearest accumulation"},
+    {"tf32", 11, 8, 0x1p-23, 2.0, 8.0, 32.0, 0,
+     "GEMM operands rounded to tf32 (10-bit mantissa), fp32 accumulation"},
+    {"bf16", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 0,
+     "GEMM operands on the bf16 grid, fp32 accumulation"},
+    {"fp16", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 0,
+     "GEMM operands on the fp16 grid, fp32 accumulation"},
+    {"bf16-acc", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1,
+     "as bf16, but short sums (combine, un-permute, gradient terms) add stored bf16 parts"},
+    {"fp16-acc", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1,
+     "as fp16, but short sums (combine, un-permute, gradient terms) add stored fp16 parts"},
+};
+#define NPROF ((int)(sizeof profiles / sizeof profiles[0]))
+
+int dl_check_profile_count(void)
+{
+    return NPROF;
+}
+
+const dl_check_profile_t *dl_check_profile_at(int i)
+{
+    return i >= 0 && i < NPROF ? &profiles[i] : NULL;
+}
+
+const dl_check_profile_t *dl_check_profile_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    if (!strcasecmp(name, "float32") || !strcasecmp(name, "fp32-rn") || !strcasecmp(name, "f32"))
+        return &profiles[0];
+    if (!strcasecmp(name, "bfloat16"))
+        return &profiles[2];
+    if (!strcasecmp(name, "float16") || !strcasecmp(name, "half"))
+        return &profiles[3];
+    for (int i = 0; i < NPROF; i++)
+        if (!strcasecmp(name, profiles[i].name))
+            return &profiles[i];
+    return NULL;
+}
+
+static int exp_bits(dl_dtype_t t)
+{
+    return t == DL_F16 ? 5 : t == DL_F64 ? 11 : 8;
+}
+
+static int emin_of(dl_dtype_t t)
+{
+    return t == DL_F16 ? -14 : t == DL_F64 ? -1022 : -126;
+}
+
+int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t)
+{
+    return dl_dtype_precision(t) <= p->in_bits && exp_bits(t) <= p->in_exp_bits;
+}
+
+double dl__ck_ulp(double g, dl_dtype_t t)
+{
+    const int p = dl_dtype_precision(t), emin = emin_of(t);
+    if (!isfinite(g))
+        return NAN;
+    int e;
+    frexp(g, &e); /* |g| in [2^(e-1), 2^e) */
+    if (g == 0.0 || e - 1 < emin)
+        return ldexp(1.0, emin - p + 1);
+    return ldexp(1.0, e - p);
+}
+
+/* Spacing of the subnormals: the absolute error one rounding may make there. */
+static double eta(dl_dtype_t t)
+{
+    return ldexp(1.0, emin_of(t) - dl_dtype_precision(t) + 1);
+}
+
+double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
+                    int warn)
+{
+    const dl_check_profile_t *p = ck->prof;
+    const double uo = dl_dtype_unit_roundoff(cmp->t);
+    /* the candidate's own final rounding and the golden's (g = RN(exact)):
+     * |c - g| <= |c - x| + |x - g| with each <= u_out |x|, |x| <= |g|(1+2u) */
+    double b = 2.0 * uo * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
+    double ua = p->u_acc;
+    if (cmp->short_sum && p->sums_in_storage && uo > ua)
+        ua = uo;
+    const double uin = cmp->kappa_in > 0 ? ldexp(1.0, -p->in_bits) : 0.0;
+    const double ein = cmp->kappa_in * uin * (1.0 + uin);
+    /* WARN: the deterministic gamma_K; PASS: c sqrt(K) u. For K < c^2 the
+     * probabilistic figure exceeds the worst case: WARN never sits below PASS */
+    const double Ku = (double)K * ua;
+    double kap_w = Ku < 0.5 ? Ku / (1.0 - Ku) : INFINITY;
+    kap_w = ein + kap_w + ein * kap_w;
+    const double kap_p = ein + p->c_pass * sqrt((double)K) * ua;
+    double kap = warn ? fmax(kap_w, kap_p) : kap_p;
+    if (cmp->elem)
+        kap += (warn ? fmax(p->elem_warn, p->elem_pass) : p->elem_pass) * U32;
+    if (M != 0.0)
+        b += kap * M;
+    return b;
+}
+
+/* ---------------------------------------------------------- M providers */
+
+static const float *rhs_of(const dl_gemm_term_t *tm, int64_t N, int64_t e)
+{
+    return tm->rhs + e * tm->K * N;
+}
+
+static int64_t group_of(const int64_t *off, int64_t E, int64_t row)
+{
+    int64_t lo = 0, hi = E; /* off[lo] <= row < off[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (off[mid] <= row)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col)
+{
+    double m = 0.0;
+    switch (mp->kind) {
+    case DL__M_ARRAY: /* N is the stage's column count here */
+        return mp->arr[row * mp->N + col];
+    case DL__M_GROUPED: {
+        int64_t e = group_of(mp->off, mp->E, row);
+        for (int t = 0; t < mp->nterms; t++) {
+            const dl_gemm_term_t *tm = &mp->terms[t];
+            const float *a = tm->lhs + row * tm->K;
+            const float *w = rhs_of(tm, mp->N, e);
+            if (tm->layout == DL_RHS_KN)
+                for (int64_t i = 0; i < tm->K; i++)
+                    m += fabs((double)a[i] * (double)w[i * mp->N + col]);
+            else
+                for (int64_t i = 0; i < tm->K; i++)
+                    m += fabs((double)a[i] * (double)w[col * tm->K + i]);
+        }
+        return m;
+    }
+    case DL__M_RAGGED: {
+        int64_t e = row / mp->I, i = row % mp->I;
+        for (int64_t r = mp->off[e]; r < mp->off[e + 1]; r++)
+            m += fabs((double)mp->a[r * mp->I + i] * (double)mp->b[r * mp->N + col]);
+        return m;
+    }
+    default:
+        return 0.0;
+    }
+}
+
+static double *abs_copy(const float *src, int64_t n)
+{
+    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    if (!d)
+        return NULL;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        d[i] = fabs((double)src[i]);
+    return d;
+}
+
+/* M for rows [r0, r1) of a block that lies inside one group (grouped) or
+ * one expert (ragged: rows e*I .. e*I+I-1), into out [(r1-r0), N]. */
+static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
+{
+    const int64_t R = r1 - r0, N = mp->N;
+    if (R <= 0)
+        return 0;
+    if (mp->kind == DL__M_GROUPED) {
+        int64_t e = group_of(mp->off, mp->E, r0);
+        for (int t = 0; t < mp->nterms; t++) {
+            const dl_gemm_term_t *tm = &mp->terms[t];
+            const int64_t K = tm->K;
+            double *A = abs_copy(tm->lhs + r0 * K, R * K);
+            double *B = abs_copy(rhs_of(tm, N, e), K * N);
+            if (!A || !B) {
+                free(A);
+                free(B);
+                return DL_ENOMEM;
+            }
+            if (K > 0)
+                cblas_dgemm(CblasRowMajor, CblasNoTrans,
+                            tm->layout == DL_RHS_KN ? CblasNoTrans : CblasTrans, (int)R, (int)N,
+                            (int)K, 1.0, A, (int)K, B, tm->layout == DL_RHS_KN ? (int)N : (int)K,
+                            t ? 1.0 : 0.0, out, (int)N);
+            else if (!t)
+                memset(out, 0, (size_t)(R * N) * sizeof *out);
+            free(A);
+            free(B);
+        }
+        return 0;
+    }
+    if (mp->kind == DL__M_RAGGED) {
+        const int64_t I = mp->I, e = r0 / I, m0 = mp->off[e], Mg = mp->off[e + 1] - m0;
+        if (Mg == 0) {
+            memset(out, 0, (size_t)(R * N) * sizeof *out);
+            return 0;
+        }
+        double *A = abs_copy(mp->a + m0 * I, Mg * I);
+        double *B = abs_copy(mp->b + m0 * N, Mg * N);
+        if (!A || !B) {
+            free(A);
+            free(B);
+            return DL_ENOMEM;
+        }
+        /* out = A[:, i0:i0+R]^T B */
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)N, (int)Mg, 1.0,
+                    A + (r0 - e * I), (int)I, B, (int)N, 0.0, out, (int)N);
+        free(A);
+        free(B);
+        return 0;
+    }
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < N; c++)
+            out[(r - r0) * N + c] = dl__ck_m_elem(mp, r, c);
+    return 0;
+}
+
+int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out)
+{
+    if (mp->kind == DL__M_GROUPED) {
+        for (int64_t e = 0; e < mp->E; e++) {
+            int rc = m_block(mp, mp->off[e], mp->off[e + 1], out + mp->off[e] * mp->N);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    if (mp->kind == DL__M_RAGGED) {
+        for (int64_t e = 0; e < mp->E; e++) {
+            int rc = m_block(mp, e * mp->I, (e + 1) * mp->I, out + e * mp->I * mp->N);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    return m_block(mp, 0, rows, out);
+}
+
+/* ------------------------------------------------------ the comparison */
+
+typedef struct {
+    int64_t checked, over_pass, over_warn, nonfinite, worst;
+    double err_pass, err_warn, ulp, abs;
+    double wc, we;
+} rowstat_t;
+
+static void row_stat_init(rowstat_t *s)
+{
+    memset(s, 0, sizeof *s);
+    s->worst = -1;
+}
+
+/* Compares rows [r0, r1); M for the block is Mb (may be NULL: per element). */
+static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, const double *Mb,
+                         rowstat_t *st)
+{
+    const int64_t C = cmp->cols;
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t r = r0; r < r1; r++) {
+        rowstat_t *s = &st[r - r0];
+        row_stat_init(s);
+        if (cmp->row_skip && cmp->row_skip[r])
+            continue;
+        const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
+        int bad = 0;
+        for (int64_t j = 0; j < C; j++) {
+            const int64_t idx = r * C + j;
+            const double c = cmp->cand[idx], g = cmp->exact[idx];
+            s->checked++;
+            if (!isfinite(c)) {
+                s->nonfinite++;
+                bad = 1;
+                if (s->err_pass != INFINITY) { /* the first one stays the worst */
+                    s->err_pass = s->err_warn = INFINITY;
+                    s->worst = idx;
+                    s->wc = c;
+                    s->we = g;
+                }
+                continue;
+            }
+            const double err = fabs(c - g);
+            if (err == 0.0)
+                continue;
+            double M;
+            if (!cmp->mp)
+                M = fabs(g);
+            else if (cmp->mp->kind == DL__M_ARRAY)
+                M = cmp->mp->arr[idx];
+            else if (Mb)
+                M = Mb[(r - r0) * C + j];
+            else
+                M = dl__ck_m_elem(cmp->mp, r, j);
+            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0);
+            const double bw = dl__ck_bound(ck, cmp, g, M, K, 1);
+            const double ep = err / bp, ew = err / bw;
+            const double ul = err / dl__ck_ulp(g, cmp->t);
+            if (ep > 1.0)
+                s->over_pass++;
+            if (ew > 1.0) {
+                s->over_warn++;
+                bad = 1;
+            }
+            if (ep > s->err_pass) {
+                s->err_pass = ep;
+                s->worst = idx;
+                s->wc = c;
+                s->we = g;
+            }
+            if (ew > s->err_warn)
+                s->err_warn = ew;
+            if (ul > s->ulp)
+                s->ulp = ul;
+            if (err > s->abs)
+                s->abs = err;
+        }
+        if (cmp->row_fail)
+            cmp->row_fail[r] = (uint8_t)bad;
+    }
+}
+
+/* Whether element (r, j) differs from its exact value at all: only those
+ * need M. */
+static int64_t count_diff(const dl__cmp_t *cmp, int64_t r0, int64_t r1)
+{
+    int64_t n = 0;
+    const int64_t C = cmp->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        if (cmp->row_skip && cmp->row_skip[r])
+            continue;
+        for (int64_t j = 0; j < C; j++) {
+            const float c = cmp->cand[r * C + j], g = cmp->exact[r * C + j];
+            n += isfinite(c) && c != g;
+        }
+    }
+    return n;
+}
+
+static void merge(rowstat_t *acc, const rowstat_t *s)
+{
+    acc->checked += s->checked;
+    acc->over_pass += s->over_pass;
+    acc->over_warn += s->over_warn;
+    acc->nonfinite += s->nonfinite;
+    if (s->worst >= 0 && (acc->worst < 0 || s->err_pass > acc->err_pass)) {
+        acc->err_pass = s->err_pass;
+        acc->worst = s->worst;
+        acc->wc = s->wc;
+        acc->we = s->we;
+    }
+    if (s->err_warn > acc->err_warn)
+        acc->err_warn = s->err_warn;
+    if (s->ulp > acc->ulp)
+        acc->ulp = s->ulp;
+    if (s->abs > acc->abs)
+        acc->abs = s->abs;
+}
+
+int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res)
+{
+    const int64_t R = cmp->rows, C = cmp->cols;
+    /* blocks: one per group (grouped), one per expert (ragged), else chunks */
+    int64_t nb;
+    const dl__mprov_t *mp = cmp->mp;
+    if (mp && mp->kind == DL__M_GROUPED)
+        nb = mp->E;
+    else if (mp && mp->kind == DL__M_RAGGED)
+        nb = mp->E;
+    else
+        nb = R > 0 ? (R + 4095) / 4096 : 0;
+    rowstat_t tot;
+    row_stat_init(&tot);
+    int64_t maxrows = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t r0, r1;
+        if (mp && mp->kind == DL__M_GROUPED)
+            r0 = mp->off[b], r1 = mp->off[b + 1];
+        else if (mp && mp->kind == DL__M_RAGGED)
+            r0 = b * mp->I, r1 = (b + 1) * mp->I;
+        else
+            r0 = b * 4096, r1 = r0 + 4096 < R ? r0 + 4096 : R;
+        if (r1 - r0 > maxrows)
+            maxrows = r1 - r0;
+    }
+    rowstat_t *st = malloc((size_t)(maxrows > 0 ? maxrows : 1) * sizeof *st);
+    if (!st)
+        return DL_ENOMEM;
+    int rc = 0;
+    for (int64_t b = 0; b < nb && !rc; b++) {
+        int64_t r0, r1;
+        if (mp && mp->kind == DL__M_GROUPED)
+            r0 = mp->off[b], r1 = mp->off[b + 1];
+        else if (mp && mp->kind == DL__M_RAGGED)
+            r0 = b * mp->I, r1 = (b + 1) * mp->I;
+        else
+            r0 = b * 4096, r1 = r0 + 4096 < R ? r0 + 4096 : R;
+        if (r1 <= r0)
+            continue;
+        double *Mb = NULL;
+        if (mp && mp->kind != DL__M_ARRAY && mp->kind != DL__M_ABS_G) {
+            /* bulk M (a dgemm) only when many elements differ; else per element */
+            int64_t nd = count_diff(cmp, r0, r1);
+            if (nd * 16 > (r1 - r0) * C) {
+                Mb = malloc((size_t)((r1 - r0) * C) * sizeof *Mb);
+                if (!Mb) {
+                    rc = DL_ENOMEM;
+                    break;
+                }
+                if ((rc = m_block(mp, r0, r1, Mb))) {
+                    free(Mb);
+                    break;
+                }
+            }
+        }
+        compare_rows(ck, cmp, r0, r1, Mb, st);
+        free(Mb);
+        for (int64_t r = r0; r < r1; r++)
+            merge(&tot, &st[r - r0]);
+    }
+    free(st);
+    if (rc)
+        return rc;
+    res->n_checked = tot.checked;
+    res->n_over_pass = tot.over_pass;
+    res->n_over_warn = tot.over_warn;
+    res->n_nonfinite = tot.nonfinite;
+    res->err_pass = tot.err_pass;
+    res->err_warn = tot.err_warn;
+    res->max_ulp = tot.ulp;
+    res->max_abs = tot.abs;
+    res->worst_index = tot.worst;
+    res->worst_cand = tot.worst >= 0 ? tot.wc : NAN;
+    res->worst_exact = tot.worst >= 0 ? tot.we : NAN;
+    if (cmp->row_K) {
+        int64_t mk = 0;
+        for (int64_t r = 0; r < R; r++)
+            if (cmp->row_K[r] > mk)
+                mk = cmp->row_K[r];
+        res->K = mk;
+    } else {
+        res->K = cmp->K;
+    }
+    if (cmp->info) {
+        res->verdict = DL_VERDICT_INFO;
+        res->err_pass = res->err_warn = NAN;
+        if (tot.nonfinite)
+            dl__ck_msg(res, "%lld non-finite; ", (long long)tot.nonfinite);
+        dl__ck_msg_append(res, "end-to-end drift against the golden: max %.3g ulp, max |c-g| %.3g",
+                          tot.ulp, tot.abs);
+        return 0;
+    }
+    if (tot.nonfinite || tot.over_warn)
+        res->verdict = DL_VERDICT_FAIL;
+    else if (tot.over_pass)
+        res->verdict = DL_VERDICT_WARN;
+    else
+        res->verdict = DL_VERDICT_PASS;
+    if (tot.nonfinite)
+        dl__ck_msg_append(res, "%lld NaN/Inf; ", (long long)tot.nonfinite);
+    if (tot.over_warn)
+        dl__ck_msg_append(res, "%lld of %lld beyond the worst-case bound; ",
+                          (long long)tot.over_warn, (long long)tot.checked);
+    if (tot.over_pass)
+        dl__ck_msg_append(res, "%lld of %lld beyond the probabilistic bound; ",
+                          (long long)tot.over_pass, (long long)tot.checked);
+    if (res->verdict == DL_VERDICT_PASS)
+        dl__ck_msg_append(res, "%lld elements within the PASS bound (max %.3g of it, %.3g ulp)",
+                          (long long)tot.checked, tot.err_pass, tot.ulp);
+    else
+        dl__ck_msg_append(res, "worst at %lld: %.9g vs exact %.9g (%.3g x PASS bound)",
+                          (long long)tot.worst, tot.wc, tot.we, tot.err_pass);
+    return 0;
+}

@@ -1,0 +1,366 @@
+/* dropless gen | cases | info: golden files from the command line. */
+#include "config.h"
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "dropless.h"
+#include "cli.h"
+
+int dl_cli_gen(int argc, char **argv);
+int dl_cli_cases(int argc, char **argv);
+int dl_cli_info(int argc, char **argv);
+
+/* Cases larger than this get a progress bar (when stderr is a terminal). */
+#define PROGRESS_BYTES (64 * 1024 * 1024)
+
+static void human(int64_t b, char *buf, size_t n)
+{
+    if (b < 0)
+        snprintf(buf, n, "?");
+    else if (b < 10 * 1024)
+        snprintf(buf, n, "%" PRId64 " B", b);
+    else if (b < 10 * 1024 * 1024)
+        snprintf(buf, n, "%" PRId64 " KiB", b / 1024);
+    else if (b < INT64_C(10) * 1024 * 1024 * 1024)
+        snprintf(buf, n, "%" PRId64 " MiB", b / (1024 * 1024));
+    else
+        snprintf(buf, n, "%" PRId64 " GiB", b / (1024 * 1024 * 1024));
+}
+
+/* ------------------------------------------------------------------ gen */
+
+static void gen_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dropless gen [options] CASE...\n"
+            "       dropless gen [options] --all\n"
+            "       dropless gen [options] --config FILE\n"
+            "Writes one golden file per case, DIR/CASE.h5 (see 'dropless cases', doc/cli.md).\n"
+            "  -o, --output FILE   output path (one case only)\n"
+            "  -d, --dir DIR       output directory (default: .)\n"
+            "  -f, --force         overwrite existing files\n"
+            "  -c, --config FILE   a case file (key = value lines, doc/format.md)\n"
+            "      --all           every catalogue case that is not layer-scale\n"
+            "      --dtype T       fp32, bf16 or fp16 for every case (renames it: tiny-bf16)\n"
+            "      --seed N        override the seed\n"
+            "      --no-backward   skip the backward pass and /backward\n"
+            "  -q, --quiet         print nothing on success\n"
+            "  -h, --help          this text\n");
+}
+
+typedef struct {
+    const char *name;
+    int shown;
+    int last_pct;
+    const char *phase;
+} progress_t;
+
+static void progress_cb(void *ctx, const char *phase, double done)
+{
+    progress_t *p = ctx;
+    int pct = (int)(done * 100.0);
+    if (p->phase == phase && pct == p->last_pct)
+        return;
+    p->phase = phase;
+    p->last_pct = pct;
+    int bar = pct / 5;
+    fprintf(stderr, "\r%s: %-8s [%.*s%*s] %3d%%", p->name, phase, bar, "####################",
+            20 - bar, "", pct);
+    fflush(stderr);
+    p->shown = 1;
+}
+
+static int exit_for(int rc)
+{
+    return rc == DL_EEXIST || rc == DL_EINVAL || rc == DL_ENOTFOUND || rc == DL_EFORMAT
+               ? DL_EXIT_USAGE
+               : DL_EXIT_FAIL;
+}
+
+int dl_cli_gen(int argc, char **argv)
+{
+    enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK };
+    static const struct option opts[] = {
+        {"output", required_argument, NULL, 'o'}, {"dir", required_argument, NULL, 'd'},
+        {"force", no_argument, NULL, 'f'},        {"config", required_argument, NULL, 'c'},
+        {"all", no_argument, NULL, O_ALL},         {"dtype", required_argument, NULL, O_DTYPE},
+        {"seed", required_argument, NULL, O_SEED}, {"no-backward", no_argument, NULL, O_NOBACK},
+        {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    const char *output = NULL, *dir = ".", *config = NULL;
+    int force = 0, all = 0, quiet = 0, no_backward = 0, have_dtype = 0, have_seed = 0;
+    dl_dtype_t dtype = DL_F32;
+    uint64_t seed = 0;
+    opterr = 0;
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":o:d:fc:qh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'o': output = optarg; break;
+        case 'd': dir = optarg; break;
+        case 'f': force = 1; break;
+        case 'c': config = optarg; break;
+        case 'q': quiet = 1; break;
+        case 'h': gen_usage(stdout); return DL_EXIT_OK;
+        case O_ALL: all = 1; break;
+        case O_NOBACK: no_backward = 1; break;
+        case O_DTYPE:
+            if (dl_dtype_parse(optarg, &dtype) || dtype == DL_F64) {
+                fprintf(stderr, "dropless gen: --dtype must be fp32, bf16 or fp16, not '%s'\n", optarg);
+                return DL_EXIT_USAGE;
+            }
+            have_dtype = 1;
+            break;
+        case O_SEED: {
+            char *end;
+            seed = strtoull(optarg, &end, 0);
+            if (!*optarg || *end || *optarg == '-') {
+                fprintf(stderr, "dropless gen: --seed needs an unsigned integer, not '%s'\n", optarg);
+                return DL_EXIT_USAGE;
+            }
+            have_seed = 1;
+            break;
+        }
+        case ':':
+            fprintf(stderr, "dropless gen: option '%s' needs a value\n", argv[optind - 1]);
+            return DL_EXIT_USAGE;
+        default:
+            fprintf(stderr, "dropless gen: unknown option '%s' (try 'dropless gen --help')\n",
+                    argv[optind - 1]);
+            return DL_EXIT_USAGE;
+        }
+    }
+
+    int ncat = dl_case_count(), cap = argc + ncat + 1, n = 0;
+    dl_case_t *cases = calloc((size_t)cap, sizeof *cases);
+    if (!cases) {
+        fprintf(stderr, "dropless gen: out of memory\n");
+        return DL_EXIT_FAIL;
+    }
+    int rc = DL_EXIT_OK;
+    char err[512];
+    if (config) {
+        if (dl_case_parse_file(config, &cases[n], err, sizeof err)) {
+            fprintf(stderr, "dropless gen: %s\n", err);
+            rc = DL_EXIT_USAGE;
+            goto done;
+        }
+        n++;
+    }
+    for (int i = optind; i < argc; i++) {
+        if (dl_case_find(argv[i], &cases[n])) {
+            fprintf(stderr, "dropless gen: unknown case '%s' (see 'dropless cases')\n", argv[i]);
+            rc = DL_EXIT_USAGE;
+            goto done;
+        }
+        n++;
+    }
+    if (all)
+        for (int i = 0; i < ncat; i++)
+            if (!dl_case_get(i)->large)
+                cases[n++] = *dl_case_get(i);
+    if (n == 0) {
+        fprintf(stderr, "dropless gen: no case given (try 'dropless gen --help')\n");
+        rc = DL_EXIT_USAGE;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (have_dtype && dl_case_set_dtype(&cases[i], dtype)) {
+            fprintf(stderr, "dropless gen: case name too long for --dtype: %s\n", cases[i].name);
+            rc = DL_EXIT_USAGE;
+            goto done;
+        }
+        if (have_seed)
+            cases[i].seed = seed;
+    }
+    /* --dtype may map two names onto one: keep the first */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int dup = 0;
+        for (int j = 0; j < m; j++)
+            dup |= strcmp(cases[j].name, cases[i].name) == 0;
+        if (!dup)
+            cases[m++] = cases[i];
+    }
+    n = m;
+    if (output && n > 1) {
+        fprintf(stderr, "dropless gen: --output takes one case, %d given (use --dir)\n", n);
+        rc = DL_EXIT_USAGE;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        if (output)
+            snprintf(path, sizeof path, "%s", output);
+        else if ((size_t)snprintf(path, sizeof path, "%s/%s.h5", dir, cases[i].name) >= sizeof path) {
+            fprintf(stderr, "dropless gen: output path too long\n");
+            rc = DL_EXIT_USAGE;
+            goto done;
+        }
+        progress_t pr = {cases[i].name, 0, -1, NULL};
+        dl_golden_gen_opts_t o = {force, no_backward, NULL, NULL};
+        if (!quiet && isatty(2) && dl_case_data_bytes(&cases[i]) > PROGRESS_BYTES) {
+            o.progress = progress_cb;
+            o.progress_ctx = &pr;
+        }
+        int berr = 0;
+        int r = dl_golden_gen_file(&cases[i], path, &o, &berr, err, sizeof err);
+        if (pr.shown)
+            fprintf(stderr, "\n");
+        if (r) {
+            fprintf(stderr, "dropless gen: %s\n", err);
+            rc = exit_for(r);
+            goto done;
+        }
+        if (berr)
+            fprintf(stderr, "dropless gen: warning: %s: backward pass failed (%s): "
+                            "written without /backward\n", cases[i].name, dl_strerror(berr));
+        if (!quiet) {
+            struct stat st;
+            char sz[32];
+            human(stat(path, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
+            printf("wrote %s (%s)\n", path, sz);
+        }
+    }
+done:
+    free(cases);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- cases */
+
+static void cases_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dropless cases [--names] [--verbose]\n"
+            "Lists the catalogue: name, shapes (T tokens, d hidden, f ffn, E experts, k top-k),\n"
+            "routing, dtype and the file's data size; 'on demand' marks layer-scale cases that\n"
+            "'dropless gen --all' and vectors/ leave out.\n"
+            "  --names     names only\n"
+            "  --verbose   add each case's description\n");
+}
+
+int dl_cli_cases(int argc, char **argv)
+{
+    int names = 0, verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--names"))
+            names = 1;
+        else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v"))
+            verbose = 1;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            cases_usage(stdout);
+            return DL_EXIT_OK;
+        } else {
+            fprintf(stderr, "dropless cases: unknown argument '%s'\n", argv[i]);
+            return DL_EXIT_USAGE;
+        }
+    }
+    for (int i = 0; i < dl_case_count(); i++) {
+        const dl_case_t *c = dl_case_get(i);
+        if (names) {
+            printf("%s\n", c->name);
+            continue;
+        }
+        const dl_moe_config_t *k = &c->config;
+        const dl_route_config_t *r = &k->route;
+        char route[64], sz[32];
+        const char *gs = r->group_score == DL_GROUP_MAX ? "max"
+                         : r->group_score == DL_GROUP_TOP2_SUM ? "top2_sum" : "topk_sum";
+        if (r->n_group > 1)
+            snprintf(route, sizeof route, "%s%s g%" PRId64 "/%" PRId64 ":%s",
+                     r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
+                     r->has_bias ? "+bias" : "", r->n_group, r->topk_group, gs);
+        else
+            snprintf(route, sizeof route, "%s%s",
+                     r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
+                     r->has_bias ? "+bias" : "");
+        human(dl_case_data_bytes(c), sz, sizeof sz);
+        printf("%-24s T=%-5" PRId64 " d=%-5" PRId64 " f=%-6" PRId64 " E=%-4" PRId64
+               " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s\n",
+               c->name, k->tokens, k->hidden, k->ffn, r->experts, r->top_k, route,
+               k->ffn_kind == DL_FFN_PLAIN ? "plain" : "swiglu", dl_dtype_name(k->dtype),
+               r->renormalize ? "norm" : "", sz, c->large ? "  on demand" : "");
+        if (verbose)
+            printf("    %s\n", c->description);
+    }
+    return DL_EXIT_OK;
+}
+
+/* ----------------------------------------------------------------- info */
+
+static void info_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dropless info FILE...\n"
+            "Validates each golden file (types, shapes, dtype grids, ranges) and prints its\n"
+            "case, configuration and datasets. A file that fails validation: one line on\n"
+            "stderr naming the file and the dataset, exit status 2.\n");
+}
+
+int dl_cli_info(int argc, char **argv)
+{
+    int nfiles = 0, rc = DL_EXIT_OK;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            info_usage(stdout);
+            return DL_EXIT_OK;
+        }
+        if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "dropless info: unknown option '%s'\n", argv[i]);
+            return DL_EXIT_USAGE;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        nfiles++;
+        dl_golden_file_t g;
+        char err[512];
+        if (dl_golden_load(argv[i], &g, err, sizeof err)) {
+            fprintf(stderr, "dropless info: %s\n", err);
+            rc = DL_EXIT_USAGE;
+            continue;
+        }
+        char cfg[1024];
+        dl_golden_config_string(&g.config, "\n    ", cfg, sizeof cfg);
+        printf("%s\n  format: %s version %" PRId64 ", written by %s\n  seal: %s\n"
+               "  case: %s (seed %" PRIu64 ")\n  config:\n    %s\n",
+               argv[i], g.format, g.format_version, g.generator,
+               g.sealed ? "SHA-256 verified" : "none (the file is not protected against damage)",
+               g.case_name, g.seed, cfg);
+        int has[3] = {g.has_inputs, g.has_forward, g.has_backward};
+        static const char *const gn[] = {"/inputs", "/forward", "/backward"};
+        int cur = -1;
+        for (int j = 0; j < dl_golden_dataset_count(); j++) {
+            const dl_golden_dataset_t *ds = dl_golden_dataset(j);
+            if ((int)ds->group != cur) {
+                cur = ds->group;
+                printf("  %s%s\n", gn[cur], has[cur] ? "" : ": absent");
+            }
+            if (!has[cur] || !dl_golden_dataset_applies(ds, &g.config))
+                continue;
+            int64_t dims[3];
+            dl_golden_dataset_shape(ds, &g.config, dims);
+            char shape[96];
+            int w = snprintf(shape, sizeof shape, "[");
+            for (int d = 0; d < ds->rank; d++)
+                w += snprintf(shape + w, sizeof shape - (size_t)w, d ? ",%" PRId64 : "%" PRId64, dims[d]);
+            snprintf(shape + w, sizeof shape - (size_t)w, "]");
+            const char *ty = ds->elem == DL_GOLDEN_INT32 ? "int32"
+                             : ds->elem == DL_GOLDEN_INT64 ? "int64" : "float32";
+            char grid[32] = "";
+            if (ds->elem == DL_GOLDEN_FLOAT)
+                snprintf(grid, sizeof grid, "%s values", dl_dtype_name(dl_golden_dataset_dtype(ds, &g.config)));
+            printf("    %-16s %-8s %-18s %s\n", ds->name, ty, shape, grid);
+        }
+        dl_golden_free(&g);
+    }
+    if (nfiles == 0) {
+        fprintf(stderr, "dropless info: no file given (try 'dropless info --help')\n");
+        return DL_EXIT_USAGE;
+    }
+    return rc;
+}

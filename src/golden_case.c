@@ -1,0 +1,474 @@
+/* The case catalogue and the key = value case-file format. */
+#include "config.h"
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+/* ------------------------------------------------------------ catalogue */
+
+#define ROUTE(E, k, sf, ng, tg, gs, rn, sc, bias)                                   \
+    {.experts = E, .top_k = k, .score_fn = sf, .n_group = ng, .topk_group = tg,      \
+     .group_score = gs, .renormalize = rn, .scaling = sc, .has_bias = bias}
+#define ONE(nm, desc, T, d, f, rt, fk, dt, seed_, kind, zs, big)                     \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
+                .dtype = dt},                                                        \
+     .seed = seed_, .inputs = kind, .zipf_s = zs, .large = big}
+/* Every case comes in fp32 (no suffix), bf16 and fp16; all three draw the
+ * same normals (same seed) and round them to their own grid. */
+#define CASE3(nm, desc, T, d, f, rt, fk, seed_, kind, zs, big)                        \
+    ONE(nm, desc, T, d, f, rt, fk, DL_F32, seed_, kind, zs, big),                    \
+    ONE(nm "-bf16", desc, T, d, f, rt, fk, DL_BF16, seed_, kind, zs, big),           \
+    ONE(nm "-fp16", desc, T, d, f, rt, fk, DL_F16, seed_, kind, zs, big)
+
+#define SM DL_SCORE_SOFTMAX
+#define SG DL_SCORE_SIGMOID
+#define GMAX DL_GROUP_MAX
+#define G2 DL_GROUP_TOP2_SUM
+#define GK DL_GROUP_TOPK_SUM
+#define SWI DL_FFN_SWIGLU
+#define PLN DL_FFN_PLAIN
+
+static const dl_case_t catalogue[] = {
+    CASE3("tiny", "4 tokens, 4 experts: small enough to check by hand",
+          4, 4, 4, (4, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 1, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("ties", "softmax top-2 with duplicated router columns: exact and near ties at the k boundary, an all-zero token",
+          24, 16, 8, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 2, DL_INPUTS_TIES, 0, 0),
+    CASE3("ties-grouped", "sigmoid, bias, 4 groups keep 2, topk_sum: tied groups and tied experts",
+          16, 16, 8, (16, 4, SG, 4, 2, GK, 1, 1.0, 1), SWI, 3, DL_INPUTS_TIES, 0, 0),
+    CASE3("empty-experts", "experts 0, 4 and 7 (first, middle, last) receive no token",
+          32, 16, 8, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 4, DL_INPUTS_EMPTY, 0, 0),
+    CASE3("no-tokens", "T = 0: every token-shaped array is empty, dW exactly zero",
+          0, 8, 8, (4, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 5, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("one-hot", "top-1 and every token to expert 4",
+          16, 16, 8, (8, 1, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 6, DL_INPUTS_ONE_HOT, 0, 0),
+    CASE3("single-token", "T = 1",
+          1, 16, 8, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 7, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("odd-shapes", "T = 13, d = 23, f = 37, E = 3: no dimension a multiple of 8",
+          13, 23, 37, (3, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 8, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("zipf", "softmax without renormalisation, expert loads ~ (e+1)^-1.2",
+          64, 8, 8, (16, 2, SM, 1, 1, GMAX, 0, 1.0, 0), SWI, 9, DL_INPUTS_ZIPF, 1.2, 0),
+    CASE3("mixtral-small", "Mixtral routing (softmax, top-2 of 8, renormalised), small shapes",
+          32, 16, 16, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 10, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("deepseek-v3-small", "DeepSeek-V3 routing (sigmoid, bias, 8 groups keep 4, top2_sum, top-8, scale 2.5), small shapes",
+          16, 8, 8, (32, 8, SG, 8, 4, G2, 1, 2.5, 1), SWI, 11, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("grouped-max", "softmax, 4 groups keep 2 scored by max, no renormalisation, scale 2",
+          24, 8, 8, (16, 3, SM, 4, 2, GMAX, 0, 2.0, 0), SWI, 12, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("plain-ffn", "single grouped GEMM per expert (y = x Wd): tests a grouped GEMM alone",
+          24, 24, 24, (6, 2, SM, 1, 1, GMAX, 1, 1.0, 0), PLN, 13, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
+          4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
+    CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
+          4096, 7168, 2048, (256, 8, SG, 8, 4, G2, 1, 2.5, 1), SWI, 102, DL_INPUTS_RANDOM, 0, 1),
+};
+#define NCAT ((int)(sizeof catalogue / sizeof catalogue[0]))
+
+int dl_case_count(void) { return NCAT; }
+
+const dl_case_t *dl_case_get(int i) { return i >= 0 && i < NCAT ? &catalogue[i] : NULL; }
+
+int dl_case_find(const char *name, dl_case_t *c)
+{
+    if (!name || !c)
+        return DL_EINVAL;
+    for (int i = 0; i < NCAT; i++)
+        if (strcmp(catalogue[i].name, name) == 0) {
+            *c = catalogue[i];
+            return 0;
+        }
+    return DL_ENOTFOUND;
+}
+
+static void strip_dtype_suffix(char *name)
+{
+    size_t n = strlen(name);
+    if (n > 5 && (strcmp(name + n - 5, "-bf16") == 0 || strcmp(name + n - 5, "-fp16") == 0 ||
+                  strcmp(name + n - 5, "-fp32") == 0))
+        name[n - 5] = '\0';
+}
+
+int dl_case_set_dtype(dl_case_t *c, dl_dtype_t t)
+{
+    if (!c || (t != DL_F32 && t != DL_BF16 && t != DL_F16))
+        return DL_EINVAL;
+    char base[DL_GOLDEN_NAME_MAX + 1];
+    snprintf(base, sizeof base, "%s", c->name);
+    strip_dtype_suffix(base);
+    const char *suf = t == DL_BF16 ? "-bf16" : t == DL_F16 ? "-fp16" : "";
+    size_t bl = strlen(base), sl = strlen(suf);
+    if (bl + sl > DL_GOLDEN_NAME_MAX)
+        return DL_EINVAL;
+    memcpy(c->name, base, bl);
+    memcpy(c->name + bl, suf, sl + 1);
+    c->config.dtype = t;
+    return 0;
+}
+
+int64_t dl_case_data_bytes(const dl_case_t *c)
+{
+    int64_t total = 0;
+    for (int i = 0; i < dl_golden_dataset_count(); i++) {
+        const dl_golden_dataset_t *ds = dl_golden_dataset(i);
+        if (!dl_golden_dataset_applies(ds, &c->config))
+            continue;
+        int64_t dims[3];
+        int64_t n = dl_golden_dataset_shape(ds, &c->config, dims);
+        if (n < 0)
+            return -1;
+        int64_t sz = ds->elem == DL_GOLDEN_INT64 ? 8 : 4;
+        if (n > (INT64_MAX - total) / sz)
+            return -1;
+        total += n * sz;
+    }
+    return total;
+}
+
+/* --------------------------------------------------- configuration checks */
+
+int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
+{
+    const dl_route_config_t *r = &c->route;
+#define BAD(...) do { dl__golden_msg(why, whylen, __VA_ARGS__); return DL_EINVAL; } while (0)
+    if (c->tokens < 0)
+        BAD("tokens must be >= 0");
+    if (c->hidden < 1 || c->ffn < 1)
+        BAD("hidden and ffn must be >= 1");
+    if (c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN)
+        BAD("unknown ffn_kind");
+    if (c->ffn_kind == DL_FFN_PLAIN && c->ffn != c->hidden)
+        BAD("ffn_kind plain needs ffn = hidden");
+    if (c->dtype != DL_F32 && c->dtype != DL_BF16 && c->dtype != DL_F16)
+        BAD("dtype must be fp32, bf16 or fp16");
+    if (r->experts < 1)
+        BAD("experts must be >= 1");
+    if (r->experts > INT32_MAX)
+        BAD("experts must fit int32");
+    if (r->top_k < 1 || r->top_k > r->experts)
+        BAD("top_k must be in [1, experts]");
+    if (r->score_fn != DL_SCORE_SOFTMAX && r->score_fn != DL_SCORE_SIGMOID)
+        BAD("unknown score_function");
+    if (r->group_score < DL_GROUP_MAX || r->group_score > DL_GROUP_TOPK_SUM)
+        BAD("unknown group_score");
+    if (r->n_group < 1 || r->experts % r->n_group != 0)
+        BAD("n_group must divide experts");
+    if (r->topk_group < 1 || r->topk_group > r->n_group)
+        BAD("topk_group must be in [1, n_group]");
+    if (r->top_k > r->topk_group * (r->experts / r->n_group))
+        BAD("top_k exceeds the experts in topk_group groups");
+    if (r->n_group > 1 && r->group_score == DL_GROUP_TOP2_SUM && r->experts / r->n_group < 2)
+        BAD("group_score top2_sum needs >= 2 experts per group");
+    if (r->n_group > 1 && r->group_score == DL_GROUP_TOPK_SUM && r->top_k % r->topk_group != 0)
+        BAD("group_score topk_sum needs topk_group to divide top_k");
+    if (!(r->scaling > 0) || !isfinite(r->scaling))
+        BAD("scaling must be finite and > 0");
+    int64_t m;
+    if (dl_mul_size(c->tokens, r->top_k, &m) || m > INT32_MAX)
+        BAD("tokens * top_k must fit int32");
+    for (int i = 0; i < dl_golden_dataset_count(); i++) {
+        int64_t dims[3];
+        if (dl_golden_dataset_shape(dl_golden_dataset(i), c, dims) < 0)
+            BAD("a tensor's size overflows 64 bits");
+    }
+    if (dl_case_data_bytes(&(dl_case_t){.config = *c}) < 0)
+        BAD("the file's size overflows 64 bits");
+#undef BAD
+    return 0;
+}
+
+int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf, size_t n)
+{
+    if (!c || !buf || n == 0)
+        return DL_EINVAL;
+    if (!sep)
+        sep = " ";
+    const char *sf = dl__golden_score_name(c->route.score_fn);
+    const char *gs = dl__golden_group_name(c->route.group_score);
+    const char *fk = dl__golden_ffn_name(c->ffn_kind);
+    const char *dt = dl_dtype_name(c->dtype);
+    int w = snprintf(buf, n,
+                     "tokens = %" PRId64 "%shidden = %" PRId64 "%sffn = %" PRId64
+                     "%sexperts = %" PRId64 "%stop_k = %" PRId64 "%sscore_function = %s"
+                     "%sn_group = %" PRId64 "%stopk_group = %" PRId64 "%sgroup_score = %s"
+                     "%srenormalize = %d%sscaling = %.17g%shas_bias = %d%sffn_kind = %s"
+                     "%sdtype = %s",
+                     c->tokens, sep, c->hidden, sep, c->ffn, sep, c->route.experts, sep,
+                     c->route.top_k, sep, sf ? sf : "?", sep, c->route.n_group, sep,
+                     c->route.topk_group, sep, gs ? gs : "?", sep, c->route.renormalize != 0,
+                     sep, c->route.scaling, sep, c->route.has_bias != 0, sep, fk ? fk : "?",
+                     sep, dt ? dt : "?");
+    return w < 0 || (size_t)w >= n ? DL_EOVERFLOW : 0;
+}
+
+/* ------------------------------------------------------------ case files */
+
+#define LINE_MAX_LEN 1024
+
+static int name_ok(const char *s)
+{
+    if (!*s || strlen(s) > DL_GOLDEN_NAME_MAX)
+        return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.')
+            return 0;
+    return 1;
+}
+
+static int parse_i64(const char *v, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!*v || !(isdigit((unsigned char)*v) || *v == '-'))
+        return -1;
+    errno = 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_u64(const char *v, uint64_t *out)
+{
+    if (!*v || !isdigit((unsigned char)*v))
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (errno || *end)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no")) {
+        *out = 0;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_double(const char *v, double *out)
+{
+    if (!*v)
+        return -1;
+    errno = 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (errno || *end || !isfinite(x))
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+enum {
+    K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
+    K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
+    K_ZIPF, NKEYS
+};
+static const char *const keys[NKEYS] = {
+    "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
+    "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
+    "ffn_kind", "dtype", "seed", "inputs", "zipf_s"};
+
+int dl_case_parse_file(const char *path, dl_case_t *out, char *err, size_t errlen)
+{
+    if (!path || !out)
+        return DL_EINVAL;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        dl__golden_msg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return DL_EIO;
+    }
+    dl_case_t c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "custom");
+    c.description = "";
+    c.config.route = (dl_route_config_t){.experts = 0, .top_k = 0, .score_fn = DL_SCORE_SOFTMAX,
+                                         .n_group = 1, .topk_group = 1,
+                                         .group_score = DL_GROUP_MAX, .renormalize = 1,
+                                         .scaling = 1.0, .has_bias = 0};
+    c.config.ffn_kind = DL_FFN_SWIGLU;
+    c.config.dtype = DL_F32;
+    c.config.ffn = -1;
+    c.seed = 1;
+    c.inputs = DL_INPUTS_RANDOM;
+    c.zipf_s = 1.0;
+    int line_of[NKEYS] = {0};
+    char line[LINE_MAX_LEN + 2];
+    int lineno = 0, rc = 0, last = 0;
+#define FAIL(code, ...)                                                     \
+    do {                                                                    \
+        char m_[256];                                                       \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                               \
+        dl__golden_msg(err, errlen, "%s:%d: %s", path, lineno, m_);         \
+        rc = code;                                                          \
+        goto done;                                                          \
+    } while (0)
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len > LINE_MAX_LEN && line[len - 1] != '\n')
+            FAIL(DL_EFORMAT, "line longer than %d characters", LINE_MAX_LEN);
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq)
+            FAIL(DL_EFORMAT, "expected 'key = value', got '%.60s'", s);
+        *eq = '\0';
+        char *k = trim(s), *v = trim(eq + 1);
+        int key = -1;
+        for (int i = 0; i < NKEYS; i++)
+            if (!strcmp(keys[i], k))
+                key = i;
+        if (key < 0)
+            FAIL(DL_EFORMAT, "unknown key '%.60s'", k);
+        if (line_of[key])
+            FAIL(DL_EFORMAT, "key '%s' given twice (first on line %d)", k, line_of[key]);
+        if (!*v)
+            FAIL(DL_EFORMAT, "key '%s' has no value", k);
+        if (key == K_BASE && last)
+            FAIL(DL_EFORMAT, "'base' must come before every other key");
+        line_of[key] = lineno;
+        last = 1;
+        int64_t i64;
+        int b, e;
+        dl_dtype_t dt;
+        switch (key) {
+        case K_NAME:
+            if (!name_ok(v))
+                FAIL(DL_EFORMAT, "name must be 1-%d of [A-Za-z0-9._-]", DL_GOLDEN_NAME_MAX);
+            snprintf(c.name, sizeof c.name, "%s", v);
+            break;
+        case K_BASE: {
+            dl_case_t base;
+            if (dl_case_find(v, &base))
+                FAIL(DL_EFORMAT, "unknown base case '%.60s' (see 'dropless cases')", v);
+            c = base;
+            c.description = "";
+            c.large = 0;
+            break;
+        }
+        case K_TOKENS:
+        case K_HIDDEN:
+        case K_FFN:
+        case K_EXPERTS:
+        case K_TOP_K:
+        case K_NGROUP:
+        case K_TOPKG:
+            if (parse_i64(v, key == K_TOKENS ? 0 : 1, INT32_MAX, &i64))
+                FAIL(DL_EFORMAT, "%s must be an integer in [%d, 2147483647], got '%.40s'", k,
+                     key == K_TOKENS ? 0 : 1, v);
+            if (key == K_TOKENS) c.config.tokens = i64;
+            if (key == K_HIDDEN) c.config.hidden = i64;
+            if (key == K_FFN) c.config.ffn = i64;
+            if (key == K_EXPERTS) c.config.route.experts = i64;
+            if (key == K_TOP_K) c.config.route.top_k = i64;
+            if (key == K_NGROUP) c.config.route.n_group = i64;
+            if (key == K_TOPKG) c.config.route.topk_group = i64;
+            break;
+        case K_SCORE:
+            if ((e = dl__golden_score_parse(v)) < 0)
+                FAIL(DL_EFORMAT, "score_function must be softmax or sigmoid, got '%.40s'", v);
+            c.config.route.score_fn = (dl_score_fn_t)e;
+            break;
+        case K_GSCORE:
+            if ((e = dl__golden_group_parse(v)) < 0)
+                FAIL(DL_EFORMAT, "group_score must be max, top2_sum or topk_sum, got '%.40s'", v);
+            c.config.route.group_score = (dl_group_score_t)e;
+            break;
+        case K_FFNKIND:
+            if ((e = dl__golden_ffn_parse(v)) < 0)
+                FAIL(DL_EFORMAT, "ffn_kind must be swiglu or plain, got '%.40s'", v);
+            c.config.ffn_kind = (dl_ffn_t)e;
+            break;
+        case K_INPUTS:
+            if ((e = dl__golden_inputs_parse(v)) < 0)
+                FAIL(DL_EFORMAT, "inputs must be random, zipf, ties, empty-experts or one-hot, "
+                                 "got '%.40s'", v);
+            c.inputs = (dl_inputs_kind_t)e;
+            break;
+        case K_RENORM:
+        case K_BIAS:
+            if (parse_bool(v, &b))
+                FAIL(DL_EFORMAT, "%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
+            if (key == K_RENORM) c.config.route.renormalize = b;
+            else c.config.route.has_bias = b;
+            break;
+        case K_SCALING:
+            if (parse_double(v, &c.config.route.scaling) || !(c.config.route.scaling > 0))
+                FAIL(DL_EFORMAT, "scaling must be a finite number > 0, got '%.40s'", v);
+            break;
+        case K_ZIPF:
+            if (parse_double(v, &c.zipf_s) || c.zipf_s < 0 || c.zipf_s > 16)
+                FAIL(DL_EFORMAT, "zipf_s must be a number in [0, 16], got '%.40s'", v);
+            break;
+        case K_DTYPE:
+            if (dl_dtype_parse(v, &dt) || dt == DL_F64)
+                FAIL(DL_EFORMAT, "dtype must be fp32, bf16 or fp16, got '%.40s'", v);
+            c.config.dtype = dt;
+            break;
+        case K_SEED:
+            if (parse_u64(v, &c.seed))
+                FAIL(DL_EFORMAT, "seed must be an unsigned 64-bit integer, got '%.40s'", v);
+            break;
+        }
+    }
+    if (ferror(f)) {
+        dl__golden_msg(err, errlen, "%s: read error: %s", path, strerror(errno));
+        rc = DL_EIO;
+        goto done;
+    }
+    lineno = 0;
+    if (!line_of[K_BASE]) {
+        static const int req[] = {K_TOKENS, K_HIDDEN, K_EXPERTS, K_TOP_K};
+        for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+            if (!line_of[req[i]])
+                FAIL(DL_EFORMAT, "missing key '%s' (or a 'base' case)", keys[req[i]]);
+    }
+    if (c.config.ffn < 0)
+        c.config.ffn = c.config.hidden;
+    char why[160] = "";
+    int bad = dl__golden_config_check(&c.config, why, sizeof why) != 0;
+    if (!bad && dl_moe_config_validate(&c.config)) {
+        bad = 1;
+        snprintf(why, sizeof why, "rejected by dl_moe_config_validate");
+    }
+    if (bad) {
+        /* name the line of the last key that shapes the configuration */
+        for (int i = K_TOKENS; i <= K_DTYPE; i++)
+            if (line_of[i] > lineno)
+                lineno = line_of[i];
+        dl__golden_msg(err, errlen, "%s:%d: invalid configuration: %s", path, lineno, why);
+        rc = DL_EINVAL;
+        goto done;
+    }
+    *out = c;
+#undef FAIL
+done:
+    fclose(f);
+    return rc;
+}

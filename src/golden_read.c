@@ -1,0 +1,560 @@
+/* Reading golden and candidate files. Every check ends in one line naming
+ * the file and the object; HDF5's own error printing is silenced. Shapes
+ * are checked before anything is allocated, so a damaged header cannot ask
+ * for absurd amounts of memory. Floats are read with the same type as
+ * stored (IEEE binary32 both sides): HDF5 never converts a float. */
+#include "config.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <hdf5.h>
+#include "internal.h"
+
+typedef struct {
+    const char *path;
+    char *err;
+    size_t errlen;
+    int strict; /* golden file: complete groups, exact types, consistency */
+} rctx_t;
+
+#define FAILF(code, ...)                                         \
+    do {                                                         \
+        char m_[400];                                            \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                    \
+        dl__golden_msg(r->err, r->errlen, "%s: %s", r->path, m_); \
+        rc = (code);                                             \
+        goto fail;                                               \
+    } while (0)
+
+/* Closes an HDF5 object on the way out; a failure turns success into an
+ * error. */
+#define CLOSE(fn, id)                                                                   \
+    do {                                                                                \
+        if ((id) >= 0 && fn(id) < 0 && rc >= 0) {                                       \
+            dl__golden_msg(r->err, r->errlen, "%s: HDF5 error: " #fn " failed", r->path); \
+            rc = DL_EFORMAT;                                                            \
+        }                                                                               \
+    } while (0)
+
+/* ------------------------------------------------------------ attributes */
+
+/* 1 present (value read), 0 absent (allowed unless required), < 0 error. */
+static int attr_open(rctx_t *r, hid_t obj, const char *where, const char *name, int required,
+                     H5T_class_t want, hid_t *a_out, hid_t *t_out)
+{
+    int rc = 0;
+    hid_t a = -1, t = -1, sp = -1;
+    htri_t ex = H5Aexists(obj, name);
+    if (ex < 0)
+        FAILF(DL_EFORMAT, "%s: cannot read attribute '%s'", where, name);
+    if (ex == 0) {
+        if (required)
+            FAILF(DL_EFORMAT, "%s: attribute '%s' is missing", where, name);
+        return 0;
+    }
+    if ((a = H5Aopen(obj, name, H5P_DEFAULT)) < 0 || (t = H5Aget_type(a)) < 0 ||
+        (sp = H5Aget_space(a)) < 0)
+        FAILF(DL_EFORMAT, "%s: cannot open attribute '%s'", where, name);
+    if (H5Tget_class(t) != want)
+        FAILF(DL_EFORMAT, "%s: attribute '%s' must be %s", where, name,
+              want == H5T_STRING ? "a string" : want == H5T_INTEGER ? "an integer" : "a float");
+    if (H5Sget_simple_extent_npoints(sp) != 1)
+        FAILF(DL_EFORMAT, "%s: attribute '%s' must be a single value", where, name);
+    rc = 1;
+    CLOSE(H5Sclose, sp);
+    sp = -1;
+    if (rc < 0)
+        goto fail;
+    *a_out = a;
+    *t_out = t;
+    return 1;
+fail:
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (t >= 0)
+        H5Tclose(t);
+    if (a >= 0)
+        H5Aclose(a);
+    return rc;
+}
+
+static int attr_str(rctx_t *r, hid_t obj, const char *where, const char *name, int required,
+                    char *buf, size_t n)
+{
+    hid_t a = -1, t = -1, mt = -1;
+    int rc = attr_open(r, obj, where, name, required, H5T_STRING, &a, &t);
+    if (rc <= 0)
+        return rc;
+    htri_t var = H5Tis_variable_str(t);
+    if (var < 0 || (mt = H5Tcopy(t)) < 0)
+        FAILF(DL_EFORMAT, "%s: attribute '%s': bad string type", where, name);
+    if (var) {
+        char *s = NULL;
+        if (H5Aread(a, mt, &s) < 0 || !s)
+            FAILF(DL_EFORMAT, "%s: cannot read attribute '%s'", where, name);
+        size_t len = strlen(s);
+        if (len >= n) {
+            H5free_memory(s);
+            FAILF(DL_EFORMAT, "%s: attribute '%s' is longer than %zu characters", where, name, n - 1);
+        }
+        memcpy(buf, s, len + 1);
+        H5free_memory(s);
+    } else {
+        size_t sz = H5Tget_size(t);
+        if (sz == 0 || sz >= n)
+            FAILF(DL_EFORMAT, "%s: attribute '%s' is longer than %zu characters", where, name, n - 1);
+        memset(buf, 0, n);
+        if (H5Aread(a, mt, buf) < 0)
+            FAILF(DL_EFORMAT, "%s: cannot read attribute '%s'", where, name);
+        buf[sz] = '\0';
+    }
+    rc = 1;
+fail:
+    CLOSE(H5Tclose, mt);
+    CLOSE(H5Tclose, t);
+    CLOSE(H5Aclose, a);
+    return rc;
+}
+
+static int attr_num(rctx_t *r, hid_t obj, const char *where, const char *name, int required,
+                    H5T_class_t cls, hid_t mtype, void *out)
+{
+    hid_t a = -1, t = -1;
+    int rc = attr_open(r, obj, where, name, required, cls, &a, &t);
+    if (rc <= 0)
+        return rc;
+    if (H5Aread(a, mtype, out) < 0)
+        FAILF(DL_EFORMAT, "%s: cannot read attribute '%s'", where, name);
+    rc = 1;
+fail:
+    CLOSE(H5Tclose, t);
+    CLOSE(H5Aclose, a);
+    return rc;
+}
+
+#define ATTR_I64(obj, where, name, req, out) \
+    attr_num(r, obj, where, name, req, H5T_INTEGER, H5T_NATIVE_INT64, out)
+
+/* ------------------------------------------------------------ /config */
+
+static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
+{
+    int rc = 0;
+    hid_t g = -1;
+    htri_t ex = H5Lexists(file, "config", H5P_DEFAULT);
+    if (ex <= 0)
+        FAILF(DL_EFORMAT, "/config is missing");
+    if ((g = H5Gopen2(file, "config", H5P_DEFAULT)) < 0)
+        FAILF(DL_EFORMAT, "/config is not a group");
+    int64_t v[9];
+    static const char *const ints[] = {"tokens", "hidden", "ffn", "experts", "top_k",
+                                       "n_group", "topk_group", "renormalize", "has_bias"};
+    for (int i = 0; i < 9; i++)
+        if ((rc = ATTR_I64(g, "/config", ints[i], 1, &v[i])) < 0)
+            goto fail;
+    char sf[32], gs[32], fk[32], dt[32];
+    double scaling;
+    if ((rc = attr_str(r, g, "/config", "score_function", 1, sf, sizeof sf)) < 0 ||
+        (rc = attr_str(r, g, "/config", "group_score", 1, gs, sizeof gs)) < 0 ||
+        (rc = attr_str(r, g, "/config", "ffn_kind", 1, fk, sizeof fk)) < 0 ||
+        (rc = attr_str(r, g, "/config", "dtype", 1, dt, sizeof dt)) < 0 ||
+        (rc = attr_num(r, g, "/config", "scaling", 1, H5T_FLOAT, H5T_NATIVE_DOUBLE, &scaling)) < 0)
+        goto fail;
+    int isf = dl__golden_score_parse(sf), igs = dl__golden_group_parse(gs),
+        ifk = dl__golden_ffn_parse(fk);
+    dl_dtype_t t;
+    if (isf < 0)
+        FAILF(DL_EFORMAT, "/config: score_function '%s' is not softmax or sigmoid", sf);
+    if (igs < 0)
+        FAILF(DL_EFORMAT, "/config: group_score '%s' is not max, top2_sum or topk_sum", gs);
+    if (ifk < 0)
+        FAILF(DL_EFORMAT, "/config: ffn_kind '%s' is not swiglu or plain", fk);
+    if (strcmp(dt, "fp32") && strcmp(dt, "bf16") && strcmp(dt, "fp16"))
+        FAILF(DL_EFORMAT, "/config: dtype '%s' is not fp32, bf16 or fp16", dt);
+    dl_dtype_parse(dt, &t);
+    if ((v[7] != 0 && v[7] != 1) || (v[8] != 0 && v[8] != 1))
+        FAILF(DL_EFORMAT, "/config: renormalize and has_bias must be 0 or 1");
+    memset(c, 0, sizeof *c);
+    c->tokens = v[0];
+    c->hidden = v[1];
+    c->ffn = v[2];
+    c->route.experts = v[3];
+    c->route.top_k = v[4];
+    c->route.n_group = v[5];
+    c->route.topk_group = v[6];
+    c->route.renormalize = (int)v[7];
+    c->route.has_bias = (int)v[8];
+    c->route.score_fn = (dl_score_fn_t)isf;
+    c->route.group_score = (dl_group_score_t)igs;
+    c->route.scaling = scaling;
+    c->ffn_kind = (dl_ffn_t)ifk;
+    c->dtype = t;
+    char why[200];
+    if (dl__golden_config_check(c, why, sizeof why))
+        FAILF(DL_EFORMAT, "/config: invalid configuration: %s", why);
+    if (dl_moe_config_validate(c))
+        FAILF(DL_EFORMAT, "/config: invalid configuration (rejected by dl_moe_config_validate)");
+    rc = 0;
+fail:
+    CLOSE(H5Gclose, g);
+    return rc;
+}
+
+/* A candidate's /config, if present, must describe the golden's case. */
+static int check_candidate_config(rctx_t *r, hid_t file, const dl_moe_config_t *c)
+{
+    int rc = 0;
+    hid_t g = -1;
+    htri_t ex = H5Lexists(file, "config", H5P_DEFAULT);
+    if (ex < 0)
+        FAILF(DL_EFORMAT, "cannot read the root group");
+    if (ex == 0)
+        return 0;
+    if ((g = H5Gopen2(file, "config", H5P_DEFAULT)) < 0)
+        FAILF(DL_EFORMAT, "/config is not a group");
+    static const char *const ints[] = {"tokens", "hidden", "ffn", "experts", "top_k"};
+    const int64_t want[] = {c->tokens, c->hidden, c->ffn, c->route.experts, c->route.top_k};
+    for (int i = 0; i < 5; i++) {
+        int64_t v;
+        if ((rc = ATTR_I64(g, "/config", ints[i], 0, &v)) < 0)
+            goto fail;
+        if (rc == 1 && v != want[i])
+            FAILF(DL_ESHAPE, "/config: %s = %" PRId64 ", the golden case has %" PRId64, ints[i], v,
+                  want[i]);
+    }
+    char dt[32];
+    if ((rc = attr_str(r, g, "/config", "dtype", 0, dt, sizeof dt)) < 0)
+        goto fail;
+    if (rc == 1 && strcmp(dt, dl_dtype_name(c->dtype)))
+        FAILF(DL_EDTYPE, "/config: dtype = %s, the golden case has %s", dt, dl_dtype_name(c->dtype));
+    rc = 0;
+fail:
+    CLOSE(H5Gclose, g);
+    return rc;
+}
+
+/* ------------------------------------------------------------ datasets */
+
+static void fmt_dims(char *buf, size_t n, const hsize_t *d, int rank)
+{
+    size_t w = 0;
+    w += (size_t)snprintf(buf + w, n - w, "[");
+    for (int i = 0; i < rank && w < n; i++)
+        w += (size_t)snprintf(buf + w, n - w, i ? ",%llu" : "%llu", (unsigned long long)d[i]);
+    if (w < n)
+        snprintf(buf + w, n - w, "]");
+}
+
+static void fmt_index(char *buf, size_t n, int64_t flat, const int64_t *dims, int rank)
+{
+    int64_t idx[3] = {0, 0, 0};
+    for (int i = rank - 1; i >= 0; i--) {
+        idx[i] = dims[i] ? flat % dims[i] : 0;
+        flat = dims[i] ? flat / dims[i] : 0;
+    }
+    hsize_t h[3] = {(hsize_t)idx[0], (hsize_t)idx[1], (hsize_t)idx[2]};
+    fmt_dims(buf, n, h, rank);
+}
+
+static void describe_type(hid_t t, char *buf, size_t n)
+{
+    H5T_class_t c = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    H5T_order_t o = H5Tget_order(t);
+    const char *cn = c == H5T_FLOAT ? "float" : c == H5T_INTEGER ? "integer"
+                     : c == H5T_STRING ? "string" : c == H5T_COMPOUND ? "compound"
+                     : c == H5T_ENUM ? "enum" : "non-numeric";
+    snprintf(buf, n, "%zu-bit %s%s", sz * 8, cn,
+             o == H5T_ORDER_BE ? " (big-endian)" : "");
+}
+
+static const char *elem_type_name(dl_golden_elem_t e)
+{
+    return e == DL_GOLDEN_INT32 ? "int32" : e == DL_GOLDEN_INT64 ? "int64" : "float32";
+}
+
+/* Reads one dataset into a fresh array at *slot. Returns 1 read, 0 absent,
+ * < 0 error. */
+static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
+                        const dl_moe_config_t *c, void **slot)
+{
+    int rc = 0;
+    hid_t d = -1, t = -1, sp = -1;
+    void *buf = NULL;
+    int64_t *wide = NULL;
+    const char *p = ds->path;
+    htri_t ex = H5Lexists(grp, ds->name, H5P_DEFAULT);
+    if (ex < 0)
+        FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", p);
+    if (ex == 0)
+        return 0;
+    if ((d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0)
+        FAILF(DL_EFORMAT, "%s: not a dataset, or damaged", p);
+    if ((t = H5Dget_type(d)) < 0 || (sp = H5Dget_space(d)) < 0)
+        FAILF(DL_EFORMAT, "%s: cannot read its type or shape", p);
+
+    /* shape */
+    int64_t dims[3];
+    int64_t n = dl_golden_dataset_shape(ds, c, dims);
+    hsize_t want[3], have[3] = {0, 0, 0};
+    for (int i = 0; i < ds->rank; i++)
+        want[i] = (hsize_t)dims[i];
+    char ws[96], hs[96];
+    fmt_dims(ws, sizeof ws, want, ds->rank);
+    if (H5Sget_simple_extent_type(sp) != H5S_SIMPLE)
+        FAILF(DL_ESHAPE, "%s: must be an array of shape %s (%.3s)", p, ws, ds->dims);
+    int nd = H5Sget_simple_extent_ndims(sp);
+    if (nd < 0)
+        FAILF(DL_EFORMAT, "%s: cannot read its shape", p);
+    if (nd != ds->rank)
+        FAILF(DL_ESHAPE, "%s: has %d dimensions, expected shape %s (%.3s)", p, nd, ws, ds->dims);
+    if (H5Sget_simple_extent_dims(sp, have, NULL) < 0)
+        FAILF(DL_EFORMAT, "%s: cannot read its shape", p);
+    fmt_dims(hs, sizeof hs, have, nd);
+    for (int i = 0; i < nd; i++)
+        if (have[i] != want[i])
+            FAILF(DL_ESHAPE, "%s: shape %s, expected %s (%.3s)", p, hs, ws, ds->dims);
+
+    /* type */
+    char tdesc[64];
+    describe_type(t, tdesc, sizeof tdesc);
+    hid_t exact = ds->elem == DL_GOLDEN_FLOAT ? H5T_IEEE_F32LE
+                  : ds->elem == DL_GOLDEN_INT32 ? H5T_STD_I32LE : H5T_STD_I64LE;
+    htri_t eq = H5Tequal(t, exact);
+    if (eq < 0)
+        FAILF(DL_EFORMAT, "%s: cannot read its type", p);
+    int wide_read = 0;
+    if (!eq) {
+        if (ds->elem == DL_GOLDEN_FLOAT)
+            FAILF(DL_EDTYPE, "%s: stored as %s; float datasets must be IEEE float32 "
+                  "little-endian (H5T_IEEE_F32LE)", p, tdesc);
+        if (r->strict || H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) > 8)
+            FAILF(DL_EDTYPE, "%s: stored as %s, must be %s (%s)", p, tdesc,
+                  elem_type_name(ds->elem), ds->elem == DL_GOLDEN_INT32 ? "H5T_STD_I32LE" : "H5T_STD_I64LE");
+        wide_read = 1; /* a candidate's integers: any width, read as int64 */
+    }
+
+    /* data */
+    size_t esz = ds->elem == DL_GOLDEN_INT64 ? 8 : 4;
+    if ((uint64_t)n > SIZE_MAX / 8)
+        FAILF(DL_ENOMEM, "%s: too large for this machine", p);
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    buf = malloc(cnt * esz);
+    if (wide_read)
+        wide = malloc(cnt * 8);
+    if (!buf || (wide_read && !wide))
+        FAILF(DL_ENOMEM, "%s: out of memory (%" PRId64 " elements)", p, n);
+    if (n > 0) {
+        hid_t mt = wide_read ? H5T_NATIVE_INT64
+                   : ds->elem == DL_GOLDEN_FLOAT ? H5T_NATIVE_FLOAT
+                   : ds->elem == DL_GOLDEN_INT32 ? H5T_NATIVE_INT32 : H5T_NATIVE_INT64;
+        if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide_read ? (void *)wide : buf) < 0)
+            FAILF(DL_EFORMAT, "%s: cannot read the data (file truncated or damaged)", p);
+    }
+    if (wide_read) {
+        for (int64_t i = 0; i < n; i++) {
+            if (ds->elem == DL_GOLDEN_INT32) {
+                if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) {
+                    fmt_index(hs, sizeof hs, i, dims, ds->rank);
+                    FAILF(DL_ERANGE, "%s: element %s = %" PRId64 " does not fit int32", p, hs, wide[i]);
+                }
+                ((int32_t *)buf)[i] = (int32_t)wide[i];
+            } else {
+                ((int64_t *)buf)[i] = wide[i];
+            }
+        }
+    }
+
+    /* dtype attribute; on a bf16/fp16 grid every value is verified */
+    dl_dtype_t st = dl_golden_dataset_dtype(ds, c);
+    const char *want_dt = ds->elem == DL_GOLDEN_FLOAT ? dl_dtype_name(st) : elem_type_name(ds->elem);
+    char dt[32];
+    int have_dt = 0;
+    if (r->strict || ds->elem == DL_GOLDEN_FLOAT) {
+        if ((rc = attr_str(r, d, p, "dtype", r->strict, dt, sizeof dt)) < 0)
+            goto fail;
+        have_dt = rc;
+        if (have_dt && strcmp(dt, want_dt))
+            FAILF(DL_EDTYPE, "%s: dtype attribute is '%s', the case needs '%s'", p, dt, want_dt);
+    }
+    if (ds->elem == DL_GOLDEN_FLOAT && have_dt && st != DL_F32) {
+        const float *v = buf;
+        for (int64_t i = 0; i < n; i++)
+            if (!dl_on_grid((double)v[i], st)) {
+                fmt_index(hs, sizeof hs, i, dims, ds->rank);
+                FAILF(DL_EGRID, "%s: element %s = %a is not a %s value", p, hs, (double)v[i],
+                      dl_dtype_name(st));
+            }
+    }
+
+    /* ranges of indices and sizes */
+    int64_t M = c->tokens * c->route.top_k;
+    if (ds->elem == DL_GOLDEN_INT32) {
+        const int32_t *v = buf;
+        int is_ids = !strcmp(ds->name, "topk_ids");
+        int64_t lo = is_ids || r->strict ? 0 : -1, hi = is_ids ? c->route.experts : M;
+        for (int64_t i = 0; i < n; i++)
+            if (v[i] < lo || v[i] >= hi) {
+                fmt_index(hs, sizeof hs, i, dims, ds->rank);
+                FAILF(DL_ERANGE, "%s: element %s = %" PRId32 " is outside [%" PRId64 ", %" PRId64 ")",
+                      p, hs, v[i], lo, hi);
+            }
+    } else if (ds->elem == DL_GOLDEN_INT64) {
+        const int64_t *v = buf;
+        for (int64_t i = 0; i < n; i++)
+            if (v[i] < 0) {
+                fmt_index(hs, sizeof hs, i, dims, ds->rank);
+                FAILF(DL_ERANGE, "%s: element %s = %" PRId64 " is negative", p, hs, v[i]);
+            }
+    }
+    *slot = buf;
+    buf = NULL;
+    rc = 1;
+fail:
+    free(buf);
+    free(wide);
+    CLOSE(H5Sclose, sp);
+    CLOSE(H5Tclose, t);
+    CLOSE(H5Dclose, d);
+    return rc;
+}
+
+/* A golden file's discrete stages must agree with one another. */
+static int check_forward(rctx_t *r, const dl_golden_file_t *g)
+{
+    int rc = 0;
+    const dl_moe_forward_t *f = &g->fwd;
+    int64_t T = g->config.tokens, k = g->config.route.top_k, E = g->config.route.experts;
+    int64_t M = T * k;
+    int64_t *count = calloc((size_t)E + 1, sizeof *count);
+    char *seen = calloc((size_t)(M > 0 ? M : 1), 1);
+    if (!count || !seen)
+        FAILF(DL_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < M; i++)
+        count[f->topk_ids[i]]++;
+    if (f->group_offsets[0] != 0)
+        FAILF(DL_EFORMAT, "/forward/group_offsets: must start at 0");
+    for (int64_t e = 0; e < E; e++) {
+        if (f->group_sizes[e] != count[e])
+            FAILF(DL_EFORMAT, "/forward/group_sizes: [%" PRId64 "] = %" PRId64 " but topk_ids "
+                  "assign %" PRId64 " rows to expert %" PRId64, e, f->group_sizes[e], count[e], e);
+        if (f->group_offsets[e + 1] != f->group_offsets[e] + f->group_sizes[e])
+            FAILF(DL_EFORMAT, "/forward/group_offsets: [%" PRId64 "] is not the prefix sum of "
+                  "group_sizes", e + 1);
+    }
+    for (int64_t p = 0; p < M; p++) {
+        int32_t s = f->sort_perm[p];
+        if (seen[s])
+            FAILF(DL_EFORMAT, "/forward/sort_perm: %" PRId32 " appears twice", s);
+        seen[s] = 1;
+        if (f->inv_perm[s] != p)
+            FAILF(DL_EFORMAT, "/forward/inv_perm: not the inverse of sort_perm at [%" PRId32 "]", s);
+    }
+fail:
+    free(count);
+    free(seen);
+    return rc;
+}
+
+/* ------------------------------------------------------------ loading */
+
+static int load(const char *path, const dl_moe_config_t *expect, int strict,
+                dl_golden_file_t *g, char *err, size_t errlen)
+{
+    if (!path || !g || (!strict && !expect))
+        return DL_EINVAL;
+    memset(g, 0, sizeof *g);
+    g->owner_ = DL__GOLDEN_OWNER_MALLOC;
+    rctx_t rr = {path, err, errlen, strict}, *r = &rr;
+    int rc = 0;
+    hid_t fapl = -1, file = -1, grp = -1;
+    dl__h5_quiet_t q;
+    dl__h5_quiet_on(&q);
+    if (access(path, R_OK) != 0)
+        FAILF(DL_EIO, "cannot open: %s", strerror(errno));
+    if ((rc = dl__golden_verify_seal(path, &g->sealed, err, errlen)) < 0)
+        goto fail;
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+        FAILF(DL_EIO, "HDF5 error: property list");
+    if ((file = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0)
+        FAILF(DL_EFORMAT, "not an HDF5 file, or damaged");
+
+    /* root attributes */
+    if ((rc = attr_str(r, file, "/", "format", strict, g->format, sizeof g->format)) < 0)
+        goto fail;
+    if (strict && strcmp(g->format, DL_GOLDEN_FORMAT))
+        FAILF(DL_EFORMAT, "not a dropless golden file (format = '%.40s')", g->format);
+    if ((rc = ATTR_I64(file, "/", "format_version", strict, &g->format_version)) < 0)
+        goto fail;
+    if (rc == 1 && g->format_version != DL_GOLDEN_FORMAT_VERSION)
+        FAILF(DL_EFORMAT, "format_version %" PRId64 " is not %d, the version this dropless reads",
+              g->format_version, DL_GOLDEN_FORMAT_VERSION);
+    if ((rc = attr_str(r, file, "/", "generator", strict, g->generator, sizeof g->generator)) < 0 ||
+        (rc = attr_str(r, file, "/", "case", strict, g->case_name, sizeof g->case_name)) < 0 ||
+        (rc = attr_num(r, file, "/", "seed", strict, H5T_INTEGER, H5T_NATIVE_UINT64, &g->seed)) < 0 ||
+        (rc = attr_str(r, file, "/", "backend", 0, g->backend, sizeof g->backend)) < 0 ||
+        (rc = attr_str(r, file, "/", "compute_mode", 0, g->compute_mode, sizeof g->compute_mode)) < 0)
+        goto fail;
+
+    if (strict) {
+        if ((rc = read_config(r, file, &g->config)) < 0)
+            goto fail;
+    } else {
+        g->config = *expect;
+        if ((rc = check_candidate_config(r, file, expect)) < 0)
+            goto fail;
+    }
+
+    static const char *const gnames[] = {"inputs", "forward", "backward"};
+    int *has[] = {&g->has_inputs, &g->has_forward, &g->has_backward};
+    for (int gi = 0; gi < 3; gi++) {
+        htri_t ex = H5Lexists(file, gnames[gi], H5P_DEFAULT);
+        if (ex < 0)
+            FAILF(DL_EFORMAT, "cannot read the root group");
+        if (ex == 0)
+            continue;
+        if ((grp = H5Gopen2(file, gnames[gi], H5P_DEFAULT)) < 0)
+            FAILF(DL_EFORMAT, "/%s is not a group", gnames[gi]);
+        *has[gi] = 1;
+        for (int i = 0; i < dl_golden_dataset_count(); i++) {
+            const dl_golden_dataset_t *ds = dl_golden_dataset(i);
+            if ((int)ds->group != gi || !dl_golden_dataset_applies(ds, &g->config))
+                continue;
+            if ((rc = read_dataset(r, grp, ds, &g->config, dl_golden_slot(g, ds))) < 0)
+                goto fail;
+            if (rc == 0 && strict)
+                FAILF(DL_EFORMAT, "%s is missing", ds->path);
+        }
+        rc = 0;
+        CLOSE(H5Gclose, grp);
+        grp = -1;
+        if (rc < 0)
+            goto fail;
+    }
+    if (strict && g->has_forward && (rc = check_forward(r, g)) < 0)
+        goto fail;
+    rc = 0;
+fail:
+    CLOSE(H5Gclose, grp);
+    CLOSE(H5Fclose, file);
+    CLOSE(H5Pclose, fapl);
+    dl__h5_quiet_off(&q);
+    if (rc < 0)
+        dl_golden_free(g);
+    return rc < 0 ? rc : 0;
+}
+
+int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errlen)
+{
+    return load(path, NULL, 1, g, err, errlen);
+}
+
+int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
+                             dl_golden_file_t *g, char *err, size_t errlen)
+{
+    return load(path, expect, 0, g, err, errlen);
+}

@@ -1,0 +1,219 @@
+/* Deterministic inputs for golden cases. Everything here is specified in
+ * doc/format.md ("Input generation") so that any language with 64-bit
+ * integers and IEEE binary64 arithmetic reproduces the inputs bit for bit:
+ * splitmix64 streams, Irwin-Hall normals (no log/cos: libm differs between
+ * platforms), one binary64 product, one rounding onto the storage grid. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "internal.h"
+
+#define GAMMA UINT64_C(0x9e3779b97f4a7c15)
+
+enum {
+    S_X = 1, S_ROUTER = 2, S_BIAS = 3, S_GATE = 4, S_UP = 5, S_DOWN = 6, S_DOUT = 7,
+    S_OFFSET = 8
+};
+
+static inline uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t stream_key(uint64_t seed, uint64_t stream)
+{
+    return mix(seed + stream * GAMMA);
+}
+
+uint64_t dl_golden_rng_u64(uint64_t seed, uint64_t stream, uint64_t n)
+{
+    return mix(stream_key(seed, stream) + (n + 1) * GAMMA);
+}
+
+static inline double normal_k(uint64_t key, uint64_t i)
+{
+    uint64_t s = 0, base = key + 12 * i * GAMMA;
+    for (uint64_t j = 1; j <= 12; j++)
+        s += mix(base + j * GAMMA) >> 32;
+    /* s < 12 * 2^32 < 2^36: the scaling and the subtraction are exact */
+    return (double)s * 0x1p-32 - 6.0;
+}
+
+double dl_golden_rng_normal(uint64_t seed, uint64_t stream, uint64_t i)
+{
+    return normal_k(stream_key(seed, stream), i);
+}
+
+double dl_golden_ln(double x)
+{
+    if (!(x > 0) || isinf(x))
+        return x == 0 ? -INFINITY : (x > 0 ? x : NAN);
+    int k;
+    double m = frexp(x, &k); /* exact: x = m 2^k, m in [0.5, 1) */
+    if (m < 0x1.6a09e667f3bcdp-1) { /* m < sqrt(1/2): m in [sqrt(1/2), sqrt(2)) */
+        m *= 2.0;
+        k -= 1;
+    }
+    double s = (m - 1.0) / (m + 1.0), s2 = s * s, term = s, sum = 0.0;
+    for (int i = 0; i < 20; i++) {
+        sum += term / (double)(2 * i + 1);
+        term *= s2;
+    }
+    return (double)k * 0x1.62e42fefa39efp-1 + 2.0 * sum;
+}
+
+/* v[i] = RN_t(normal(i) * sigma + add) for i in [0, n). */
+static void fill(float *v, int64_t n, uint64_t seed, uint64_t stream, double sigma,
+                 dl_dtype_t t)
+{
+    uint64_t key = stream_key(seed, stream);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 65536)
+#endif
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)dl_round(normal_k(key, (uint64_t)i) * sigma, t);
+}
+
+void dl_golden_inputs_free(dl_golden_inputs_t *in)
+{
+    if (!in)
+        return;
+    free(in->x);
+    free(in->router_weight);
+    free(in->expert_bias);
+    free(in->w_gate);
+    free(in->w_up);
+    free(in->w_down);
+    free(in->d_out);
+    memset(in, 0, sizeof *in);
+}
+
+dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in)
+{
+    dl_moe_inputs_t v = {in->x, in->router_weight, in->expert_bias, in->w_gate,
+                         in->w_up, in->w_down, in->d_out};
+    return v;
+}
+
+static float *alloc_f(int64_t n)
+{
+    if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(float))
+        return NULL;
+    return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+/* Per-expert logit offsets b_e (doc/format.md). */
+static void offsets(const dl_case_t *c, double *b)
+{
+    int64_t E = c->config.route.experts;
+    for (int64_t e = 0; e < E; e++)
+        b[e] = c->inputs == DL_INPUTS_ZIPF
+                   ? -c->zipf_s * dl_golden_ln((double)(e + 1))
+                   : 0.5 * dl_golden_rng_normal(c->seed, S_OFFSET, (uint64_t)e);
+    if (c->inputs == DL_INPUTS_EMPTY) {
+        b[0] = -40.0;
+        b[E / 2] = -40.0;
+        b[E - 1] = -40.0;
+    }
+    if (c->inputs == DL_INPUTS_ONE_HOT)
+        b[E / 2] = 40.0;
+}
+
+/* Copies router column (and bias of) expert src to dst. */
+static void copy_expert(float *w, float *bias, int64_t d, int64_t E, int64_t src, int64_t dst)
+{
+    for (int64_t r = 0; r < d; r++)
+        w[r * E + dst] = w[r * E + src];
+    if (bias)
+        bias[dst] = bias[src];
+}
+
+/* Ties (doc/format.md): experts [0, k] become exact copies of expert 0 (a
+ * tie across the k boundary whenever they lead), experts [k+1, 2k+1] near
+ * copies of expert k+1 (each 64 ulps above the previous in one weight),
+ * then group 1 a copy of group 0 (tied group scores), and token 0 is all
+ * zeros (every logit exactly 0). */
+static void make_ties(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    const dl_moe_config_t *k = &c->config;
+    int64_t d = k->hidden, E = k->route.experts, K = k->route.top_k;
+    int64_t rnear = d > 1 ? 1 : 0;
+    for (int64_t e = 1; e <= K && e < E; e++)
+        copy_expert(in->router_weight, in->expert_bias, d, E, 0, e);
+    for (int64_t e = K + 2; e <= 2 * K + 1 && e < E; e++) {
+        copy_expert(in->router_weight, in->expert_bias, d, E, e - 1, e);
+        for (int u = 0; u < 64; u++)
+            in->router_weight[rnear * E + e] = nextafterf(in->router_weight[rnear * E + e], INFINITY);
+    }
+    int64_t gsize = E / k->route.n_group;
+    if (k->route.n_group >= 2)
+        for (int64_t e = 0; e < gsize; e++)
+            copy_expert(in->router_weight, in->expert_bias, d, E, e, gsize + e);
+    if (k->tokens >= 1)
+        memset(in->x, 0, (size_t)d * sizeof(float));
+}
+
+int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    if (!c || !in)
+        return DL_EINVAL;
+    memset(in, 0, sizeof *in);
+    const dl_moe_config_t *k = &c->config;
+    char why[128];
+    int rc = dl__golden_config_check(k, why, sizeof why);
+    if (rc)
+        return rc;
+    int64_t T = k->tokens, d = k->hidden, f = k->ffn, E = k->route.experts;
+    int64_t nx, nw, nffn, ndown;
+    if (dl_mul_size(T, d, &nx) || dl_mul_size(d, E, &nw) || dl_mul_size(E, d, &nffn) ||
+        dl_mul_size(nffn, f, &nffn) || dl_mul_size(E, f, &ndown) || dl_mul_size(ndown, d, &ndown))
+        return DL_EOVERFLOW;
+    int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
+    dl_dtype_t t = k->dtype;
+    double *b = malloc((size_t)E * sizeof(double));
+    in->x = alloc_f(nx);
+    in->router_weight = alloc_f(nw);
+    in->expert_bias = k->route.has_bias ? alloc_f(E) : NULL;
+    in->w_gate = swiglu ? alloc_f(nffn) : NULL;
+    in->w_up = swiglu ? alloc_f(nffn) : NULL;
+    in->w_down = alloc_f(ndown);
+    in->d_out = alloc_f(nx);
+    if (!b || !in->x || !in->router_weight || (k->route.has_bias && !in->expert_bias) ||
+        (swiglu && (!in->w_gate || !in->w_up)) || !in->w_down || !in->d_out) {
+        free(b);
+        dl_golden_inputs_free(in);
+        return DL_ENOMEM;
+    }
+    offsets(c, b);
+
+    /* x: column 0 is the offset feature 8 + z/16, the rest N(0, 1) */
+    fill(in->x, nx, c->seed, S_X, 1.0, t);
+    uint64_t kx = stream_key(c->seed, S_X);
+    for (int64_t r = 0; r < T; r++)
+        in->x[r * d] = (float)dl_round(8.0 + normal_k(kx, (uint64_t)(r * d)) * 0.0625, t);
+
+    /* router weight: N(0, 1/d); row 0 carries the offsets through the feature */
+    double sd = 1.0 / sqrt((double)d);
+    fill(in->router_weight, nw, c->seed, S_ROUTER, sd, DL_F32);
+    uint64_t kr = stream_key(c->seed, S_ROUTER);
+    for (int64_t e = 0; e < E; e++)
+        in->router_weight[e] =
+            (float)dl_round((b[e] + normal_k(kr, (uint64_t)e) * sd) * 0.125, DL_F32);
+    free(b);
+
+    if (in->expert_bias)
+        fill(in->expert_bias, E, c->seed, S_BIAS, 0.0625, DL_F32);
+    if (swiglu) {
+        fill(in->w_gate, nffn, c->seed, S_GATE, sd, t);
+        fill(in->w_up, nffn, c->seed, S_UP, sd, t);
+    }
+    fill(in->w_down, ndown, c->seed, S_DOWN, 1.0 / sqrt((double)f), t);
+    fill(in->d_out, nx, c->seed, S_DOUT, 1.0, t);
+
+    if (c->inputs == DL_INPUTS_TIES)
+        make_ties(c, in);
+    return 0;
+}

@@ -1,0 +1,441 @@
+/* Writing golden files, byte-reproducibly: object timestamps off, fixed
+ * library-version bounds, contiguous layout, a fixed write order (the
+ * dataset table's), no float conversion by HDF5 (file and memory types are
+ * both IEEE binary32). Written to a temporary name and then linked or
+ * renamed into place, so a reader never sees a partial file. */
+#include "config.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <hdf5.h>
+#include "internal.h"
+
+typedef struct {
+    const char *path;
+    char *err;
+    size_t errlen;
+    hid_t gcpl, dcpl;
+} wctx_t;
+
+#define H5TRY(expr, ...)                                                           \
+    do {                                                                           \
+        if ((expr) < 0) {                                                          \
+            char m_[200];                                                          \
+            snprintf(m_, sizeof m_, __VA_ARGS__);                                  \
+            dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: %s", w->path, m_); \
+            goto fail;                                                             \
+        }                                                                          \
+    } while (0)
+
+/* Closes an HDF5 object on the way out; a failure turns success into DL_EIO. */
+#define CLOSE(fn, id)                                                               \
+    do {                                                                            \
+        if ((id) >= 0 && fn(id) < 0 && rc >= 0) {                                   \
+            dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: " #fn " failed", w->path); \
+            rc = DL_EIO;                                                            \
+        }                                                                           \
+    } while (0)
+
+static int attr_write(wctx_t *w, hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                      const void *val)
+{
+    hid_t sp = -1, a = -1;
+    int rc = DL_EIO;
+    H5TRY(sp = H5Screate(H5S_SCALAR), "scalar dataspace for attribute %s", name);
+    H5TRY(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT),
+          "creating attribute %s", name);
+    H5TRY(H5Awrite(a, mtype, val), "writing attribute %s", name);
+    rc = 0;
+fail:
+    if (a >= 0 && H5Aclose(a) < 0 && rc == 0) {
+        dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: closing attribute %s", w->path, name);
+        rc = DL_EIO;
+    }
+    CLOSE(H5Sclose, sp);
+    return rc;
+}
+
+/* Strings are fixed-length ASCII (NUL-padded, no terminator). Variable-
+ * length strings would live in a global heap, whose parser in HDF5 1.10
+ * crashes on damaged files; fixed-length ones sit in the object header. */
+static int attr_str(wctx_t *w, hid_t obj, const char *name, const char *val)
+{
+    hid_t st = -1;
+    int rc = DL_EIO;
+    size_t len = strlen(val);
+    H5TRY(st = H5Tcopy(H5T_C_S1), "string type");
+    H5TRY(H5Tset_size(st, len ? len : 1), "string type");
+    H5TRY(H5Tset_strpad(st, H5T_STR_NULLPAD), "string type");
+    H5TRY(H5Tset_cset(st, H5T_CSET_ASCII), "string type");
+    char buf[256] = {0};
+    if (len >= sizeof buf) {
+        dl__golden_msg(w->err, w->errlen, "%s: attribute %s too long", w->path, name);
+        goto fail;
+    }
+    memcpy(buf, val, len);
+    rc = attr_write(w, obj, name, st, st, buf);
+fail:
+    CLOSE(H5Tclose, st);
+    return rc;
+}
+
+static int attr_i64(wctx_t *w, hid_t obj, const char *name, int64_t v)
+{
+    return attr_write(w, obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+
+static int write_dataset(wctx_t *w, hid_t grp, const dl_golden_dataset_t *ds,
+                         const dl_moe_config_t *c, const void *data)
+{
+    hid_t sp = -1, d = -1;
+    int rc = DL_EIO;
+    int64_t dims[3];
+    hsize_t hd[3];
+    int64_t n = dl_golden_dataset_shape(ds, c, dims);
+    if (n < 0) {
+        dl__golden_msg(w->err, w->errlen, "%s: %s: size overflows", w->path, ds->path);
+        return DL_EOVERFLOW;
+    }
+    for (int i = 0; i < ds->rank; i++)
+        hd[i] = (hsize_t)dims[i];
+    hid_t ft = ds->elem == DL_GOLDEN_FLOAT ? H5T_IEEE_F32LE
+               : ds->elem == DL_GOLDEN_INT32 ? H5T_STD_I32LE : H5T_STD_I64LE;
+    hid_t mt = ds->elem == DL_GOLDEN_FLOAT ? H5T_NATIVE_FLOAT
+               : ds->elem == DL_GOLDEN_INT32 ? H5T_NATIVE_INT32 : H5T_NATIVE_INT64;
+    H5TRY(sp = H5Screate_simple(ds->rank, hd, NULL), "dataspace of %s", ds->path);
+    H5TRY(d = H5Dcreate2(grp, ds->name, ft, sp, H5P_DEFAULT, w->dcpl, H5P_DEFAULT),
+          "creating %s", ds->path);
+    if (n > 0)
+        H5TRY(H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing %s", ds->path);
+    const char *tn = ds->elem == DL_GOLDEN_INT32   ? "int32"
+                     : ds->elem == DL_GOLDEN_INT64 ? "int64"
+                                                   : dl_dtype_name(dl_golden_dataset_dtype(ds, c));
+    if ((rc = attr_str(w, d, "dtype", tn)))
+        goto fail;
+    rc = DL_EIO;
+    H5TRY(H5Dclose(d), "closing %s", ds->path);
+    d = -1;
+    rc = 0;
+fail:
+    CLOSE(H5Dclose, d);
+    CLOSE(H5Sclose, sp);
+    return rc;
+}
+
+static int write_config(wctx_t *w, hid_t file, const dl_moe_config_t *c)
+{
+    hid_t g = -1;
+    int rc = DL_EIO;
+    const dl_route_config_t *r = &c->route;
+    H5TRY(g = H5Gcreate2(file, "config", H5P_DEFAULT, w->gcpl, H5P_DEFAULT), "creating /config");
+    if ((rc = attr_i64(w, g, "tokens", c->tokens)) || (rc = attr_i64(w, g, "hidden", c->hidden)) ||
+        (rc = attr_i64(w, g, "ffn", c->ffn)) || (rc = attr_i64(w, g, "experts", r->experts)) ||
+        (rc = attr_i64(w, g, "top_k", r->top_k)) ||
+        (rc = attr_str(w, g, "score_function", dl__golden_score_name(r->score_fn))) ||
+        (rc = attr_i64(w, g, "n_group", r->n_group)) ||
+        (rc = attr_i64(w, g, "topk_group", r->topk_group)) ||
+        (rc = attr_str(w, g, "group_score", dl__golden_group_name(r->group_score))) ||
+        (rc = attr_i64(w, g, "renormalize", r->renormalize != 0)) ||
+        (rc = attr_write(w, g, "scaling", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &r->scaling)) ||
+        (rc = attr_i64(w, g, "has_bias", r->has_bias != 0)) ||
+        (rc = attr_str(w, g, "ffn_kind", dl__golden_ffn_name(c->ffn_kind))) ||
+        (rc = attr_str(w, g, "dtype", dl_dtype_name(c->dtype))))
+        goto fail;
+    rc = DL_EIO;
+    H5TRY(H5Gclose(g), "closing /config");
+    return 0;
+fail:
+    if (g >= 0)
+        H5Gclose(g);
+    return rc;
+}
+
+static const char *const group_names[] = {"inputs", "forward", "backward"};
+
+/* The whole file into an HDF5 file at tmp. */
+static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
+                    dl_golden_progress_fn progress, void *pctx)
+{
+    hid_t fcpl = -1, fapl = -1, file = -1, grp = -1;
+    int rc = DL_EIO;
+    w->gcpl = w->dcpl = -1;
+    H5TRY(fcpl = H5Pcreate(H5P_FILE_CREATE), "property list");
+    H5TRY(H5Pset_obj_track_times(fcpl, 0), "property list"); /* the root group */
+    H5TRY(H5Pset_userblock(fcpl, DL__GOLDEN_USERBLOCK), "user block");
+    H5TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), "property list");
+    H5TRY(H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18), "libver bounds");
+    H5TRY(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "property list");
+    H5TRY(w->gcpl = H5Pcreate(H5P_GROUP_CREATE), "property list");
+    H5TRY(H5Pset_obj_track_times(w->gcpl, 0), "property list");
+    H5TRY(w->dcpl = H5Pcreate(H5P_DATASET_CREATE), "property list");
+    H5TRY(H5Pset_obj_track_times(w->dcpl, 0), "property list");
+    H5TRY(H5Pset_layout(w->dcpl, H5D_CONTIGUOUS), "property list");
+    H5TRY(H5Pset_fill_time(w->dcpl, H5D_FILL_TIME_NEVER), "property list");
+    H5TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl), "creating %s", tmp);
+
+    char gen[64];
+    snprintf(gen, sizeof gen, "dropless %s", DL_VERSION_STRING);
+    if ((rc = attr_str(w, file, "format", DL_GOLDEN_FORMAT)) ||
+        (rc = attr_i64(w, file, "format_version", DL_GOLDEN_FORMAT_VERSION)) ||
+        (rc = attr_str(w, file, "generator", gen)) ||
+        (rc = attr_str(w, file, "case", g->case_name)) ||
+        (rc = attr_write(w, file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &g->seed)) ||
+        (rc = write_config(w, file, &g->config)))
+        goto fail;
+
+    int has[3] = {g->has_inputs, g->has_forward, g->has_backward};
+    int nds = dl_golden_dataset_count(), done = 0, todo = 0;
+    for (int i = 0; i < nds; i++)
+        todo += has[dl_golden_dataset(i)->group] != 0;
+    int cur = -1;
+    for (int i = 0; i < nds; i++) {
+        const dl_golden_dataset_t *ds = dl_golden_dataset(i);
+        if (!has[ds->group])
+            continue;
+        if ((int)ds->group != cur) {
+            rc = DL_EIO;
+            if (grp >= 0) {
+                H5TRY(H5Gclose(grp), "closing a group");
+                grp = -1;
+            }
+            cur = ds->group;
+            H5TRY(grp = H5Gcreate2(file, group_names[cur], H5P_DEFAULT, w->gcpl, H5P_DEFAULT),
+                  "creating /%s", group_names[cur]);
+        }
+        if (dl_golden_dataset_applies(ds, &g->config)) {
+            void **slot = dl_golden_slot((dl_golden_file_t *)g, ds);
+            if (!*slot) {
+                dl__golden_msg(w->err, w->errlen, "%s: %s: no data to write", w->path, ds->path);
+                rc = DL_EINVAL;
+                goto fail;
+            }
+            if ((rc = write_dataset(w, grp, ds, &g->config, *slot)))
+                goto fail;
+        }
+        if (progress)
+            progress(pctx, "write", (double)++done / (double)(todo ? todo : 1));
+    }
+    rc = DL_EIO;
+    if (grp >= 0) {
+        H5TRY(H5Gclose(grp), "closing a group");
+        grp = -1;
+    }
+    H5TRY(H5Fclose(file), "closing %s", tmp);
+    file = -1;
+    rc = 0;
+fail:
+    if (grp >= 0)
+        H5Gclose(grp);
+    if (file >= 0)
+        H5Fclose(file);
+    CLOSE(H5Pclose, w->dcpl);
+    CLOSE(H5Pclose, w->gcpl);
+    CLOSE(H5Pclose, fapl);
+    CLOSE(H5Pclose, fcpl);
+    return rc;
+}
+
+/* HDF5 would print its error stack to stderr; errors are reported as one
+ * line each instead. The caller's handler is restored afterwards. */
+void dl__h5_quiet_on(dl__h5_quiet_t *q)
+{
+    H5E_auto2_t fn = NULL;
+    q->data = NULL;
+    H5Eget_auto2(H5E_DEFAULT, &fn, &q->data);
+    q->fn = (void (*)(void))fn;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void dl__h5_quiet_off(const dl__h5_quiet_t *q)
+{
+    H5Eset_auto2(H5E_DEFAULT, (H5E_auto2_t)q->fn, q->data);
+}
+
+static int valid_for_write(const dl_golden_file_t *g, char *why, size_t n)
+{
+    if (dl__golden_config_check(&g->config, why, n))
+        return DL_EINVAL;
+    if (!g->has_inputs) {
+        dl__golden_msg(why, n, "a golden file needs its inputs");
+        return DL_EINVAL;
+    }
+    size_t len = strlen(g->case_name);
+    if (len == 0 || len > DL_GOLDEN_NAME_MAX) {
+        dl__golden_msg(why, n, "the case name must have 1 to %d characters", DL_GOLDEN_NAME_MAX);
+        return DL_EINVAL;
+    }
+    return 0;
+}
+
+int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
+                    dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
+{
+    if (!path || !g || !*path)
+        return DL_EINVAL;
+    char why[200];
+    int rc = valid_for_write(g, why, sizeof why);
+    if (rc) {
+        dl__golden_msg(err, errlen, "%s: %s", path, why);
+        return rc;
+    }
+    struct stat st;
+    if (!force && stat(path, &st) == 0) {
+        dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
+        return DL_EEXIST;
+    }
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp)
+        return DL_ENOMEM;
+    snprintf(tmp, plen + 16, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        dl__golden_msg(err, errlen, "%s: cannot create a file there: %s", path, strerror(errno));
+        free(tmp);
+        return DL_EIO;
+    }
+    mode_t um = umask(0);
+    umask(um);
+    if (fchmod(fd, 0666 & ~um) != 0 || close(fd) != 0) {
+        dl__golden_msg(err, errlen, "%s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return DL_EIO;
+    }
+    wctx_t w = {path, err, errlen, -1, -1};
+    dl__h5_quiet_t q;
+    dl__h5_quiet_on(&q);
+    rc = write_h5(&w, tmp, g, progress, pctx);
+    dl__h5_quiet_off(&q);
+    if (rc == 0)
+        rc = dl_golden_seal(tmp, err, errlen);
+    if (rc == 0) {
+        /* the data reaches the disk before the name does */
+        int sfd = open(tmp, O_RDONLY);
+        if (sfd < 0 || fsync(sfd) != 0) {
+            dl__golden_msg(err, errlen, "%s: cannot sync: %s", tmp, strerror(errno));
+            rc = DL_EIO;
+        }
+        if (sfd >= 0)
+            close(sfd);
+    }
+    if (rc == 0) {
+        if (force) {
+            if (rename(tmp, path) != 0) {
+                dl__golden_msg(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+                rc = DL_EIO;
+            }
+        } else if (link(tmp, path) == 0) {
+            /* link() refuses an existing target atomically */
+        } else if (errno == EEXIST) {
+            dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
+            rc = DL_EEXIST;
+        } else if (stat(path, &st) == 0) {
+            dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
+            rc = DL_EEXIST;
+        } else if (rename(tmp, path) != 0) { /* a file system without hard links */
+            dl__golden_msg(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+            rc = DL_EIO;
+        }
+    }
+    unlink(tmp); /* after link() or a failure; a no-op after rename() */
+    free(tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------------ generation */
+
+int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
+                       dl_golden_file_t *g, int *backward_err, char *err, size_t errlen)
+{
+    if (backward_err)
+        *backward_err = 0;
+    if (!c || !g)
+        return DL_EINVAL;
+    memset(g, 0, sizeof *g);
+    g->owner_ = DL__GOLDEN_OWNER_MOE;
+    dl_golden_gen_opts_t o = {0};
+    if (opts)
+        o = *opts;
+    char why[200];
+    int rc = dl__golden_config_check(&c->config, why, sizeof why);
+    if (!rc && dl_moe_config_validate(&c->config)) {
+        rc = DL_EINVAL;
+        snprintf(why, sizeof why, "rejected by dl_moe_config_validate");
+    }
+    if (rc) {
+        dl__golden_msg(err, errlen, "case %s: invalid configuration: %s", c->name, why);
+        return rc;
+    }
+    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
+    g->format_version = DL_GOLDEN_FORMAT_VERSION;
+    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
+    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
+    g->seed = c->seed;
+    g->config = c->config;
+    if (o.progress)
+        o.progress(o.progress_ctx, "inputs", 0.0);
+    if ((rc = dl_case_inputs(c, &g->in))) {
+        dl__golden_msg(err, errlen, "case %s: drawing the inputs: %s", c->name, dl_strerror(rc));
+        return rc;
+    }
+    g->has_inputs = 1;
+    dl_moe_inputs_t view = dl_golden_inputs_view(&g->in);
+    if (o.progress)
+        o.progress(o.progress_ctx, "forward", 0.0);
+    if ((rc = dl_moe_forward(&g->config, &view, &g->fwd))) {
+        dl__golden_msg(err, errlen, "case %s: forward pass: %s", c->name, dl_strerror(rc));
+        return rc;
+    }
+    g->has_forward = 1;
+    if (!o.no_backward) {
+        if (o.progress)
+            o.progress(o.progress_ctx, "backward", 0.0);
+        int brc = dl_moe_backward(&g->config, &view, &g->fwd, &g->bwd);
+        if (brc == 0) {
+            g->has_backward = 1;
+        } else {
+            dl_moe_backward_free(&g->bwd);
+            memset(&g->bwd, 0, sizeof g->bwd);
+            if (backward_err)
+                *backward_err = brc;
+        }
+    }
+    return 0;
+}
+
+int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *opts,
+                       int *backward_err, char *err, size_t errlen)
+{
+    if (backward_err)
+        *backward_err = 0;
+    if (!c || !path)
+        return DL_EINVAL;
+    struct stat st;
+    if (!(opts && opts->force) && stat(path, &st) == 0) {
+        dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
+        return DL_EEXIST;
+    }
+    dl_golden_file_t g;
+    int rc = dl_golden_generate(c, opts, &g, backward_err, err, errlen);
+    if (rc == 0)
+        rc = dl_golden_write(path, &g, opts ? opts->force : 0, opts ? opts->progress : NULL,
+                             opts ? opts->progress_ctx : NULL, err, errlen);
+    dl_golden_free(&g);
+    return rc;
+}
+
+const char *dl_golden_hdf5_version(void)
+{
+    static char buf[32];
+    unsigned maj = 0, min = 0, rel = 0;
+    if (H5get_libversion(&maj, &min, &rel) < 0)
+        return "unknown";
+    snprintf(buf, sizeof buf, "%u.%u.%u", maj, min, rel);
+    return buf;
+}
