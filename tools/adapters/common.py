@@ -132,6 +132,26 @@ def on_grid(a, dtype):
     return bool(np.array_equal(round_to(a[fin], dtype), a[fin]))
 
 
+# What an fp32 GEMM really computes: its result on full-precision fp32
+# operands is compared with float64 products of the operands rounded to
+# each of these grids (significand bits; np.rint = nearest-even, np.trunc =
+# toward zero, as tensor cores read fp32 registers holding unconverted
+# fp32 values as tf32).
+PROBE_GRIDS = (("fp32", 24, np.rint), ("tf32", 11, np.rint), ("tf32-rz", 11, np.trunc),
+               ("bf16", 8, np.rint))
+
+
+def probe_verdict(rel_err):
+    """{'mode': profile, 'closest': grid, 'rel_err_vs': rel_err}: the
+    profile of the closest grid; fp32 only when fp32 is closest and the
+    error is at fp32 level."""
+    closest = min(rel_err, key=rel_err.get)
+    mode = {"tf32-rz": "tf32"}.get(closest, closest)
+    if mode == "fp32" and rel_err["fp32"] > 1e-5:
+        mode = "unknown"
+    return {"mode": mode, "closest": closest, "rel_err_vs": rel_err}
+
+
 # ------------------------------------------------------------------ golden
 
 class Golden:
@@ -242,6 +262,45 @@ class Candidate:
 
     def put(self, key, arr):
         self.data[key] = arr
+
+
+# Stage-isolated results go into one candidate per kernel and direction. The
+# runner judges each stage on the candidate's own upstream stages where the
+# candidate has them, and where it lacks one, on that stage's exact value on
+# ITS upstream, recursively. A stage computed from golden inputs must
+# therefore never share a file with a candidate stage anywhere upstream of
+# it: d_x_sorted (from the golden d_h_gate) next to the candidate's h_gate
+# would be judged against d_h_gate recomputed from that h_gate. Each part
+# below has all its upstream stages outside itself.
+ISOLATED_PARTS = (
+    ("gate_up", ("forward/h_gate", "forward/h_up")),
+    ("act", ("forward/h_act",)),
+    ("down", ("forward/y_sorted",)),
+    ("down_bwd", ("backward/d_h_act", "backward/d_w_down")),
+    ("act_bwd", ("backward/d_h_gate", "backward/d_h_up")),
+    ("gate_up_bwd", ("backward/d_x_sorted", "backward/d_w_gate", "backward/d_w_up")),
+)
+# plain FFN: y = x_sorted W_down alone
+ISOLATED_PARTS_PLAIN = (
+    ("down", ("forward/y_sorted",)),
+    ("down_bwd", ("backward/d_x_sorted", "backward/d_w_down")),
+)
+
+
+def split_isolated(g, res):
+    """[(part, {key: array})] of stage-isolated results, one per kernel;
+    every key of res lands in exactly one part."""
+    parts = ISOLATED_PARTS if g.swiglu else ISOLATED_PARTS_PLAIN
+    out, used = [], set()
+    for name, keys in parts:
+        sub = {k: res[k] for k in keys if k in res}
+        used |= set(sub)
+        if sub:
+            out.append((name, sub))
+    left = sorted(set(res) - used)
+    if left:
+        raise KeyError("stage-isolated results outside every part: %s" % left)
+    return out
 
 
 def _check_key(golden, key):
@@ -378,13 +437,15 @@ def emit(g, outdir, name, version, device, compute_mode, mode, res, notes, secon
     cand = Candidate(g, name, version, device, compute_mode, mode)
     cand.notes = dict(notes)
     cand.notes["seconds"] = round(seconds, 3)
+    if "repeat_differs" in notes:
+        cand.notes["repeat_differs"] = [k for k in notes["repeat_differs"] if k in res]
     for key, a in res.items():
         cand.put(key, a)
     path = os.path.join(outdir, candidate_name(g.case, name, mode))
     write_candidate(path, cand, force=force)
     cmp = compare(g, res)
     worst = max((v[1] for v in cmp.values() if v[1] is not None), default=0.0)
-    nd = notes.get("repeat_differs")
+    nd = cand.notes.get("repeat_differs")
     log("%-26s %-30s %-8s %-9s %2d stages, max rel err vs golden %.3g%s"
         % (g.case, name, mode, compute_mode, len(res), worst,
            ", repeat differs in " + " ".join(nd) if nd else ""))
@@ -403,6 +464,8 @@ def adapter_main(argv, doc, available, run, modes_all):
     ap.add_argument("--mode", choices=tuple(modes_all) + ("all",), default="all")
     ap.add_argument("--device", default=None, help="cuda, cpu, gpu (default: the accelerator)")
     ap.add_argument("--summary", help="append one JSON line per candidate to this file")
+    ap.add_argument("--no-repeat", action="store_true",
+                    help="run each backend once (default: twice, to see nondeterminism)")
     a = ap.parse_args(argv)
     ok, why = available()
     if not ok:
@@ -413,7 +476,7 @@ def adapter_main(argv, doc, available, run, modes_all):
     rc = 0
     for p in a.golden:
         try:
-            out, errors = run(p, a.outdir, modes, a.device)
+            out, errors = run(p, a.outdir, modes, a.device, repeat=not a.no_repeat)
         except Exception as e:  # one bad file must not stop the others
             traceback.print_exc()
             print("%s: %s: %s" % (p, type(e).__name__, e), file=sys.stderr)
@@ -434,7 +497,10 @@ def run_modes(golden_path, outdir, modes, backends, runner_info, log=print, repe
     """Runs backends[mode](g) for each mode; a failing mode is reported and
     the others still run. runner_info(g) -> (version, device) strings. With
     repeat, each backend runs twice and notes["repeat_differs"] lists the
-    stages whose bits changed (nondeterminism: atomics, split-K...).
+    stages whose bits changed (nondeterminism: atomics, split-K...). Every
+    mode but "chained" is stage-isolated: its results are written as one
+    candidate per kernel and direction (split_isolated), the backend name
+    followed by ":gate_up", ":act_bwd", ...
     Returns ([(path, summary)], [error dicts])."""
     import traceback
     import time
@@ -452,8 +518,10 @@ def run_modes(golden_path, outdir, modes, backends, runner_info, log=print, repe
                     k for k in res if k in res2 and
                     res[k].tobytes() != np.asarray(res2[k], dtype=res[k].dtype).tobytes())
             version, device = runner_info(g)
-            written.append(emit(g, outdir, name, version, device, cmode, mode, res, notes,
-                                seconds, log))
+            parts = [(None, res)] if mode == "chained" else split_isolated(g, res)
+            for part, sub in parts:
+                written.append(emit(g, outdir, name + (":" + part if part else ""), version,
+                                    device, cmode, mode, sub, notes, seconds, log))
         except Skip as e:
             log("%-26s %-30s %-8s skipped: %s" % (g.case, "-", mode, e))
         except Exception as e:

@@ -78,19 +78,16 @@ def probe_fp32(dev, precision):
     c = np.asarray(f(jax.device_put(a, dev), jax.device_put(b, dev), jax.device_put(gs, dev)),
                    dtype=np.float64)
 
-    def rnd(x, bits):
+    def rnd(x, bits, f=np.rint):
         m, e = np.frexp(x.astype(np.float64))
-        return np.ldexp(np.rint(np.ldexp(m, bits)), e - bits)
+        return np.ldexp(f(np.ldexp(m, bits)), e - bits)
 
     res = {}
-    for name, bits in (("fp32", 24), ("tf32", 11), ("bf16", 8)):
-        A, B = rnd(a, bits), rnd(b, bits)
+    for name, bits, f in common.PROBE_GRIDS:
+        A, B = rnd(a, bits, f), rnd(b, bits, f)
         ref = np.concatenate([A[:128] @ B[0], A[128:] @ B[1]], 0)
         res[name] = float(np.abs(c - ref).max() / np.abs(ref).max())
-    mode = min(res, key=res.get)
-    if mode == "fp32" and res["fp32"] > 1e-5:
-        mode = "unknown"
-    return {"mode": mode, "rel_err_vs": res}
+    return common.probe_verdict(res)
 
 
 def compute_mode_for(dtype, probe):
@@ -273,7 +270,8 @@ def run_chained(g, dev, precision):
     return res, notes
 
 
-def run(golden_path, outdir, modes=MODES, device=None, log=print, precisions=PRECISIONS):
+def run(golden_path, outdir, modes=MODES, device=None, log=print, repeat=True,
+        precisions=PRECISIONS):
     """Runs every precision x mode on one golden file: ([(path, summary)], [errors])."""
     ok, why = available()
     if not ok:
@@ -296,7 +294,8 @@ def run(golden_path, outdir, modes=MODES, device=None, log=print, precisions=PRE
                 return name, res, notes, compute_mode_for(g.dtype, probe)
             return go
         info = lambda g: ("jax %s" % jax.__version__, dname)
-        w, e = common.run_modes(golden_path, outdir, modes, {m: fn(m) for m in MODES}, info, log)
+        w, e = common.run_modes(golden_path, outdir, modes, {m: fn(m) for m in MODES}, info, log,
+                                repeat)
         written += w
         errors += e
     return written, errors

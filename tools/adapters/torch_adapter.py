@@ -7,6 +7,9 @@ Backends (one candidate file each):
                      (or torch._grouped_mm), the backward through autograd.
   torch-grouped_mm[allow_tf32]  the same with TF32 allowed, fp32 cases only
                      (mode isolated_tf32): a negative control for the fp32 profile.
+  torch-grouped_mm[wgrad_fp32]  weight gradients only, written in fp32 from
+                     bf16/fp16 operands (mode wgrad_fp32): the golden's
+                     main-grad convention.
   torch-moe          chained: a MoE layer as people write it (fp32 router GEMM,
                      softmax/sigmoid, torch.topk, argsort, gather, grouped GEMMs,
                      SwiGLU, index_add_ combine), forward then autograd backward.
@@ -149,20 +152,16 @@ def probe_fp32(dev, gmm_kind="grouped_mm"):
     gm = GMM(torch.float32, 256, 128, dev)
     c = gm(a32.to(dev), b32.to(dev), sizes, offs).double().cpu()
 
-    def rnd(x, bits):  # keep `bits` significand bits, nearest-even
+    def rnd(x, bits, f=np.rint):  # keep `bits` significand bits (rint: nearest-even)
         m, e = np.frexp(x.numpy())
-        return torch.from_numpy(np.ldexp(np.rint(np.ldexp(m, bits)), e - bits))
+        return torch.from_numpy(np.ldexp(f(np.ldexp(m, bits)), e - bits))
 
     res = {}
-    for name, bits in (("fp32", 24), ("tf32", 11), ("bf16", 8)):
-        A, B = rnd(a32.double(), bits), rnd(b32.double(), bits)
+    for name, bits, f in common.PROBE_GRIDS:
+        A, B = rnd(a32.double(), bits, f), rnd(b32.double(), bits, f)
         ref = torch.cat([A[:128] @ B[0], A[128:] @ B[1]], 0)
         res[name] = float(((c - ref).abs().max() / ref.abs().max()).item())
-    mode = min(res, key=res.get)
-    # fp32 must be far better than tf32 to be called fp32
-    if mode == "fp32" and res["fp32"] > 1e-5:
-        mode = "unknown"
-    return {"mode": mode, "rel_err_vs": res, "kernel": gm.kernel}
+    return dict(common.probe_verdict(res), kernel=gm.kernel)
 
 
 # ------------------------------------------------------------------ routing
@@ -339,7 +338,52 @@ def run_chained(g, device="cuda"):
     return name, res, notes, compute_mode_for(g.dtype, probe and probe["mode"])
 
 
-MODES = ("isolated", "chained", "isolated_tf32")
+MODES = ("isolated", "chained", "isolated_tf32", "wgrad_fp32")
+
+
+def run_wgrad_fp32(g, device="cuda"):
+    """Weight gradients written in fp32 from bf16/fp16 operands, the
+    'main grad' convention of the golden file (Megatron's gradient
+    accumulation fusion): grouped_mm with out_dtype=float32 where this torch
+    takes it, else grouped_mm on operands upcast to fp32 (exact products,
+    fp32 accumulation). Stage-isolated, golden operands."""
+    if g.dtype == "fp32":
+        raise common.Skip("fp32 weights already get fp32 gradients")
+    dev, dt, A = _common_setup(g, device)
+    sizes = [int(n) for n in g["forward/group_sizes"]]
+    offs = torch.tensor(np.cumsum(sizes, dtype=np.int64), dtype=torch.int32, device=dev)
+    gm = GMM(dt, g.d, g.f, dev)
+    how = {}
+
+    def wgrad(a, b):  # [E, a.cols, b.cols]: per expert a_e^T b_e in fp32
+        if gm.use_gmm:
+            try:
+                r = gm.fn(a.t(), b, offs=offs, out_dtype=torch.float32)
+                how["path"] = "%s(a.T, b, offs, out_dtype=float32)" % gm.fn_name
+                return r
+            except Exception as e:  # not every version takes a wider output
+                how["out_dtype_float32"] = "refused: %s: %s" % (type(e).__name__, str(e)[:200])
+            how["path"] = "%s on operands upcast to float32" % gm.fn_name
+            return gm.fn(a.float().t(), b.float(), offs=offs)
+        how["path"] = "per-expert torch.mm loop on operands upcast to float32"
+        out, s = [], 0
+        for n in sizes:
+            out.append(a[s:s + n].float().t() @ b[s:s + n].float())
+            s += n
+        return torch.stack(out)
+
+    res = {}
+    if g.swiglu:
+        res["backward/d_w_down"] = to_np(wgrad(A("forward/h_act"), A("backward/d_y_sorted")))
+        xs = A("forward/x_sorted")
+        res["backward/d_w_gate"] = to_np(wgrad(xs, A("backward/d_h_gate")))
+        res["backward/d_w_up"] = to_np(wgrad(xs, A("backward/d_h_up")))
+    else:
+        res["backward/d_w_down"] = to_np(wgrad(A("forward/x_sorted"), A("backward/d_y_sorted")))
+    notes = {"kernel": how.get("path"), "precision_flags": precision_flags()}
+    notes.update({k: v for k, v in how.items() if k != "path"})
+    name = "torch-grouped_mm" if gm.tag == "grouped_mm" else "torch-mm_loop"
+    return name + "[wgrad_fp32]", res, notes, g.dtype
 
 
 def run_isolated_tf32(g, device="cuda"):
@@ -358,7 +402,7 @@ def run_isolated_tf32(g, device="cuda"):
     return name + "[allow_tf32]", res, notes, cmode
 
 
-def run(golden_path, outdir, modes=MODES, device=None, log=print):
+def run(golden_path, outdir, modes=MODES, device=None, log=print, repeat=True):
     """Runs the chosen modes on one golden file: ([(path, summary)], [errors])."""
     ok, why = available()
     if not ok:
@@ -369,14 +413,15 @@ def run(golden_path, outdir, modes=MODES, device=None, log=print):
     def fn(mode):
         def go(g):
             r = {"isolated": run_isolated, "chained": run_chained,
-                 "isolated_tf32": run_isolated_tf32}[mode](g, device)
+                 "isolated_tf32": run_isolated_tf32, "wgrad_fp32": run_wgrad_fp32}[mode](g, device)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             return r
         return go
 
     info = lambda g: ("torch %s" % torch.__version__, device_name(torch.device(device)))
-    return common.run_modes(golden_path, outdir, modes, {m: fn(m) for m in MODES}, info, log)
+    return common.run_modes(golden_path, outdir, modes, {m: fn(m) for m in MODES}, info, log,
+                            repeat)
 
 
 def main(argv=None):
