@@ -497,7 +497,9 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         (rc = attr_str(r, file, "/", "case", strict, g->case_name, sizeof g->case_name)) < 0 ||
         (rc = attr_num(r, file, "/", "seed", strict, H5T_INTEGER, H5T_NATIVE_UINT64, &g->seed)) < 0 ||
         (rc = attr_str(r, file, "/", "backend", 0, g->backend, sizeof g->backend)) < 0 ||
-        (rc = attr_str(r, file, "/", "compute_mode", 0, g->compute_mode, sizeof g->compute_mode)) < 0)
+        (rc = attr_str(r, file, "/", "compute_mode", 0, g->compute_mode, sizeof g->compute_mode)) < 0 ||
+        (rc = attr_str(r, file, "/", "isolated_groups", 0, g->isolated_groups,
+                       sizeof g->isolated_groups)) < 0)
         goto fail;
 
     if (strict) {
