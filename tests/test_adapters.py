@@ -239,6 +239,12 @@ def verify_candidate(path, g, rtol):
     assert attrs["mode"] in ("isolated", "chained", "isolated_tf32", "wgrad_fp32")
     json.loads(attrs["notes"])
     assert data, "empty candidate"
+    if attrs["mode"] == "chained":
+        assert "isolated_groups" not in attrs
+    else:  # every dataset in exactly one group, no group holding its own upstream
+        groups = [grp.split(",") for grp in attrs["isolated_groups"].split(";")]
+        names = [n for grp in groups for n in grp]
+        assert sorted(names) == sorted(k.split("/")[1] for k in data), attrs["isolated_groups"]
     errs = common.compare(g, data)
     for key, a in data.items():
         assert common.SPEC[key][0] != "inputs" and g.applies(key), key
@@ -290,18 +296,33 @@ def t_torch():
                 lambda g: ["torch-moe" if g.d % 8 == 0 else "torch-moe[mm_loop]"])
 
 
+GEMM_STAGES = {"h_gate", "h_up", "y_sorted", "d_h_act", "d_w_down", "d_x_sorted", "d_w_gate",
+               "d_w_up"}
+
+
 def t_runner_reads():
-    # `dropless check` loads every candidate (exit 0 or 1, never 2: unreadable)
+    # `dropless check` loads every candidate (exit 0 or 1, never 2: unreadable),
+    # and the fp32 grouped GEMMs of ragged_dot at HIGHEST, each judged on
+    # golden upstream through isolated_groups, pass the fp32 profile.
     files = sorted(glob.glob(os.path.join(TMP, "jax", "*.h5")))
     assert files
+    gemm_checked = 0
     for p in files:
         case = os.path.basename(p).split("--")[0]
-        r = subprocess.run([DROPLESS, "check", GOLDEN[case], p, "--json",
-                            os.path.join(TMP, "r.json")], capture_output=True, text=True)
+        rj = os.path.join(TMP, "r.json")
+        r = subprocess.run([DROPLESS, "check", "--json", rj, GOLDEN[case], p],
+                           capture_output=True, text=True)
         assert r.returncode in (0, 1), "%s: exit %d: %s" % (p, r.returncode, r.stderr[-500:])
-        rep = json.load(open(os.path.join(TMP, "r.json")))
+        rep = json.load(open(rj))
         rep = rep[0] if isinstance(rep, list) else rep
         assert rep["backend"] and rep["profile"] in PROFILES
+        if "ragged_dot_highest" in p and not case.endswith(("-bf16", "-fp16")):
+            for c in rep["checks"]:
+                if c["stage"] in GEMM_STAGES and c["check"] == "numerics":
+                    assert c["verdict"] == "PASS", "%s: %s %s: %s" % (
+                        p, c["stage"], c["verdict"], c["message"])
+                    gemm_checked += 1
+    assert gemm_checked >= 8, gemm_checked
 
 
 def t_gpu_report():
@@ -323,7 +344,8 @@ jax_skip = None if have("jax") else "JAX not installed (tools/setup_python.sh in
 check("JAX adapter on the CPU: every mode and precision, layout and values", t_jax, jax_skip)
 check("PyTorch adapter on the CPU: every mode, layout and values", t_torch,
       None if have("torch") else "PyTorch not installed (the GPU report runs it on the H200)")
-check("dropless check reads every JAX candidate", t_runner_reads,
+check("dropless check reads every JAX candidate; fp32 ragged_dot GEMMs at HIGHEST pass",
+      t_runner_reads,
       jax_skip or (None if dropless_has("check") else "no `dropless check` in this build"))
 check("gpu_report.py end to end (JAX on the CPU, packed)", t_gpu_report, jax_skip)
 

@@ -259,19 +259,26 @@ class Candidate:
         self.mode = mode            # "isolated" or "chained"
         self.data = {}
         self.notes = {}             # free-form, stored as JSON in attribute "notes"
+        self.isolated_groups = None  # [[key, ...], ...] for stage-isolated candidates
+
+    def groups_attr(self):
+        """The isolated_groups attribute: names within a group joined by ',',
+        groups by ';'."""
+        return ";".join(",".join(k.split("/")[1] for k in grp) for grp in self.isolated_groups)
 
     def put(self, key, arr):
         self.data[key] = arr
 
 
-# Stage-isolated results go into one candidate per kernel and direction. The
-# runner judges each stage on the candidate's own upstream stages where the
-# candidate has them, and where it lacks one, on that stage's exact value on
-# ITS upstream, recursively. A stage computed from golden inputs must
-# therefore never share a file with a candidate stage anywhere upstream of
-# it: d_x_sorted (from the golden d_h_gate) next to the candidate's h_gate
-# would be judged against d_h_gate recomputed from that h_gate. Each part
-# below has all its upstream stages outside itself.
+# Stage-isolated results: each group below was computed by one kernel call
+# fed golden inputs. The runner judges a chained candidate's stage on the
+# candidate's own upstream stages (and, where it lacks one, on that stage's
+# exact value on ITS upstream, recursively), which is wrong for these: h_act
+# from the golden h_gate would be judged on the candidate's h_gate. So an
+# isolated candidate names its groups in the root attribute
+# isolated_groups (doc/conformance.md, "Stage-isolated candidates"), and the
+# runner checks each group on golden upstream. No group holds a stage
+# upstream of another of its stages.
 ISOLATED_PARTS = (
     ("gate_up", ("forward/h_gate", "forward/h_up")),
     ("act", ("forward/h_act",)),
@@ -288,8 +295,8 @@ ISOLATED_PARTS_PLAIN = (
 
 
 def split_isolated(g, res):
-    """[(part, {key: array})] of stage-isolated results, one per kernel;
-    every key of res lands in exactly one part."""
+    """[(group, {key: array})] of stage-isolated results, one per kernel
+    call; every key of res lands in exactly one group."""
     parts = ISOLATED_PARTS if g.swiglu else ISOLATED_PARTS_PLAIN
     out, used = [], set()
     for name, keys in parts:
@@ -368,6 +375,11 @@ def write_candidate(path, cand, force=False):
             f.attrs["compute_mode"] = cand.compute_mode
             f.attrs["mode"] = cand.mode
             f.attrs["notes"] = json.dumps(cand.notes, sort_keys=True, default=str)
+            if cand.isolated_groups:
+                missing = set(cand.data) - {k for grp in cand.isolated_groups for k in grp}
+                if missing or any(k not in cand.data for grp in cand.isolated_groups for k in grp):
+                    raise ValueError("isolated_groups must cover exactly the datasets written")
+                f.attrs["isolated_groups"] = cand.groups_attr()
             cfg = f.create_group("config")
             for k in CONFIG_INT:
                 cfg.attrs[k] = np.int64(g.config[k])
@@ -386,7 +398,8 @@ def write_candidate(path, cand, force=False):
 
 
 def read_candidate(path):
-    """(root attributes, {key: array}, {key: dtype attribute}) of a candidate."""
+    """(root attributes, {key: array}, {key: dtype attribute}) of a candidate
+    (isolated_groups, if any, among the attributes)."""
     import h5py
     with h5py.File(path, "r") as f:
         attrs = {k: (_str(v) if isinstance(v, (bytes, str)) else v) for k, v in f.attrs.items()}
@@ -431,10 +444,12 @@ def candidate_name(case, backend, mode=None):
 
 
 def emit(g, outdir, name, version, device, compute_mode, mode, res, notes, seconds,
-         log=print, force=True):
+         log=print, force=True, groups=None):
     """Writes one backend's results for golden g as a candidate file in
-    outdir and logs a line; returns (path, summary dict)."""
+    outdir (groups: isolated_groups, None for a chained candidate) and logs
+    a line; returns (path, summary dict)."""
     cand = Candidate(g, name, version, device, compute_mode, mode)
+    cand.isolated_groups = groups
     cand.notes = dict(notes)
     cand.notes["seconds"] = round(seconds, 3)
     if "repeat_differs" in notes:
@@ -450,7 +465,8 @@ def emit(g, outdir, name, version, device, compute_mode, mode, res, notes, secon
         % (g.case, name, mode, compute_mode, len(res), worst,
            ", repeat differs in " + " ".join(nd) if nd else ""))
     return path, {"case": g.case, "backend": name, "mode": mode, "compute_mode": compute_mode,
-                  "file": os.path.basename(path), "errors": cmp}
+                  "file": os.path.basename(path), "errors": cmp,
+                  "isolated_groups": cand.groups_attr() if groups else None}
 
 
 def adapter_main(argv, doc, available, run, modes_all):
@@ -498,9 +514,8 @@ def run_modes(golden_path, outdir, modes, backends, runner_info, log=print, repe
     the others still run. runner_info(g) -> (version, device) strings. With
     repeat, each backend runs twice and notes["repeat_differs"] lists the
     stages whose bits changed (nondeterminism: atomics, split-K...). Every
-    mode but "chained" is stage-isolated: its results are written as one
-    candidate per kernel and direction (split_isolated), the backend name
-    followed by ":gate_up", ":act_bwd", ...
+    mode but "chained" is stage-isolated: its candidate carries the
+    isolated_groups attribute (split_isolated).
     Returns ([(path, summary)], [error dicts])."""
     import traceback
     import time
@@ -518,10 +533,11 @@ def run_modes(golden_path, outdir, modes, backends, runner_info, log=print, repe
                     k for k in res if k in res2 and
                     res[k].tobytes() != np.asarray(res2[k], dtype=res[k].dtype).tobytes())
             version, device = runner_info(g)
-            parts = [(None, res)] if mode == "chained" else split_isolated(g, res)
-            for part, sub in parts:
-                written.append(emit(g, outdir, name + (":" + part if part else ""), version,
-                                    device, cmode, mode, sub, notes, seconds, log))
+            groups = None
+            if mode != "chained":
+                groups = [sorted(sub, key=list(SPEC).index) for _, sub in split_isolated(g, res)]
+            written.append(emit(g, outdir, name, version, device, cmode, mode, res, notes,
+                                seconds, log, groups=groups))
         except Skip as e:
             log("%-26s %-30s %-8s skipped: %s" % (g.case, "-", mode, e))
         except Exception as e:
