@@ -20,6 +20,10 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
+# Python for the GPU adapters' CPU test (JAX's CPU backend runs ragged_dot);
+# optional: without it that test SKIPs, saying so.
+tools/setup_python.sh || echo "quickstart: no JAX venv; the adapter tests will SKIP" >&2
+
 [ -x configure ] || autoreconf -fi
 [ -f Makefile ] || ./configure -q
 make -j"$(nproc)" >/dev/null
