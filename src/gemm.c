@@ -30,11 +30,19 @@
  * depend on which tier decided an element, so they do not depend on threads,
  * alignment or the BLAS kernel.
  *
- * Memory: inputs are converted to binary64 in bounded panels (a row block of
- * the left operand and a column panel of the right one, each over the full
- * K, in the layout the input already has, so conversion is a streaming copy)
- * within a scratch budget of a quarter of the input+output bytes, at least
- * 4 MiB and at most 128 MiB. */
+ * Memory and parallelism: the output is cut into tiles (rows of one group
+ * against a block of columns). A tile is the unit of work of one OpenMP
+ * thread: for each K-chunk it converts that chunk of its rows and columns
+ * to binary64 (a streaming copy in the caller's layout, which stays in
+ * cache), calls dgemm (single-threaded inside the parallel region, so there
+ * is no nested oversubscription; with one thread OpenBLAS may use its own),
+ * adds the chunk into the tile, then certifies the tile and runs the slow
+ * tiers on its misses, reading the caller's floats. No operand is ever
+ * converted whole: scratch per thread is two tiles of doubles and two chunk
+ * buffers, within a budget of a quarter of the input+output bytes (at least
+ * 4 MiB, at most 128 MiB over all threads). Threads share nothing but the
+ * output, and only ever write disjoint tiles of it; there is no reduction
+ * over floating-point values anywhere. */
 #include "config.h"
 #include <limits.h>
 #include <math.h>
