@@ -5,17 +5,28 @@
 #include "internal.h"
 
 typedef struct {
-    int p;    /* significand bits, implicit bit included */
-    int emin; /* exponent of the smallest normal */
-    int emax; /* exponent of the largest finite */
+    int p;           /* significand bits, implicit bit included */
+    int emin;        /* exponent of the smallest normal */
+    int emax;        /* exponent of the largest finite */
+    double overflow; /* 2^(emax+1): anything rounded to it or beyond is infinite */
 } dl__fmt_t;
 
 static const dl__fmt_t fmts[] = {
-    [DL_F32] = {24, -126, 127},
-    [DL_BF16] = {8, -126, 127},
-    [DL_F16] = {11, -14, 15},
-    [DL_F64] = {53, -1022, 1023},
+    [DL_F32] = {24, -126, 127, 0x1p128},
+    [DL_BF16] = {8, -126, 127, 0x1p128},
+    [DL_F16] = {11, -14, 15, 0x1p16},
+    [DL_F64] = {53, -1022, 1023, INFINITY},
 };
+
+/* 2^q for a normal exponent, built from its bits (ldexp is a library call
+ * on the hottest path: every rounding goes through here). */
+static inline double pow2(int q)
+{
+    uint64_t b = (uint64_t)(q + 1023) << 52;
+    double r;
+    memcpy(&r, &b, 8);
+    return r;
+}
 
 const char *dl_dtype_name(dl_dtype_t t)
 {
@@ -75,8 +86,9 @@ double dl_round_parts(int negative, uint64_t hi, int exp, int sticky, dl_dtype_t
             if (rem > half || (rem == half && (sticky || (m & 1))))
                 m++;
         }
-        r = ldexp((double)m, q); /* exact: m <= 2^p and q >= emin - p + 1 */
-        if (r >= ldexp(1.0, f->emax + 1))
+        /* exact: m <= 2^p and q >= emin - p + 1; m * 2^q is then normal or exactly 0 */
+        r = q >= -1022 && q <= 1023 ? (double)m * pow2(q) : ldexp((double)m, q);
+        if (r >= f->overflow)
             r = INFINITY;
     }
     return negative ? -r : r;
@@ -86,10 +98,19 @@ double dl_round(double x, dl_dtype_t t)
 {
     if (t == DL_F64 || x == 0.0 || !isfinite(x))
         return x;
-    int e;
-    double fr = frexp(fabs(x), &e); /* in [0.5, 1), at most 53 bits */
-    uint64_t hi = (uint64_t)ldexp(fr, 64);
-    return dl_round_parts(signbit(x) != 0, hi, e - 64, 0, t);
+    uint64_t b;
+    memcpy(&b, &x, 8);
+    int e = (int)((b >> 52) & 0x7ff);
+    uint64_t m = b & ((UINT64_C(1) << 52) - 1);
+    int shift;
+    if (e) { /* normal: the implicit bit to bit 63 */
+        m |= UINT64_C(1) << 52;
+        shift = 11;
+    } else { /* subnormal double: normalise */
+        shift = __builtin_clzll(m);
+        e = 1;
+    }
+    return dl_round_parts((int)(b >> 63), m << shift, e - 1075 - shift, 0, t);
 }
 
 /* Validation runs over every input element, so grid membership is decided
@@ -120,13 +141,27 @@ int dl_on_grid(double x, dl_dtype_t t)
     return (a & ((UINT32_C(1) << (-1 - e)) - 1)) == 0; /* a multiple of 2^-24 */
 }
 
+/* The largest double below v, for finite v (nextafter is a library call). */
+static inline double next_down(double v)
+{
+    if (v == 0.0)
+        return -0x1p-1074;
+    if (isinf(v))
+        return v;
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    b += v > 0 ? (uint64_t)-1 : 1;
+    memcpy(&v, &b, 8);
+    return v;
+}
+
 int dl__certify(double y, double err, dl_dtype_t t, double *out)
 {
     if (!isfinite(y) || !isfinite(err))
         return 0;
     /* widen by one double ulp each way so the computed ends enclose the exact ones */
-    double lo = nextafter(y - err, -INFINITY);
-    double hi = nextafter(y + err, INFINITY);
+    double lo = next_down(y - err);
+    double hi = -next_down(-(y + err));
     double rlo = dl_round(lo, t), rhi = dl_round(hi, t);
     if (rlo != rhi || signbit(rlo) != signbit(rhi))
         return 0;
