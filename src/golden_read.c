@@ -305,13 +305,15 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
         FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", p);
     if (ex == 0)
         return 0;
-    H5O_info_t oi;
-    if (H5Oget_info_by_name(grp, ds->name, &oi, H5P_DEFAULT) < 0)
-        FAILF(DL_EFORMAT, "%s: damaged object header", p);
-    if (oi.type != H5O_TYPE_DATASET)
+    if ((d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0) {
+        /* a group or named type in its place is the dataset's problem; an
+         * object HDF5 cannot even identify is a damaged file */
+        H5O_info_t oi;
+        if (H5Oget_info_by_name2(grp, ds->name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+            oi.type == H5O_TYPE_DATASET)
+            FAILF(DL_EFORMAT, "%s: cannot open the dataset (damaged)", p);
         BAD(DL_EFORMAT, "not a dataset");
-    if ((d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0)
-        FAILF(DL_EFORMAT, "%s: cannot open the dataset (damaged)", p);
+    }
     if ((t = H5Dget_type(d)) < 0 || (sp = H5Dget_space(d)) < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its type or shape", p);
 
