@@ -53,44 +53,51 @@ int dl_value_is_backward(dl_value_t s)
     return s >= DL_VALUE_D_TOPK_WEIGHTS && s < DL_VALUE_COUNT;
 }
 
-const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_value_t s)
+void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s)
 {
     if (f)
         switch (s) {
-        case DL_VALUE_ROUTER_LOGITS: return f->router_logits;
-        case DL_VALUE_ROUTER_SCORES: return f->router_scores;
-        case DL_VALUE_TOPK_IDS: return f->topk_ids;
-        case DL_VALUE_TOPK_WEIGHTS: return f->topk_weights;
-        case DL_VALUE_SORT_PERM: return f->sort_perm;
-        case DL_VALUE_INV_PERM: return f->inv_perm;
-        case DL_VALUE_GROUP_SIZES: return f->group_sizes;
-        case DL_VALUE_GROUP_OFFSETS: return f->group_offsets;
-        case DL_VALUE_X_SORTED: return f->x_sorted;
-        case DL_VALUE_H_GATE: return f->h_gate;
-        case DL_VALUE_H_UP: return f->h_up;
-        case DL_VALUE_H_ACT: return f->h_act;
-        case DL_VALUE_Y_SORTED: return f->y_sorted;
-        case DL_VALUE_OUT: return f->out;
+        case DL_VALUE_ROUTER_LOGITS: return (void **)&f->router_logits;
+        case DL_VALUE_ROUTER_SCORES: return (void **)&f->router_scores;
+        case DL_VALUE_TOPK_IDS: return (void **)&f->topk_ids;
+        case DL_VALUE_TOPK_WEIGHTS: return (void **)&f->topk_weights;
+        case DL_VALUE_SORT_PERM: return (void **)&f->sort_perm;
+        case DL_VALUE_INV_PERM: return (void **)&f->inv_perm;
+        case DL_VALUE_GROUP_SIZES: return (void **)&f->group_sizes;
+        case DL_VALUE_GROUP_OFFSETS: return (void **)&f->group_offsets;
+        case DL_VALUE_X_SORTED: return (void **)&f->x_sorted;
+        case DL_VALUE_H_GATE: return (void **)&f->h_gate;
+        case DL_VALUE_H_UP: return (void **)&f->h_up;
+        case DL_VALUE_H_ACT: return (void **)&f->h_act;
+        case DL_VALUE_Y_SORTED: return (void **)&f->y_sorted;
+        case DL_VALUE_OUT: return (void **)&f->out;
         default: break;
         }
     if (b)
         switch (s) {
-        case DL_VALUE_D_TOPK_WEIGHTS: return b->d_topk_weights;
-        case DL_VALUE_D_Y_SORTED: return b->d_y_sorted;
-        case DL_VALUE_D_H_ACT: return b->d_h_act;
-        case DL_VALUE_D_W_DOWN: return b->d_w_down;
-        case DL_VALUE_D_H_GATE: return b->d_h_gate;
-        case DL_VALUE_D_H_UP: return b->d_h_up;
-        case DL_VALUE_D_X_SORTED: return b->d_x_sorted;
-        case DL_VALUE_D_W_GATE: return b->d_w_gate;
-        case DL_VALUE_D_W_UP: return b->d_w_up;
-        case DL_VALUE_D_ROUTER_SCORES: return b->d_router_scores;
-        case DL_VALUE_D_ROUTER_LOGITS: return b->d_router_logits;
-        case DL_VALUE_D_ROUTER_WEIGHT: return b->d_router_weight;
-        case DL_VALUE_D_X: return b->d_x;
+        case DL_VALUE_D_TOPK_WEIGHTS: return (void **)&b->d_topk_weights;
+        case DL_VALUE_D_Y_SORTED: return (void **)&b->d_y_sorted;
+        case DL_VALUE_D_H_ACT: return (void **)&b->d_h_act;
+        case DL_VALUE_D_W_DOWN: return (void **)&b->d_w_down;
+        case DL_VALUE_D_H_GATE: return (void **)&b->d_h_gate;
+        case DL_VALUE_D_H_UP: return (void **)&b->d_h_up;
+        case DL_VALUE_D_X_SORTED: return (void **)&b->d_x_sorted;
+        case DL_VALUE_D_W_GATE: return (void **)&b->d_w_gate;
+        case DL_VALUE_D_W_UP: return (void **)&b->d_w_up;
+        case DL_VALUE_D_ROUTER_SCORES: return (void **)&b->d_router_scores;
+        case DL_VALUE_D_ROUTER_LOGITS: return (void **)&b->d_router_logits;
+        case DL_VALUE_D_ROUTER_WEIGHT: return (void **)&b->d_router_weight;
+        case DL_VALUE_D_X: return (void **)&b->d_x;
         default: break;
         }
     return NULL;
+}
+
+const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_value_t s)
+{
+    /* the slot is only read here */
+    void **p = dl__value_slot((dl_moe_forward_t *)f, (dl_moe_backward_t *)b, s);
+    return p ? *p : NULL;
 }
 
 int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)

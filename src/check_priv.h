@@ -146,4 +146,8 @@ int dl__ck_zero_drops(dl__ck_t *ck);
 /* check_stage.c */
 int dl__ck_stages(dl__ck_t *ck);
 
+/* The address of stage s's array pointer in f or b (NULL if s is not
+ * there). */
+void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s);
+
 #endif

@@ -81,35 +81,6 @@ static int grouped1(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout
     return dl_gemm_grouped(&term, 1, N, off, E, t, out, NULL);
 }
 
-/* d_x[t,i] = RN(sum_j d_x_sorted[pos(t,j), i] + sum_e d_logits[t,e] W_r[i,e]),
- * the layer's d_x (the expert path and the router path, rounded once). */
-static int total_dx(const dl__ck_t *ck, const float *dxs, const int32_t *inv, const float *dlg,
-                    float *dx)
-{
-    const int64_t T = ck->T, d = ck->d, E = ck->E, k = ck->k, n = k + E;
-    const float *wr = ck->in->router_weight;
-    int bad = 0, nomem = 0;
-#pragma omp parallel reduction(| : bad, nomem)
-    {
-        double *p = malloc((size_t)n * sizeof *p);
-        if (!p)
-            nomem = 1;
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < T; t++) {
-            if (!p)
-                continue;
-            for (int64_t i = 0; i < d; i++) {
-                for (int64_t j = 0; j < k; j++)
-                    p[j] = dxs[(int64_t)inv[t * k + j] * d + i];
-                for (int64_t e = 0; e < E; e++)
-                    p[k + e] = (double)dlg[t * E + e] * (double)wr[i * E + e];
-                dx[t * d + i] = (float)dl__sum_exact(p, n, ck->act, &bad);
-            }
-        }
-        free(p);
-    }
-    return nomem ? DL_ENOMEM : bad ? DL_ENONFINITE : 0;
-}
 
 /* The exact value of stage s on the effective upstream, into out. */
 static int compute_exact(dl__ck_t *ck, dl_value_t s, void *outv)
@@ -222,7 +193,8 @@ static int compute_exact(dl__ck_t *ck, dl_value_t s, void *outv)
         return dl_gemm_ragged_k(in->x, d, EF(DL_VALUE_D_ROUTER_LOGITS), E, all, 1, DL_F32, out,
                                 NULL);
     case DL_VALUE_D_X:
-        return total_dx(ck, EF(DL_VALUE_D_X_SORTED), inv, EF(DL_VALUE_D_ROUTER_LOGITS), out);
+        return dl_input_backward(EF(DL_VALUE_D_X_SORTED), inv, EF(DL_VALUE_D_ROUTER_LOGITS),
+                                 ck->in->router_weight, ck->T, ck->k, ck->d, ck->E, ck->act, out);
     default:
         return DL_EINTERNAL;
     }

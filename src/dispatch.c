@@ -116,3 +116,39 @@ int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T
         }
     return bad ? DL_ENONFINITE : 0;
 }
+
+int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const float *d_logits,
+                      const float *w_r, int64_t T, int64_t k, int64_t d, int64_t E,
+                      dl_dtype_t t, float *d_x)
+{
+    int64_t M;
+    if (T < 0 || d < 0 || k < 1 || E < 1 || dl_mul_size(T, k, &M))
+        return DL_EINVAL;
+    if (T > 0 && d > 0 && (!d_x_sorted || !inv_perm || !d_logits || !w_r || !d_x))
+        return DL_EINVAL;
+    int rc = check_inv(inv_perm, M);
+    if (rc)
+        return rc;
+    const int64_t n = k + E;
+    int bad = 0, nomem = 0;
+#pragma omp parallel reduction(| : bad, nomem)
+    {
+        double *p = malloc((size_t)n * sizeof *p);
+        if (!p)
+            nomem = 1;
+#pragma omp for schedule(static)
+        for (int64_t tk = 0; tk < T; tk++) {
+            if (!p)
+                continue;
+            for (int64_t i = 0; i < d; i++) {
+                for (int64_t j = 0; j < k; j++)
+                    p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+                for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
+                    p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
+                d_x[tk * d + i] = (float)dl__sum_exact(p, n, t, &bad);
+            }
+        }
+        free(p);
+    }
+    return nomem ? DL_ENOMEM : bad ? DL_ENONFINITE : 0;
+}

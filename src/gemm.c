@@ -1,24 +1,865 @@
-/* Fast grouped GEMM. Until the certified OpenBLAS path lands, the fast
- * entry points run the reference (same contract, same bits). */
+/* The fast grouped GEMMs: binary64 OpenBLAS products, certified element by
+ * element, with two slower tiers for the elements the certificate misses.
+ *
+ * Why the fast tier is exact. Every input is a float, so each product
+ * a_k*b_k is exact in binary64 (at most 48 significant bits, magnitudes in
+ * [2^-298, 2^256]); every partial sum of such products is a multiple of
+ * 2^-298, so no addition underflows and none overflows. The only error is in
+ * the additions. A tile's dot products are computed in chunks of at most kc
+ * terms by dgemm (any order, blocking, FMA or thread split: each term goes
+ * through at most kc-1 rounded additions), and the chunk results are added
+ * in a fixed order by us (at most nc-1 more). For any summation tree whose
+ * height is h, |fl(S) - S| <= gamma_h * sum|a_k b_k| (Higham, ASNA 2nd ed.,
+ * eq. 4.4 and the remark after it), with gamma_h = h u / (1 - h u),
+ * u = 2^-53, so here h <= kc + nc. sum|a_k b_k| <= ||a||_2 ||b||_2 by
+ * Cauchy-Schwarz; the norms are computed in binary64 (squares exact, sums
+ * within gamma_K) and the factor g1 below is inflated to cover those
+ * roundings. So the exact value lies within y +- g1*na*nb, and certify()
+ * decides whether that whole interval rounds to one value of out_t.
+ *
+ * Chunking matters: gamma_K for K = 14336 would leave ~1% of fp32 outputs
+ * uncertified; gamma_{kc+nc} with kc = 256 cuts that by ~50x, for the price
+ * of one extra pass over the tile per chunk.
+ *
+ * The middle tier (elements the certificate misses) is a compensated dot
+ * product whose every rounding error is either captured exactly (TwoSum) or
+ * bounded a posteriori; when that bound is zero the double-double result is
+ * the exact sum and is rounded exactly (round_dd), which settles exact ties
+ * and exact zeros, common with bf16 inputs. Otherwise the interval is
+ * certified as in tier 1. The last tier is the exact accumulator. Bits never
+ * depend on which tier decided an element, so they do not depend on threads,
+ * alignment or the BLAS kernel.
+ *
+ * Memory: inputs are converted to binary64 in bounded panels (a row block of
+ * the left operand and a column panel of the right one, each over the full
+ * K, in the layout the input already has, so conversion is a streaming copy)
+ * within a scratch budget of a quarter of the input+output bytes, at least
+ * 4 MiB and at most 128 MiB. */
 #include "config.h"
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#undef I /* <complex.h> via cblas.h; the GEMMs name a dimension I */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "internal.h"
+
+#define KC_DEFAULT 256
+#define BUDGET_MAX (INT64_C(128) << 20)
+#define BUDGET_MIN (INT64_C(4) << 20)
+#define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
+
+/* Vector code for the hot loops where the compiler and CPU allow it: the
+ * clones compute the same IEEE operations (no contraction: the build has
+ * -ffp-contract=off), so results are identical, only faster. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DL__CLONES
+#endif
+
+static int64_t tune_kc = 0, tune_budget = 0;
+
+void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes)
+{
+    tune_kc = kc > 0 ? kc : 0;
+    tune_budget = budget_bytes > 0 ? budget_bytes : 0;
+}
+
+/* ------------------------------------------------------------ certification */
+
+static inline uint64_t bits_of(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, 8);
+    return b;
+}
+
+static inline double of_bits(uint64_t b)
+{
+    double x;
+    memcpy(&x, &b, 8);
+    return x;
+}
+
+/* Round-to-nearest-even of a finite double onto t. fp32 is the hardware
+ * conversion; bf16 and fp16 round the binary64 significand in place while
+ * the result is a normal number of t, and leave the rest to dl_round. */
+static inline double rnd(double x, dl_dtype_t t)
+{
+    if (t == DL_F32)
+        return (double)(float)x;
+    uint64_t b = bits_of(x), mag = b & ~(UINT64_C(1) << 63);
+    int s;
+    uint64_t lo_norm, inf_at;
+    if (t == DL_BF16) {
+        s = 45;
+        lo_norm = UINT64_C(0x3810000000000000); /* 2^-126 */
+        inf_at = UINT64_C(0x47f0000000000000);  /* 2^128 */
+    } else {
+        s = 42;
+        lo_norm = UINT64_C(0x3f10000000000000); /* 2^-14 */
+        inf_at = UINT64_C(0x40f0000000000000);  /* 2^16 */
+    }
+    if (DL__UNLIKELY(mag < lo_norm))
+        return dl_round(x, t);
+    mag += (UINT64_C(1) << (s - 1)) - 1 + ((mag >> s) & 1);
+    mag &= ~((UINT64_C(1) << s) - 1);
+    if (mag >= inf_at)
+        mag = UINT64_C(0x7ff0000000000000);
+    return of_bits((b & (UINT64_C(1) << 63)) | mag);
+}
+
+/* The exact value S is known to satisfy |S - y| <= err (y finite, err >= 0,
+ * y a multiple of 2^-298 or zero). If every real in [y-err, y+err] rounds to
+ * one value of t, store it and return 1. The computed ends L, H enclose the
+ * exact ones: err is inflated by 2^-40 relative plus 2^-50 |y|, which covers
+ * the rounding of y -+ e2 (at most u(|y| + e2)) and of e2 itself. An exact
+ * zero rounds to +0, a negative tiny value to -0, so an interval touching
+ * zero is only certified when it is {0}. */
+static inline int certify(double y, double err, dl_dtype_t t, double *out)
+{
+    double e2 = err * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+    double L = y - e2, H = y + e2;
+    if (!(L > 0.0 || H < 0.0)) {
+        if (L == 0.0 && H == 0.0) {
+            *out = 0.0;
+            return 1;
+        }
+        return 0;
+    }
+    double rl = rnd(L, t), rh = rnd(H, t);
+    if (rl != rh)
+        return 0;
+    *out = rl;
+    return 1;
+}
+
+/* ------------------------------------------------------------- the tiers */
+
+/* TwoSum-accumulates e into *c and adds the (exact) error of that addition
+ * to *w: afterwards the old c + e = new c + err exactly. */
+static inline void lo_add(double *c, double *w, double e)
+{
+    double s = *c + e;
+    double z = s - *c;
+    *w += fabs((*c - (s - z)) + (e - z));
+    *c = s;
+}
+
+/* Compensated dot product of two binary64 vectors holding floats (so every
+ * product is exact): 8 lanes of TwoSum, the lanes folded by TwoSum in a fixed
+ * order. Every rounding error of the high parts is captured exactly (TwoSum)
+ * and added into a low part; the errors of those low additions are captured
+ * exactly too and their magnitudes summed into w. So
+ *   S = hi + lo + d,   |d| <= sum of the low-addition errors <= w (1 + 2^-18)
+ * (w is a sum of at most K+24 nonnegative terms, each rounding within u,
+ * and (K+24) u <= 2^-20 is required of K). When w == 0 the pair is exact.
+ * On return hi = fl(hi + lo) and lo is the exact remainder. */
+DL__CLONES
+static void dot2(const double *a, const double *b, int64_t n, double *hi_out,
+                 double *lo_out, double *w_out)
+{
+    double s[8] = {0}, c[8] = {0}, w[8] = {0};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        for (int l = 0; l < 8; l++) {
+            double p = a[k + l] * b[k + l];
+            double t = s[l] + p;
+            double z = t - s[l];
+            lo_add(&c[l], &w[l], (s[l] - (t - z)) + (p - z));
+            s[l] = t;
+        }
+    }
+    for (int l = 0; k < n; k++, l++) {
+        double p = a[k] * b[k];
+        double t = s[l] + p;
+        double z = t - s[l];
+        lo_add(&c[l], &w[l], (s[l] - (t - z)) + (p - z));
+        s[l] = t;
+    }
+    double hi = s[0], lo = c[0], ws = w[0];
+    for (int l = 1; l < 8; l++) {
+        double t = hi + s[l];
+        double z = t - hi;
+        lo_add(&lo, &ws, (hi - (t - z)) + (s[l] - z));
+        hi = t;
+        lo_add(&lo, &ws, c[l]);
+        ws += w[l];
+    }
+    double t = hi + lo, z = t - hi;
+    *lo_out = (hi - (t - z)) + (lo - z);
+    *hi_out = t;
+    *w_out = ws;
+}
+
+/* Correct rounding of S = hi + lo (exactly, hi = fl(S)) onto t. S lies
+ * strictly between hi and its binary64 neighbour nb towards lo when lo != 0,
+ * and no value or midpoint of t lies strictly between two neighbouring
+ * doubles, so S rounds like hi unless a midpoint sits at hi or nb; then the
+ * midpoint of rnd(hi) and rnd(nb) (exact in binary64) says which side S is
+ * on. Returns 0 only near the overflow threshold. */
+static int round_dd(double hi, double lo, dl_dtype_t t, double *out)
+{
+    if (hi == 0.0) { /* then lo == 0: an exact zero */
+        *out = 0.0;
+        return 1;
+    }
+    double rh = rnd(hi, t);
+    if (lo == 0.0) {
+        *out = rh;
+        return isfinite(rh);
+    }
+    double nb = nextafter(hi, lo > 0 ? INFINITY : -INFINITY);
+    double rn = rnd(nb, t);
+    if (!isfinite(rh) || !isfinite(rn))
+        return 0;
+    if (rh == rn) {
+        *out = rh;
+        return 1;
+    }
+    double m = rh / 2 + rn / 2; /* exact: both have at most 24 bits, far above underflow */
+    *out = hi == m ? rn : rh;
+    return 1;
+}
+
+static double dot_exact(const double *a, const double *b, int64_t n, dl_dtype_t t)
+{
+    dl_acc_t acc;
+    dl_acc_clear(&acc);
+    for (int64_t k = 0; k < n; k++)
+        dl_acc_add(&acc, a[k] * b[k]); /* exact: both hold floats */
+    return dl_acc_round(&acc, t);
+}
+
+/* --------------------------------------------------------------- the plan */
+
+typedef struct {
+    dl_dtype_t t;
+    int64_t ks; /* dot-product length */
+    int64_t kc; /* dgemm chunk along K */
+    double g1;  /* tier 1: err = g1 * na * nb */
+} plan_t;
+
+typedef struct {
+    int64_t fast, middle, exact;
+} counts_t;
+
+/* Longest K the slack factors below are proven for: (K + kc + 64) u and
+ * (K + 24) u stay below 2^-20. */
+#define KS_MAX (INT64_C(1) << 30)
+
+static void make_plan(plan_t *pl, dl_dtype_t t, int64_t ks, int nparts)
+{
+    pl->t = t;
+    pl->ks = ks;
+    pl->kc = tune_kc > 0 ? tune_kc : KC_DEFAULT;
+    /* one chunk never crosses a part (a term), so at most
+     * ceil(ks/kc) + nparts chunks */
+    int64_t nc = (ks + pl->kc - 1) / pl->kc + nparts;
+    int64_t h = (ks < pl->kc ? ks : pl->kc) + nc;
+    double hu = (double)h * 0x1p-53;
+    double gam = hu / (1.0 - hu);
+    /* norms: sum of squares within gamma_K, sqrt within u, two products
+     * within u each; the 2^-40 covers the roundings in this line */
+    double slack = 1.0 + (4.0 * (double)(ks + 16)) * 0x1p-53 + 0x1p-40;
+    pl->g1 = gam * slack;
+}
+
+/* ------------------------------------------------------------ operands */
+
+/* A K-range of one operand, read straight from the caller's floats:
+ * element (r, k), k in [0, klen), is p[k*ld + r] (k-major) or p[r*ld + k]
+ * (row-major); it is element koff + k of the operand's dot products. The
+ * two operands of a tile have parts over the same K-ranges (one per term). */
+typedef struct {
+    const float *p;
+    int64_t ld, koff, klen;
+    int kmajor;
+} part_t;
+
+typedef struct {
+    int n;
+    part_t *part;
+} operand_t;
+
+/* Row r of the operand over all K, in binary64, for the slow tiers. */
+static void fetch(const operand_t *op, int64_t r, double *buf)
+{
+    for (int i = 0; i < op->n; i++) {
+        const part_t *q = &op->part[i];
+        double *d = buf + q->koff;
+        if (q->kmajor)
+            for (int64_t k = 0; k < q->klen; k++)
+                d[k] = q->p[k * q->ld + r];
+        else
+            for (int64_t k = 0; k < q->klen; k++)
+                d[k] = q->p[r * q->ld + k];
+    }
+}
+
+/* Converts the K-chunk [k0, k0+kl) of rows [0, rows) of part q into dst,
+ * keeping the part's layout (row-major: rows x kl, ld kl; k-major: kl x rows,
+ * ld rows), and adds the squares to ss[r]. Called inside a parallel region;
+ * each thread owns whole rows (row-major) or whole columns (k-major). */
+DL__CLONES
+static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, double *dst,
+                       double *ss)
+{
+    if (!q->kmajor) {
+#pragma omp for schedule(static) nowait
+        for (int64_t r = 0; r < rows; r++) {
+            const float *s = q->p + r * q->ld + k0;
+            double *d = dst + r * kl;
+            double acc[8] = {0};
+            int64_t c = 0;
+            for (; c + 8 <= kl; c += 8)
+                for (int l = 0; l < 8; l++) {
+                    double v = s[c + l];
+                    d[c + l] = v;
+                    acc[l] += v * v;
+                }
+            for (; c < kl; c++) {
+                double v = s[c];
+                d[c] = v;
+                acc[0] += v * v;
+            }
+            ss[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        }
+    } else {
+        /* wide column blocks: each row of a block is a long contiguous read */
+        int nthr = 1;
+#ifdef _OPENMP
+        nthr = omp_get_num_threads();
+#endif
+        int64_t W = (rows + 2 * nthr - 1) / (2 * nthr);
+        W = W < 64 ? 64 : (W + 15) / 16 * 16;
+        int64_t nblk = (rows + W - 1) / W;
+#pragma omp for schedule(static) nowait
+        for (int64_t cb = 0; cb < nblk; cb++) {
+            int64_t c0 = cb * W, w = rows - c0 < W ? rows - c0 : W;
+            double *sq = ss + c0;
+            for (int64_t k = 0; k < kl; k++) {
+                const float *s = q->p + (k0 + k) * q->ld + c0;
+                double *d = dst + k * rows + c0;
+                for (int64_t c = 0; c < w; c++) {
+                    double v = s[c];
+                    d[c] = v;
+                    sq[c] += v * v;
+                }
+            }
+        }
+    }
+}
+
+/* Turns sums of squares into norms; returns 1 if any is not finite (a
+ * squared float cannot overflow binary64, so only a NaN or an infinity in
+ * the row does that). */
+static int finish_norms(double *ss, int64_t n)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bad |= !isfinite(ss[i]);
+        ss[i] = sqrt(ss[i]);
+    }
+    return bad;
+}
+
+/* ------------------------------------------------------- certification pass */
+
+/* Tier 1 over one row of a tile, for bf16 (s = 45) or fp16 (s = 42): the
+ * arithmetic of certify() and rnd() on the bits, branch-free. */
+static inline __attribute__((always_inline)) void
+certify_row_bits(const double *C, double ga, const double *nbn, int64_t n, float *o, int s,
+                 uint64_t lo_norm, uint64_t inf_at)
+{
+    const uint64_t sgn = UINT64_C(1) << 63, half = (UINT64_C(1) << (s - 1)) - 1,
+                   keep = ~((UINT64_C(1) << s) - 1), inf = UINT64_C(0x7ff0000000000000),
+                   nan = UINT64_C(0x7ff8000000000000);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        double y = C[j];
+        double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+        double L = y - e2, H = y + e2;
+        uint64_t bl = bits_of(L), bh = bits_of(H);
+        uint64_t ml = bl & ~sgn, mh = bh & ~sgn;
+        uint64_t rl = (ml + half + ((ml >> s) & 1)) & keep;
+        uint64_t rh = (mh + half + ((mh >> s) & 1)) & keep;
+        uint64_t ok = (uint64_t)(rl == rh) & (uint64_t)((L > 0.0) | (H < 0.0)) &
+                      (uint64_t)(ml >= lo_norm) & (uint64_t)(mh >= lo_norm);
+        uint64_t zero = (uint64_t)(e2 == 0.0);
+        uint64_t over = (uint64_t)(rl >= inf_at);
+        uint64_t mag = (rl & (over - 1)) | (inf & (0 - over));
+        uint64_t rb = ((bl & sgn) | mag) & (0 - ok);
+        rb |= nan & ((ok | zero) - 1); /* neither: NaN marks a miss */
+        o[j] = (float)of_bits(rb);     /* zero (ok = 0, zero = 1): rb = +0 */
+    }
+}
+
+/* Tier 1 for one row of a tile: o[j] = the certified value where the
+ * interval y +- ga*nbn[j] rounds to one value of t, else a NaN (which no
+ * certified value is). e2 == 0 only for an exact zero (a zero norm), which
+ * gives +0. Magnitudes below the normal range of bf16/fp16 are left to the
+ * middle tier. Returns the number of misses. */
+DL__CLONES
+static int64_t certify_row(const double *C, double ga, const double *nbn, int64_t n,
+                           dl_dtype_t t, float *o)
+{
+    if (t == DL_F32) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            double y = C[j];
+            double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+            double L = y - e2, H = y + e2;
+            float fl = (float)L, fh = (float)H;
+            uint32_t ok = (uint32_t)((fl == fh) & ((L > 0.0) | (H < 0.0)));
+            uint32_t zero = (uint32_t)(e2 == 0.0), b;
+            memcpy(&b, &fl, 4);
+            b = ((b & (0 - ok)) | (UINT32_C(0x7fc00000) & (ok - 1))) & (zero - 1);
+            memcpy(&o[j], &b, 4);
+        }
+    } else if (t == DL_BF16) {
+        certify_row_bits(C, ga, nbn, n, o, 45, UINT64_C(0x3810000000000000),
+                         UINT64_C(0x47f0000000000000));
+    } else {
+        certify_row_bits(C, ga, nbn, n, o, 42, UINT64_C(0x3f10000000000000),
+                         UINT64_C(0x40f0000000000000));
+    }
+    int64_t miss = 0;
+#pragma omp simd reduction(+ : miss)
+    for (int64_t j = 0; j < n; j++)
+        miss += o[j] != o[j];
+    return miss;
+}
+
+/* ------------------------------------------------------------- the tile */
+
+typedef struct {
+    double *C, *P;    /* mb x nb */
+    double *ca, *cb;  /* one K-chunk of each operand: mb x kc, nb x kc */
+    double *na, *nb;  /* row norms */
+    int64_t *list;    /* mb x nb */
+    int64_t *miss;    /* mb: misses per row */
+    double *vec;      /* 2 ks per thread: rows for the slow tiers */
+} tilebuf_t;
+
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
+ * A(i,:) . B(j,:). Each K-chunk of both operands is converted to binary64
+ * just before dgemm reads it, so the chunk stays in cache; no chunk crosses
+ * a part (a term). Returns DL_ENONFINITE if an input is NaN or infinite. */
+static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
+                const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
+{
+    int64_t ks = pl->ks, total = mb * nb;
+    double *C = tb->C, *P = tb->P;
+    memset(tb->na, 0, (size_t)mb * sizeof(double));
+    memset(tb->nb, 0, (size_t)nb * sizeof(double));
+    int first = 1, pending = 0;
+    for (int ip = 0; ip < B->n; ip++) {
+        const part_t *pa = &A->part[ip], *pb = &B->part[ip];
+        for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
+            int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
+            /* one region: fold the previous chunk's product into C and
+             * convert this chunk (disjoint data, so no barrier between) */
+#pragma omp parallel if (total + (mb + nb) * kl > 32768)
+            {
+                if (pending) {
+#pragma omp for schedule(static) nowait
+                    for (int64_t i = 0; i < total; i++)
+                        C[i] += P[i];
+                }
+                conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
+                conv_chunk(pb, k0, kl, nb, tb->cb, tb->nb);
+            }
+            cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
+                        pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)nb, (int)kl, 1.0,
+                        tb->ca, (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? nb : kl),
+                        0.0, first ? C : P, (int)nb);
+            pending = !first;
+            first = 0;
+        }
+    }
+    if (finish_norms(tb->na, mb) | finish_norms(tb->nb, nb))
+        return DL_ENONFINITE;
+    dl_dtype_t t = pl->t;
+    int64_t nfail = 0;
+#pragma omp parallel reduction(+ : nfail) if (total > 16384)
+    {
+        if (pending) {
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < total; i++)
+                C[i] += P[i];
+        }
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < mb; i++) {
+            tb->miss[i] = certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
+            nfail += tb->miss[i];
+        }
+    }
+    cnt->fast += total - nfail;
+    if (nfail == 0)
+        return 0;
+    /* the rest, ordered by column so that a fetched column is reused */
+    int64_t nl = 0;
+    for (int64_t i = 0; i < mb; i++) {
+        const float *o = out + i * ldo;
+        for (int64_t j = 0; j < nb && tb->miss[i]; j++)
+            if (o[j] != o[j])
+                tb->list[nl++] = j * mb + i;
+    }
+    qsort(tb->list, (size_t)nl, sizeof(int64_t), cmp_i64);
+    int64_t nmid = 0, nexact = 0;
+    const int64_t SEG = 16;
+    int64_t nseg = (nl + SEG - 1) / SEG;
+#pragma omp parallel reduction(+ : nmid, nexact) if (nl > 4)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        double *a = tb->vec + (size_t)me * 2 * (size_t)ks, *b = a + ks;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t sg = 0; sg < nseg; sg++) {
+            int64_t jcur = -1;
+            for (int64_t x = sg * SEG; x < nl && x < (sg + 1) * SEG; x++) {
+                int64_t j = tb->list[x] / mb, i = tb->list[x] % mb;
+                double r, hi, lo, w;
+                if (j != jcur) {
+                    fetch(B, j, b);
+                    jcur = j;
+                }
+                fetch(A, i, a);
+                float *o = out + i * ldo + j;
+                dot2(a, b, ks, &hi, &lo, &w);
+                if (w == 0.0 ? round_dd(hi, lo, t, &r)
+                             : certify(hi, fabs(lo) + w * (1.0 + 0x1p-18), t, &r)) {
+                    *o = (float)r;
+                    nmid++;
+                } else {
+                    *o = (float)dot_exact(a, b, ks, t);
+                    nexact++;
+                }
+            }
+        }
+    }
+    cnt->middle += nmid;
+    cnt->exact += nexact;
+    return 0;
+}
+
+/* ------------------------------------------------------------- scratch */
+
+typedef struct {
+    part_t *pa, *pb;
+    tilebuf_t tb;
+} scratch_t;
+
+static void scratch_free(scratch_t *s)
+{
+    free(s->pa);
+    free(s->pb);
+    free(s->tb.C);
+    free(s->tb.P);
+    free(s->tb.ca);
+    free(s->tb.cb);
+    free(s->tb.na);
+    free(s->tb.nb);
+    free(s->tb.list);
+    free(s->tb.miss);
+    free(s->tb.vec);
+    memset(s, 0, sizeof *s);
+}
+
+static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64_t ks,
+                         int nparts)
+{
+    int nthr = 1;
+#ifdef _OPENMP
+    nthr = omp_get_max_threads();
+#endif
+    int64_t mbn = mb * nb;
+    memset(s, 0, sizeof *s);
+    s->pa = malloc((size_t)nparts * sizeof(part_t));
+    s->pb = malloc((size_t)nparts * sizeof(part_t));
+    /* zeroed: dgemm with beta = 0 should not read C, but never let it see a NaN */
+    s->tb.C = calloc((size_t)mbn, sizeof(double));
+    s->tb.P = calloc((size_t)mbn, sizeof(double));
+    s->tb.ca = malloc((size_t)(mb * kc) * sizeof(double));
+    s->tb.cb = malloc((size_t)(nb * kc) * sizeof(double));
+    s->tb.na = malloc((size_t)mb * sizeof(double));
+    s->tb.nb = malloc((size_t)nb * sizeof(double));
+    s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
+    s->tb.miss = malloc((size_t)mb * sizeof(int64_t));
+    s->tb.vec = malloc((size_t)nthr * 2 * (size_t)ks * sizeof(double));
+    if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
+        !s->tb.nb || !s->tb.list || !s->tb.miss || !s->tb.vec) {
+        scratch_free(s);
+        return DL_ENOMEM;
+    }
+    return 0;
+}
+
+static int64_t budget_for(int64_t io_bytes)
+{
+    if (tune_budget > 0)
+        return tune_budget;
+    int64_t b = io_bytes / 4;
+    if (b > BUDGET_MAX)
+        b = BUDGET_MAX;
+    if (b < BUDGET_MIN)
+        b = BUDGET_MIN;
+    return b;
+}
+
+/* Tile of mb x nb outputs: each tile converts its rows and columns once, so
+ * the conversions per flop go as 1/mb + 1/nb; the tile (two doubles, a flag
+ * and a list entry per element, 25 bytes) takes at most half the budget and
+ * at most TILE_MAX elements, so that it stays near the cache. */
+static void tile_sizes(int64_t budget, int64_t kc, int64_t rows, int64_t cols, int64_t *mb,
+                       int64_t *nb)
+{
+    int64_t cap = budget / 2 / 25;
+    if (cap > TILE_MAX)
+        cap = TILE_MAX;
+    int64_t side = (int64_t)sqrt((double)cap);
+    int64_t m, n;
+    if (rows <= side) {
+        m = rows;
+        n = cap / m;
+    } else if (cols <= side) {
+        n = cols;
+        m = cap / n;
+    } else {
+        m = n = side;
+    }
+    /* the chunk buffers take (m + n) kc doubles of the other half */
+    int64_t lim = budget / 2 / (8 * kc);
+    if (m + n > lim) {
+        m = m * lim / (m + n);
+        n = lim - m;
+    }
+    m = m < 8 ? 8 : m;
+    n = n < 8 ? 8 : n;
+    *mb = m < rows ? m : rows;
+    *nb = n < cols ? n : cols;
+}
+
+static void add_counts(dl_tier_stats_t *stats, const counts_t *c)
+{
+    if (stats) {
+        stats->fast += c->fast;
+        stats->middle += c->middle;
+        stats->exact += c->exact;
+    }
+}
+
+/* ------------------------------------------------------- validation */
+
+static int add_size(int64_t a, int64_t b, int64_t *r)
+{
+    if (a > INT64_MAX - b)
+        return DL_EOVERFLOW;
+    *r = a + b;
+    return 0;
+}
+
+int dl__gemm_check_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
+                           const int64_t *offsets, int64_t E, const float *out,
+                           int64_t *ks_out, int64_t *io_out)
+{
+    if (!terms || nterms < 1 || N < 0 || E < 1 || !offsets)
+        return DL_EINVAL;
+    int rc = dl__gemm_check_offsets(offsets, E);
+    if (rc)
+        return rc;
+    int64_t M = offsets[E], ks = 0, io = 0, x;
+    for (int t = 0; t < nterms; t++) {
+        int64_t K = terms[t].K;
+        if (K < 0 || (terms[t].layout != DL_RHS_KN && terms[t].layout != DL_RHS_NK))
+            return DL_EINVAL;
+        if ((rc = add_size(ks, K, &ks)))
+            return rc;
+        if ((rc = dl_mul_size(M, K, &x)) || (rc = add_size(io, x, &io)))
+            return rc;
+        if ((rc = dl_mul_size(E, K, &x)) || (rc = dl_mul_size(x, N, &x)) ||
+            (rc = add_size(io, x, &io)))
+            return rc;
+        if (K > 0 && M > 0 && N > 0 && (!terms[t].lhs || !terms[t].rhs))
+            return DL_EINVAL;
+    }
+    if ((rc = dl_mul_size(M, N, &x)) || (rc = add_size(io, x, &io)) ||
+        (rc = dl_mul_size(io, 8, &x)))
+        return rc;
+    if (!out && M > 0 && N > 0)
+        return DL_EINVAL;
+    if (ks_out)
+        *ks_out = ks;
+    if (io_out)
+        *io_out = io * 4;
+    return 0;
+}
+
+int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
+                          const int64_t *offsets, int64_t E, const float *out,
+                          int64_t *io_out)
+{
+    if (I < 0 || J < 0 || E < 1 || !offsets)
+        return DL_EINVAL;
+    int rc = dl__gemm_check_offsets(offsets, E);
+    if (rc)
+        return rc;
+    int64_t M = offsets[E], x, y, io;
+    if ((rc = dl_mul_size(M, I, &x)) || (rc = dl_mul_size(M, J, &y)) ||
+        (rc = add_size(x, y, &io)))
+        return rc;
+    if ((rc = dl_mul_size(E, I, &x)) || (rc = dl_mul_size(x, J, &x)) ||
+        (rc = add_size(io, x, &io)) || (rc = dl_mul_size(io, 8, &x)))
+        return rc;
+    if ((!out && x > 0) || (M > 0 && ((!a && I > 0) || (!b && J > 0))))
+        return DL_EINVAL;
+    if (io_out)
+        *io_out = io * 4;
+    return 0;
+}
+
+/* --------------------------------------------------------- grouped GEMM */
 
 int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
                     const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                     float *out, dl_tier_stats_t *stats)
 {
-    int rc = dl_gemm_grouped_ref(terms, nterms, N, offsets, E, out_t, out);
-    if (stats && rc == 0)
-        stats->exact += offsets[E] * N;
+    int64_t ks, io;
+    int rc = dl__gemm_check_grouped(terms, nterms, N, offsets, E, out, &ks, &io);
+    if (rc)
+        return rc;
+    if (out_t != DL_F32 && out_t != DL_BF16 && out_t != DL_F16)
+        return DL_EDTYPE;
+    int64_t M = offsets[E];
+    if (M == 0 || N == 0)
+        return 0;
+    if (ks == 0) { /* empty sums: exact zeros */
+        memset(out, 0, (size_t)(M * N) * sizeof(float));
+        if (stats)
+            stats->fast += M * N;
+        return 0;
+    }
+    if (ks > KS_MAX) { /* beyond the proven slack: the reference */
+        rc = dl_gemm_grouped_ref(terms, nterms, N, offsets, E, out_t, out);
+        if (stats && rc == 0)
+            stats->exact += M * N;
+        return rc;
+    }
+    plan_t pl;
+    make_plan(&pl, out_t, ks, nterms);
+    int64_t budget = budget_for(io), maxme = 0;
+    for (int64_t e = 0; e < E; e++)
+        if (offsets[e + 1] - offsets[e] > maxme)
+            maxme = offsets[e + 1] - offsets[e];
+    int64_t MB, NB;
+    tile_sizes(budget, pl.kc, maxme, N, &MB, &NB);
+    scratch_t s;
+    if ((rc = scratch_alloc(&s, MB, NB, pl.kc, ks, nterms)))
+        return rc;
+    operand_t A = {0, s.pa}, B = {0, s.pb};
+    counts_t cnt = {0, 0, 0};
+    for (int64_t e = 0; e < E && !rc; e++) {
+        int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
+        for (int64_t r0 = m0; r0 < m0 + me && !rc; r0 += MB) {
+            int64_t mb = m0 + me - r0 < MB ? m0 + me - r0 : MB;
+            for (int64_t n0 = 0; n0 < N && !rc; n0 += NB) {
+                int64_t nb = N - n0 < NB ? N - n0 : NB, koff = 0;
+                A.n = B.n = 0;
+                for (int t = 0; t < nterms; t++) {
+                    int64_t K = terms[t].K;
+                    if (K == 0)
+                        continue;
+                    const float *w = terms[t].rhs + e * K * N;
+                    s.pa[A.n++] = (part_t){terms[t].lhs + r0 * K, K, koff, K, 0};
+                    if (terms[t].layout == DL_RHS_NK)
+                        s.pb[B.n++] = (part_t){w + n0 * K, K, koff, K, 0};
+                    else
+                        s.pb[B.n++] = (part_t){w + n0, N, koff, K, 1};
+                    koff += K;
+                }
+                rc = tile(&pl, mb, nb, &A, &B, &s.tb, out + r0 * N + n0, N, &cnt);
+            }
+        }
+    }
+    scratch_free(&s);
+    if (!rc)
+        add_counts(stats, &cnt);
     return rc;
 }
+
+/* ------------------------------------------------------ ragged-K GEMM */
 
 int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
                      const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                      float *out, dl_tier_stats_t *stats)
 {
-    int rc = dl_gemm_ragged_k_ref(a, I, b, J, offsets, E, out_t, out);
-    if (stats && rc == 0)
-        stats->exact += E * I * J;
+    int64_t io;
+    int rc = dl__gemm_check_ragged(a, I, b, J, offsets, E, out, &io);
+    if (rc)
+        return rc;
+    if (out_t != DL_F32 && out_t != DL_BF16 && out_t != DL_F16)
+        return DL_EDTYPE;
+    if (I == 0 || J == 0)
+        return 0;
+    int64_t budget = budget_for(io), maxme = 0;
+    for (int64_t e = 0; e < E; e++)
+        if (offsets[e + 1] - offsets[e] > maxme)
+            maxme = offsets[e + 1] - offsets[e];
+    if (maxme > KS_MAX) {
+        rc = dl_gemm_ragged_k_ref(a, I, b, J, offsets, E, out_t, out);
+        if (stats && rc == 0)
+            stats->exact += E * I * J;
+        return rc;
+    }
+    counts_t cnt = {0, 0, 0};
+    scratch_t s;
+    memset(&s, 0, sizeof s);
+    int64_t MB = 0, NB = 0, kc = 0;
+    if (maxme > 0) {
+        plan_t pl;
+        make_plan(&pl, out_t, maxme, 1);
+        kc = pl.kc;
+        tile_sizes(budget, kc, I, J, &MB, &NB);
+        if ((rc = scratch_alloc(&s, MB, NB, kc, maxme, 1)))
+            return rc;
+    }
+    for (int64_t e = 0; e < E && !rc; e++) {
+        int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
+        float *oe = out + e * I * J;
+        if (me == 0) {
+            memset(oe, 0, (size_t)(I * J) * sizeof(float));
+            cnt.fast += I * J;
+            continue;
+        }
+        plan_t pl;
+        make_plan(&pl, out_t, me, 1);
+        /* a_e^T and b_e^T are k-major as stored */
+        operand_t A = {1, s.pa}, B = {1, s.pb};
+        for (int64_t i0 = 0; i0 < I && !rc; i0 += MB) {
+            int64_t mb = I - i0 < MB ? I - i0 : MB;
+            for (int64_t j0 = 0; j0 < J && !rc; j0 += NB) {
+                int64_t nb = J - j0 < NB ? J - j0 : NB;
+                s.pa[0] = (part_t){a + m0 * I + i0, I, 0, me, 1};
+                s.pb[0] = (part_t){b + m0 * J + j0, J, 0, me, 1};
+                rc = tile(&pl, mb, nb, &A, &B, &s.tb, oe + i0 * J + j0, J, &cnt);
+            }
+        }
+    }
+    scratch_free(&s);
+    if (!rc)
+        add_counts(stats, &cnt);
     return rc;
 }

@@ -19,11 +19,11 @@ int dl_gemm_grouped_ref(const dl_gemm_term_t *terms, int nterms, int64_t N,
                         const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                         float *out)
 {
-    if (!terms || nterms < 1 || N < 0 || (!out && N > 0))
-        return DL_EINVAL;
-    int rc = dl__gemm_check_offsets(offsets, E);
+    int rc = dl__gemm_check_grouped(terms, nterms, N, offsets, E, out, NULL, NULL);
     if (rc)
         return rc;
+    if (out_t != DL_F32 && out_t != DL_BF16 && out_t != DL_F16)
+        return DL_EDTYPE;
     int nonfinite = 0;
     for (int64_t e = 0; e < E; e++) {
         for (int64_t m = offsets[e]; m < offsets[e + 1]; m++) {
@@ -52,11 +52,11 @@ int dl_gemm_ragged_k_ref(const float *a, int64_t I, const float *b, int64_t J,
                          const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                          float *out)
 {
-    if (!a || !b || !out || I < 0 || J < 0)
-        return DL_EINVAL;
-    int rc = dl__gemm_check_offsets(offsets, E);
+    int rc = dl__gemm_check_ragged(a, I, b, J, offsets, E, out, NULL);
     if (rc)
         return rc;
+    if (out_t != DL_F32 && out_t != DL_BF16 && out_t != DL_F16)
+        return DL_EDTYPE;
     int nonfinite = 0;
     for (int64_t e = 0; e < E; e++)
         for (int64_t i = 0; i < I; i++)

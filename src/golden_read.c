@@ -544,7 +544,9 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         (rc = attr_str(r, file, "/", "compute_mode", 0, g->compute_mode, sizeof g->compute_mode)) < 0 ||
         (rc = attr_str(r, file, "/", "backend_version", 0, g->backend_version,
                        sizeof g->backend_version)) < 0 ||
-        (rc = attr_str(r, file, "/", "device", 0, g->device, sizeof g->device)) < 0)
+        (rc = attr_str(r, file, "/", "device", 0, g->device, sizeof g->device)) < 0 ||
+        (rc = attr_str(r, file, "/", "isolated_groups", 0, g->isolated_groups,
+                       sizeof g->isolated_groups)) < 0)
         goto fail;
 
     if (strict) {

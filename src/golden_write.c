@@ -20,6 +20,7 @@ typedef struct {
     char *err;
     size_t errlen;
     hid_t gcpl, dcpl;
+    int candidate; /* write only the arrays present, plus the backend's attributes */
 } wctx_t;
 
 #define H5TRY(expr, ...)                                                           \
@@ -72,13 +73,8 @@ static int attr_str(wctx_t *w, hid_t obj, const char *name, const char *val)
     H5TRY(H5Tset_size(st, len ? len : 1), "string type");
     H5TRY(H5Tset_strpad(st, H5T_STR_NULLPAD), "string type");
     H5TRY(H5Tset_cset(st, H5T_CSET_ASCII), "string type");
-    char buf[256] = {0};
-    if (len >= sizeof buf) {
-        dl__golden_msg(w->err, w->errlen, "%s: attribute %s too long", w->path, name);
-        goto fail;
-    }
-    memcpy(buf, val, len);
-    rc = attr_write(w, obj, name, st, st, buf);
+    /* the type holds max(len, 1) bytes; val has len + 1 of them */
+    rc = attr_write(w, obj, name, st, st, val);
 fail:
     CLOSE(H5Tclose, st);
     return rc;
@@ -187,6 +183,12 @@ static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
         (rc = attr_write(w, file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &g->seed)) ||
         (rc = write_config(w, file, &g->config)))
         goto fail;
+    if (w->candidate && ((g->backend[0] && (rc = attr_str(w, file, "backend", g->backend))) ||
+                         (g->compute_mode[0] &&
+                          (rc = attr_str(w, file, "compute_mode", g->compute_mode))) ||
+                         (g->isolated_groups[0] &&
+                          (rc = attr_str(w, file, "isolated_groups", g->isolated_groups)))))
+        goto fail;
 
     int has[3] = {g->has_inputs, g->has_forward, g->has_backward};
     int nds = dl_golden_dataset_count(), done = 0, todo = 0;
@@ -209,12 +211,14 @@ static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
         }
         if (dl_golden_dataset_applies(ds, &g->config)) {
             void **slot = dl_golden_slot((dl_golden_file_t *)g, ds);
-            if (!*slot) {
+            if (!*slot && w->candidate) {
+                /* a stage the backend did not produce */
+            } else if (!*slot) {
                 dl__golden_msg(w->err, w->errlen, "%s: %s: no data to write", w->path, ds->path);
                 rc = DL_EINVAL;
                 goto fail;
             }
-            if ((rc = write_dataset(w, grp, ds, &g->config, *slot)))
+            else if ((rc = write_dataset(w, grp, ds, &g->config, *slot)))
                 goto fail;
         }
         if (progress)
@@ -256,11 +260,11 @@ void dl__h5_quiet_off(const dl__h5_quiet_t *q)
     H5Eset_auto2(H5E_DEFAULT, (H5E_auto2_t)q->fn, q->data);
 }
 
-static int valid_for_write(const dl_golden_file_t *g, char *why, size_t n)
+static int valid_for_write(const dl_golden_file_t *g, int candidate, char *why, size_t n)
 {
     if (dl__golden_config_check(&g->config, why, n))
         return DL_EINVAL;
-    if (!g->has_inputs) {
+    if (!g->has_inputs && !candidate) {
         dl__golden_msg(why, n, "a golden file needs its inputs");
         return DL_EINVAL;
     }
@@ -272,13 +276,13 @@ static int valid_for_write(const dl_golden_file_t *g, char *why, size_t n)
     return 0;
 }
 
-int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
-                    dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
+static int write_file(const char *path, const dl_golden_file_t *g, int force, int candidate,
+                      dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
 {
     if (!path || !g || !*path)
         return DL_EINVAL;
     char why[200];
-    int rc = valid_for_write(g, why, sizeof why);
+    int rc = valid_for_write(g, candidate, why, sizeof why);
     if (rc) {
         dl__golden_msg(err, errlen, "%s: %s", path, why);
         return rc;
@@ -307,7 +311,7 @@ int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
         free(tmp);
         return DL_EIO;
     }
-    wctx_t w = {path, err, errlen, -1, -1};
+    wctx_t w = {path, err, errlen, -1, -1, candidate};
     dl__h5_quiet_t q;
     dl__h5_quiet_on(&q);
     rc = write_h5(&w, tmp, g, progress, pctx);
@@ -346,6 +350,18 @@ int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
     unlink(tmp); /* after link() or a failure; a no-op after rename() */
     free(tmp);
     return rc;
+}
+
+int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
+                    dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
+{
+    return write_file(path, g, force, 0, progress, pctx, err, errlen);
+}
+
+int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int force,
+                              char *err, size_t errlen)
+{
+    return write_file(path, g, force, 1, NULL, NULL, err, errlen);
 }
 
 /* ------------------------------------------------------------ generation */

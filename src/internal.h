@@ -125,4 +125,17 @@ void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
  * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
 int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
 
+/* Argument checks shared by the grouped GEMMs and their references: 0 or
+ * DL_EINVAL / DL_EOVERFLOW. On success *ks_out (if not NULL) is the summed K
+ * of all terms and *io_out the bytes of inputs plus outputs (as floats). */
+int dl__gemm_check_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
+                           const int64_t *offsets, int64_t E, const float *out,
+                           int64_t *ks_out, int64_t *io_out);
+int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
+                          const int64_t *offsets, int64_t E, const float *out,
+                          int64_t *io_out);
+/* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
+ * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
+void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
+
 #endif

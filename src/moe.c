@@ -202,36 +202,6 @@ void dl_moe_backward_free(dl_moe_backward_t *b)
     memset(b, 0, sizeof *b);
 }
 
-/* d_x[t,i] = RN(sum_j d_x_sorted[pos(t,j), i] + sum_e d_logits[t,e] W_r[i,e]):
- * the gradient through the experts and through the router, rounded once. */
-static int total_dx(const dl_moe_config_t *c, const float *d_x_sorted, const int32_t *inv_perm,
-                    const float *d_logits, const float *w_r, float *d_x)
-{
-    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
-    const int64_t n = k + E;
-    int bad = 0, nomem = 0;
-#pragma omp parallel reduction(| : bad, nomem)
-    {
-        double *p = malloc((size_t)n * sizeof *p);
-        if (!p)
-            nomem = 1;
-#pragma omp for schedule(static)
-        for (int64_t tk = 0; tk < T; tk++) {
-            if (!p)
-                continue;
-            for (int64_t i = 0; i < d; i++) {
-                for (int64_t j = 0; j < k; j++)
-                    p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
-                for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
-                    p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
-                d_x[tk * d + i] = (float)dl__sum_exact(p, n, c->dtype, &bad);
-            }
-        }
-        free(p);
-    }
-    return nomem ? DL_ENOMEM : bad ? DL_ENONFINITE : 0;
-}
-
 int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                     const dl_moe_forward_t *f, dl_moe_backward_t *b)
 {
@@ -306,5 +276,6 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     if ((rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
                                b->d_router_weight, &b->stats)))
         return rc;
-    return total_dx(c, b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight, b->d_x);
+    return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight, T,
+                             k, d, E, t, b->d_x);
 }

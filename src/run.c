@@ -939,3 +939,29 @@ done:
     munmap(ctl, sizeof *ctl);
     return rc;
 }
+
+uint64_t dl_run_stage_values(dl_run_stage_t s)
+{
+    /* the output tensors of each stage (backend.h), by dataset name */
+    static const char *const outputs[DL_STAGE_COUNT][8] = {
+        [DL_STAGE_ROUTER] = {"router_logits", "router_scores", "topk_ids", "topk_weights"},
+        [DL_STAGE_DISPATCH] = {"sort_perm", "group_sizes", "group_offsets"},
+        [DL_STAGE_PERMUTE] = {"x_sorted"},
+        [DL_STAGE_EXPERT_FORWARD] = {"h_gate", "h_up", "h_act", "y_sorted"},
+        [DL_STAGE_COMBINE] = {"out"},
+        [DL_STAGE_COMBINE_BACKWARD] = {"d_topk_weights", "d_y_sorted"},
+        [DL_STAGE_EXPERT_BACKWARD] = {"d_h_act", "d_w_down", "d_h_gate", "d_h_up", "d_x_sorted",
+                                      "d_w_gate", "d_w_up"},
+        [DL_STAGE_ROUTER_BACKWARD] = {"d_router_scores", "d_router_logits", "d_router_weight"},
+        [DL_STAGE_INPUT_BACKWARD] = {"d_x"},
+    };
+    if ((int)s < 0 || s >= DL_STAGE_COUNT)
+        return 0;
+    uint64_t m = 0;
+    for (int i = 0; i < 8 && outputs[s][i]; i++) {
+        dl_value_t v;
+        if (dl_value_parse(outputs[s][i], &v) == 0)
+            m |= UINT64_C(1) << v;
+    }
+    return m;
+}

@@ -20,9 +20,35 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
+# Python for the GPU adapters' CPU test (JAX's CPU backend runs ragged_dot);
+# optional: without it that test SKIPs, saying so.
+tools/setup_python.sh || echo "quickstart: no JAX venv; the adapter tests will SKIP" >&2
+
 [ -x configure ] || autoreconf -fi
 [ -f Makefile ] || ./configure -q
 make -j"$(nproc)" >/dev/null
 
-# The main job.
-./dropless version
+# The main job: generate the default case, then run the conformance runner
+# over the bundled example backends. Three must conform (plain fp32, the
+# block-padded one, tf32 under its declared profile), one conforms with a
+# WARN (thread-order-dependent combine), three must not (a capacity-factor
+# router that drops tokens, one that leaves empty-expert gradients
+# unwritten, one that crashes), so the runner's own exit status is 1.
+mkdir -p out
+./dropless gen --force --case deepseek-v3-small -o out/deepseek-v3-small.h5
+B=tests/backends/.libs
+set +e
+./dropless run --json out/main-job.json \
+    --backend $B/plain.so --backend $B/padded.so --backend $B/tf32.so --backend $B/nondet.so \
+    --backend $B/capacity.so --backend $B/nodw.so --backend $B/crash.so \
+    out/deepseek-v3-small.h5 >out/main-job.txt
+status=$?
+set -e
+cat out/main-job.txt
+verdicts=$(grep -E '^(NOT )?CONFORMANT' out/main-job.txt | sed 's/:.*//' | tr '\n' '/')
+want="CONFORMANT/CONFORMANT/CONFORMANT/CONFORMANT/NOT CONFORMANT/NOT CONFORMANT/NOT CONFORMANT/"
+if [ "$status" -ne 1 ] || [ "$verdicts" != "$want" ]; then
+    echo "quickstart: the runner did not give the expected verdicts (exit $status): $verdicts" >&2
+    exit 1
+fi
+echo "quickstart: main job done: every bundled backend got its expected verdict (report: out/main-job.txt, out/main-job.json)"

@@ -203,6 +203,25 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *c,
                  const dl_check_options_t *o, dl_check_report_t *r);
 void dl_check_report_free(dl_check_report_t *r);
 
+/* Checks a stage-isolated candidate, as `dropless run` produces: each of
+ * the ngroups masks (bits 1 << dl_value_t) names values that one call
+ * computed from the golden inputs of that call. Each group is checked on
+ * golden upstream only (values of other groups never feed its exact
+ * recomputation), and the findings are merged into one report; case-level
+ * findings (token accounting) are kept when they are not PASS. Values in no
+ * group are checked together last. Errors as dl_check_run. */
+int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t *c,
+                          const dl_check_options_t *o, const uint64_t *groups, int ngroups,
+                          dl_check_report_t *r);
+
+/* Parses a stage-isolation spec, groups of stage names separated by ';',
+ * names within a group by ',' ("router_logits,router_scores;out"), into at
+ * most max masks. Returns the number of groups, or DL_EINVAL (an unknown
+ * name, an empty group, too many groups). */
+int dl_check_parse_groups(const char *spec, uint64_t *groups, int max);
+/* Writes masks back as a spec into buf (n bytes). 0, DL_EINVAL or DL_EOVERFLOW. */
+int dl_check_format_groups(const uint64_t *groups, int ngroups, char *buf, size_t n);
+
 /* Appends a finding made outside dl_check_run (the plugin executor's: a
  * crash or time-out is a FAIL, a nondeterministic stage a WARN, ...) and
  * updates r->verdict. stage may be DL_VALUE_NONE; message may be NULL.

@@ -34,6 +34,16 @@ int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
 int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,
                      int64_t k, int64_t d, dl_dtype_t t, float *d_x);
 
+/* The layer's whole input gradient, rounded once:
+ *   d_x[t, i] = RN_t( sum_j d_x_sorted[inv_perm[t*k+j], i]
+ *                     + sum_e d_logits[t, e] * w_r[i, e] )
+ * the gradient through the experts (un-permuted) and through the router.
+ * d_logits is [T, E] fp32, w_r [d, E]. Errors: DL_EINVAL, DL_ERANGE,
+ * DL_ENOMEM, DL_ENONFINITE. */
+int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const float *d_logits,
+                      const float *w_r, int64_t T, int64_t k, int64_t d, int64_t E,
+                      dl_dtype_t t, float *d_x);
+
 #ifdef __cplusplus
 }
 #endif

@@ -151,6 +151,9 @@ typedef struct {
     char compute_mode[64];   /* candidate files: root attribute "compute_mode", or "" */
     char backend_version[64]; /* candidate files: root attribute "backend_version", or "" */
     char device[128];        /* candidate files: root attribute "device", or "" */
+    char isolated_groups[1024]; /* candidate files: root attribute "isolated_groups", or "":
+                              * stage-isolated outputs, groups of dataset names computed
+                              * together from golden inputs ("a,b;c;d,e"); "" = chained */
     dl_moe_config_t config;
     /* groups; a NULL array is a dataset not present */
     int has_inputs, has_forward, has_backward;
@@ -193,6 +196,14 @@ typedef struct {
 int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
                     dl_golden_progress_fn progress, void *progress_ctx,
                     char *err, size_t errlen);
+
+/* Writes a candidate file (a backend's outputs, for `dropless check`): the
+ * root attributes, backend and compute_mode when non-empty, /config, and
+ * every non-NULL array of the groups whose has_* flag is set (inputs are not
+ * needed). Same temporary-name, no-overwrite and sealing rules as
+ * dl_golden_write. */
+int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int force,
+                              char *err, size_t errlen);
 
 /* Seals the file at path: writes the SHA-256 of every byte after the first
  * 512 into that 512-byte HDF5 user block (doc/format.md, "Seal").

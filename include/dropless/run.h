@@ -108,6 +108,10 @@ const char *dl_run_status_name(dl_run_status_t s);
  * warning. */
 int dl_run_status_is_failure(dl_run_status_t s);
 
+/* The values stage s produces, as bits (1 << dl_value_t) for
+ * dl_check_run_isolated; 0 if s is out of range. */
+uint64_t dl_run_stage_values(dl_run_stage_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,4 +6,11 @@
 #define DL_EXIT_OK 0
 #define DL_EXIT_FAIL 1
 #define DL_EXIT_USAGE 2
+
+/* The subcommands; argv[0] is the subcommand's name. */
+int dl_cli_gen(int argc, char **argv);   /* gen.c */
+int dl_cli_cases(int argc, char **argv); /* gen.c */
+int dl_cli_info(int argc, char **argv);  /* gen.c */
+int dl_cli_check(int argc, char **argv); /* check.c */
+int dl_cli_run(int argc, char **argv);   /* check.c */
 #endif

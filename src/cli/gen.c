@@ -10,10 +10,6 @@
 #include "dropless.h"
 #include "cli.h"
 
-int dl_cli_gen(int argc, char **argv);
-int dl_cli_cases(int argc, char **argv);
-int dl_cli_info(int argc, char **argv);
-
 /* Cases larger than this get a progress bar (when stderr is a terminal). */
 #define PROGRESS_BYTES (64 * 1024 * 1024)
 
@@ -40,6 +36,7 @@ static void gen_usage(FILE *f)
             "       dropless gen [options] --all\n"
             "       dropless gen [options] --config FILE\n"
             "Writes one golden file per case, DIR/CASE.h5 (see 'dropless cases', doc/cli.md).\n"
+            "      --case NAME     a catalogue case (the same as giving NAME)\n"
             "  -o, --output FILE   output path (one case only)\n"
             "  -d, --dir DIR       output directory (default: .)\n"
             "  -f, --force         overwrite existing files\n"
@@ -90,8 +87,10 @@ int dl_cli_gen(int argc, char **argv)
         {"all", no_argument, NULL, O_ALL},         {"dtype", required_argument, NULL, O_DTYPE},
         {"seed", required_argument, NULL, O_SEED}, {"no-backward", no_argument, NULL, O_NOBACK},
         {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
+        {"case", required_argument, NULL, 'C'},   {NULL, 0, NULL, 0}};
     const char *output = NULL, *dir = ".", *config = NULL;
+    const char *named[64];
+    int nnamed = 0;
     int force = 0, all = 0, quiet = 0, no_backward = 0, have_dtype = 0, have_seed = 0;
     dl_dtype_t dtype = DL_F32;
     uint64_t seed = 0;
@@ -104,6 +103,13 @@ int dl_cli_gen(int argc, char **argv)
         case 'd': dir = optarg; break;
         case 'f': force = 1; break;
         case 'c': config = optarg; break;
+        case 'C': /* --case NAME: the same as a positional NAME */
+            if (nnamed == (int)(sizeof named / sizeof named[0])) {
+                fprintf(stderr, "dropless gen: too many --case options\n");
+                return DL_EXIT_USAGE;
+            }
+            named[nnamed++] = optarg;
+            break;
         case 'q': quiet = 1; break;
         case 'h': gen_usage(stdout); return DL_EXIT_OK;
         case O_ALL: all = 1; break;
@@ -135,7 +141,7 @@ int dl_cli_gen(int argc, char **argv)
         }
     }
 
-    int ncat = dl_case_count(), cap = argc + ncat + 1, n = 0;
+    int ncat = dl_case_count(), cap = argc + nnamed + ncat + 1, n = 0;
     dl_case_t *cases = calloc((size_t)cap, sizeof *cases);
     if (!cases) {
         fprintf(stderr, "dropless gen: out of memory\n");
@@ -151,9 +157,10 @@ int dl_cli_gen(int argc, char **argv)
         }
         n++;
     }
-    for (int i = optind; i < argc; i++) {
-        if (dl_case_find(argv[i], &cases[n])) {
-            fprintf(stderr, "dropless gen: unknown case '%s' (see 'dropless cases')\n", argv[i]);
+    for (int i = 0; i < nnamed + argc - optind; i++) {
+        const char *name = i < nnamed ? named[i] : argv[optind + i - nnamed];
+        if (dl_case_find(name, &cases[n])) {
+            fprintf(stderr, "dropless gen: unknown case '%s' (see 'dropless cases')\n", name);
             rc = DL_EXIT_USAGE;
             goto done;
         }

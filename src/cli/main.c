@@ -7,10 +7,6 @@
 #include "dropless.h"
 #include "cli.h"
 
-/* src/cli/gen.c */
-int dl_cli_gen(int argc, char **argv);
-int dl_cli_cases(int argc, char **argv);
-int dl_cli_info(int argc, char **argv);
 
 static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
@@ -25,6 +21,8 @@ static const command_t commands[] = {
     {"gen", dl_cli_gen, "write golden files (HDF5) for catalogue cases or a case file"},
     {"cases", dl_cli_cases, "list the case catalogue, one line per case"},
     {"info", dl_cli_info, "validate a golden file and print what it holds"},
+    {"check", dl_cli_check, "check a backend's candidate file against a golden file"},
+    {"run", dl_cli_run, "run backend plugins on a golden case and check them"},
     {"version", cmd_version, "print the version (--verbose: libraries and format too)"},
     {"help", cmd_help, "this text; 'dropless help COMMAND' for a command's options"},
 };

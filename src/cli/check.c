@@ -1,0 +1,451 @@
+/* dropless check / dropless run: load files, call the runner, print
+ * reports. All judgement lives in the library (check.h, run.h). */
+#include "config.h"
+#include <errno.h>
+#include <getopt.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "dropless.h"
+#include "cli.h"
+
+#define MAX_BACKENDS 32
+/* A candidate that takes HDF5 longer than this to parse is treated as hostile. */
+#define PREFLIGHT_SECONDS 120
+
+typedef struct {
+    const char *profile, *json, *junit, *stages, *out;
+    int all, force, forward_only;
+    double time_limit;
+    const char *backends[MAX_BACKENDS];
+    int nbackends;
+} opts_t;
+
+static void check_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dropless check [options] GOLDEN.h5 CANDIDATE.h5\n"
+            "  --profile NAME   the candidate's compute mode (default: its compute_mode\n"
+            "                   attribute, else fp32); one of:");
+    for (int i = 0; i < dl_check_profile_count(); i++)
+        fprintf(f, " %s", dl_check_profile_at(i)->name);
+    fprintf(f,
+            "\n"
+            "  --stages LIST    check only these stages (comma-separated dataset names)\n"
+            "  --json FILE      write the report as JSON ('-': stdout)\n"
+            "  --junit FILE     write the report as JUnit XML\n"
+            "  --all            list SKIP lines in the table too\n"
+            "exit status: 0 conformant, 1 not conformant, 2 usage error or unreadable input\n");
+}
+
+static void run_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dropless run --backend PLUGIN.so [--backend ...] [options] GOLDEN.h5\n"
+            "  --backend PATH   a backend plugin (dropless/backend.h); repeat for several\n"
+            "  --profile NAME   override every backend's declared compute mode\n"
+            "  --time-limit S   seconds per stage call (default %.0f)\n"
+            "  --forward-only   run the forward stages only\n"
+            "  --out FILE       write the (single) backend's outputs as a candidate file\n"
+            "  --force          overwrite --out if it exists\n"
+            "  --json FILE, --junit FILE, --all   as for 'dropless check'\n"
+            "exit status: 0 every backend conformant, 1 some backend not conformant,\n"
+            "             2 usage error or unreadable input\n",
+            DL_RUN_DEFAULT_TIME_LIMIT_S);
+}
+
+static int parse(int argc, char **argv, opts_t *o, int is_run)
+{
+    enum { O_PROFILE = 1, O_JSON, O_JUNIT, O_STAGES, O_ALL, O_BACKEND, O_LIMIT, O_FWD, O_OUT,
+           O_FORCE, O_HELP };
+    static const struct option longopts[] = {
+        {"profile", required_argument, 0, O_PROFILE}, {"json", required_argument, 0, O_JSON},
+        {"junit", required_argument, 0, O_JUNIT},     {"stages", required_argument, 0, O_STAGES},
+        {"all", no_argument, 0, O_ALL},               {"backend", required_argument, 0, O_BACKEND},
+        {"time-limit", required_argument, 0, O_LIMIT}, {"forward-only", no_argument, 0, O_FWD},
+        {"out", required_argument, 0, O_OUT},         {"force", no_argument, 0, O_FORCE},
+        {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int run_only = ch == O_BACKEND || ch == O_LIMIT || ch == O_FWD || ch == O_OUT || ch == O_FORCE;
+        if (run_only && !is_run)
+            ch = '?';
+        switch (ch) {
+        case O_PROFILE: o->profile = optarg; break;
+        case O_JSON: o->json = optarg; break;
+        case O_JUNIT: o->junit = optarg; break;
+        case O_STAGES: o->stages = optarg; break;
+        case O_ALL: o->all = 1; break;
+        case O_FWD: o->forward_only = 1; break;
+        case O_OUT: o->out = optarg; break;
+        case O_FORCE: o->force = 1; break;
+        case O_BACKEND:
+            if (o->nbackends == MAX_BACKENDS) {
+                fprintf(stderr, "dropless run: at most %d backends\n", MAX_BACKENDS);
+                return DL_EXIT_USAGE;
+            }
+            o->backends[o->nbackends++] = optarg;
+            break;
+        case O_LIMIT: {
+            char *end;
+            o->time_limit = strtod(optarg, &end);
+            if (*end || !(o->time_limit > 0 && o->time_limit <= 86400)) {
+                fprintf(stderr, "dropless run: --time-limit wants seconds in (0, 86400], not '%s'\n", optarg);
+                return DL_EXIT_USAGE;
+            }
+            break;
+        }
+        case 'h':
+        case O_HELP:
+            is_run ? run_usage(stdout) : check_usage(stdout);
+            return -1;
+        default:
+            fprintf(stderr, "dropless %s: unknown or incomplete option '%s' (try --help)\n",
+                    argv[0], argv[optind - 1]);
+            return DL_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* Loads the candidate once in a child process: HDF5 1.10 can crash or hang
+ * on damaged metadata, and an unsealed candidate is untrusted input. */
+static int preflight(const char *path, const dl_moe_config_t *expect, char *err, size_t n)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(err, n, "%s: cannot create a pipe: %s", path, strerror(errno));
+        return DL_EIO;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        snprintf(err, n, "%s: cannot fork: %s", path, strerror(errno));
+        return DL_EIO;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        /* libgomp's thread pool does not survive fork(): stay on one thread */
+        omp_set_num_threads(1);
+        alarm(PREFLIGHT_SECONDS);
+        dl_golden_file_t c;
+        char e[512] = "";
+        int rc = dl_golden_load_candidate(path, expect, &c, e, sizeof e);
+        if (rc && write(fds[1], e, strlen(e)) < 0)
+            _exit(3);
+        _exit(rc ? 2 : 0);
+    }
+    close(fds[1]);
+    char msg[512];
+    size_t len = 0;
+    ssize_t got;
+    while (len < sizeof msg - 1 && (got = read(fds[0], msg + len, sizeof msg - 1 - len)) > 0)
+        len += (size_t)got;
+    msg[len] = '\0';
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        snprintf(err, n, "%s: %s while parsing the file (damaged HDF5 metadata?)", path,
+                 sig == SIGALRM ? "the HDF5 library hung" : "the HDF5 library crashed");
+        return DL_EFORMAT;
+    }
+    if (WEXITSTATUS(status) != 0) {
+        snprintf(err, n, "%s", len ? msg : "cannot load the candidate");
+        return DL_EFORMAT;
+    }
+    return 0;
+}
+
+/* Keeps only the candidate stages named in list; the others are moved to
+ * *kept so they can be restored (and freed) afterwards. */
+static int select_stages(dl_golden_file_t *cand, const char *list, void **kept)
+{
+    int want[64] = {0};
+    char *copy = strdup(list), *save = NULL;
+    if (!copy)
+        return DL_ENOMEM;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        dl_value_t v;
+        if (dl_value_parse(tok, &v) != 0 || (int)v < 0 || (int)v >= 64) {
+            fprintf(stderr, "dropless check: --stages: unknown stage '%s'\n", tok);
+            free(copy);
+            return DL_EINVAL;
+        }
+        want[v] = 1;
+    }
+    free(copy);
+    for (int i = 0; i < dl_golden_dataset_count(); i++) {
+        const dl_golden_dataset_t *ds = dl_golden_dataset(i);
+        dl_value_t v;
+        if (ds->group == DL_GOLDEN_INPUTS || dl_value_parse(ds->name, &v) != 0 || want[v])
+            continue;
+        void **slot = dl_golden_slot(cand, ds);
+        kept[i] = *slot;
+        *slot = NULL;
+    }
+    return 0;
+}
+
+static void restore_stages(dl_golden_file_t *cand, void **kept)
+{
+    for (int i = 0; i < dl_golden_dataset_count(); i++)
+        if (kept[i])
+            *dl_golden_slot(cand, dl_golden_dataset(i)) = kept[i];
+}
+
+static int resolve_profile(const char *name, const char *cmd, const dl_check_profile_t **p)
+{
+    *p = NULL;
+    if (!name)
+        return 0;
+    if (!(*p = dl_check_profile_find(name))) {
+        fprintf(stderr, "dropless %s: unknown profile '%s' (known:", cmd, name);
+        for (int i = 0; i < dl_check_profile_count(); i++)
+            fprintf(stderr, " %s", dl_check_profile_at(i)->name);
+        fprintf(stderr, ")\n");
+        return DL_EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Prints the table and writes the requested files; returns the exit status. */
+static int emit(const opts_t *o, const char *cmd, const dl_check_report_t *const *r, size_t n)
+{
+    unsigned flags = o->all ? DL_REPORT_ALL : 0;
+    if (isatty(STDOUT_FILENO) && !getenv("NO_COLOR"))
+        flags |= DL_REPORT_COLOUR;
+    int to_stdout = (o->json && strcmp(o->json, "-") == 0) || (o->junit && strcmp(o->junit, "-") == 0);
+    if (!to_stdout)
+        dl_check_write(stdout, DL_REPORT_TABLE, r, n, flags);
+    if (o->json && dl_check_save(o->json, DL_REPORT_JSON, r, n, 0) != 0) {
+        fprintf(stderr, "dropless %s: %s: cannot write the JSON report\n", cmd, o->json);
+        return DL_EXIT_USAGE;
+    }
+    if (o->junit && dl_check_save(o->junit, DL_REPORT_JUNIT, r, n, 0) != 0) {
+        fprintf(stderr, "dropless %s: %s: cannot write the JUnit report\n", cmd, o->junit);
+        return DL_EXIT_USAGE;
+    }
+    return dl_check_exit_status(r, n);
+}
+
+static int load_golden(const char *cmd, const char *path, dl_golden_file_t *g)
+{
+    char err[512];
+    int rc = dl_golden_load(path, g, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "dropless %s: %s\n", cmd, err);
+        return DL_EXIT_USAGE;
+    }
+    if (!g->has_inputs || !g->has_forward) {
+        fprintf(stderr, "dropless %s: %s: not a golden file (no /inputs or /forward)\n", cmd, path);
+        return DL_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int dl_cli_check(int argc, char **argv)
+{
+    opts_t o;
+    int rc = parse(argc, argv, &o, 0);
+    if (rc)
+        return rc < 0 ? DL_EXIT_OK : rc;
+    if (argc - optind != 2) {
+        check_usage(stderr);
+        return DL_EXIT_USAGE;
+    }
+    const char *gpath = argv[optind], *cpath = argv[optind + 1];
+    const dl_check_profile_t *profile;
+    if ((rc = resolve_profile(o.profile, "check", &profile)))
+        return rc;
+    dl_golden_file_t g, cand;
+    memset(&cand, 0, sizeof cand);
+    if ((rc = load_golden("check", gpath, &g)))
+        return rc;
+    char err[512];
+    int status = DL_EXIT_USAGE;
+    void *kept[128] = {0};
+    if (preflight(cpath, &g.config, err, sizeof err) != 0 ||
+        dl_golden_load_candidate(cpath, &g.config, &cand, err, sizeof err) != 0) {
+        fprintf(stderr, "dropless check: %s\n", err);
+        goto out;
+    }
+    if (o.stages && select_stages(&cand, o.stages, kept) != 0)
+        goto out;
+
+    dl_moe_inputs_t in = dl_golden_inputs_view(&g.in);
+    dl_check_golden_t gold = {&g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL, g.case_name};
+    dl_check_candidate_t c = {cand.fwd, cand.bwd, 0, cand.backend[0] ? cand.backend : cpath, NULL,
+                              cand.compute_mode[0] ? cand.compute_mode : NULL};
+    dl_check_options_t co;
+    dl_check_options_default(&co);
+    co.profile = profile;
+    dl_check_report_t rep;
+    if (cand.isolated_groups[0]) {
+        /* the backend fed each group the golden inputs: judge each on golden upstream */
+        uint64_t groups[DL_VALUE_COUNT];
+        int ng = dl_check_parse_groups(cand.isolated_groups, groups, DL_VALUE_COUNT);
+        if (ng < 0) {
+            fprintf(stderr, "dropless check: %s: malformed isolated_groups attribute\n", cpath);
+            goto out;
+        }
+        rc = dl_check_run_isolated(&gold, &c, &co, groups, ng, &rep);
+    } else {
+        rc = dl_check_run(&gold, &c, &co, &rep);
+    }
+    if (rc) {
+        fprintf(stderr, "dropless check: %s: %s\n", gpath, dl_strerror(rc));
+        dl_check_report_free(&rep);
+        goto out;
+    }
+    const dl_check_report_t *rp = &rep;
+    status = emit(&o, "check", &rp, 1);
+    dl_check_report_free(&rep);
+out:
+    restore_stages(&cand, kept);
+    dl_golden_free(&cand);
+    dl_golden_free(&g);
+    return status;
+}
+
+/* The executor's findings, added to the check report of the same backend. */
+static void add_diagnostics(dl_check_report_t *rep, const dl_run_result_t *res)
+{
+    char msg[400];
+    if (!res->loaded) {
+        snprintf(msg, sizeof msg, "plugin not loaded: %s: %s",
+                 dl_run_status_name(res->load.status), res->load.message);
+        dl_check_report_add(rep, DL_VALUE_NONE, "load", DL_VERDICT_FAIL, msg);
+        return;
+    }
+    for (int s = 0; s < DL_STAGE_COUNT; s++) {
+        const dl_run_diag_t *d = &res->stage[s];
+        if (d->status == DL_RUN_OK || d->status == DL_RUN_NOT_IMPLEMENTED || d->status == DL_RUN_SKIPPED)
+            continue;
+        const char *status = dl_run_status_name(d->status), *detail = d->message;
+        size_t sl = strlen(status);
+        if (!strncmp(detail, status, sl) && detail[sl] == ':') /* the message names it already */
+            detail += sl + 1;
+        while (*detail == ' ')
+            detail++;
+        snprintf(msg, sizeof msg, "stage %s: %s%s%s", dl_run_stage_name(d->stage), status,
+                 *detail ? ": " : "", detail);
+        int fail = dl_run_status_is_failure(d->status);
+        dl_check_report_add(rep, DL_VALUE_NONE, fail ? "execution" : "determinism",
+                            fail ? DL_VERDICT_FAIL : DL_VERDICT_WARN, msg);
+    }
+}
+
+static int write_candidate(const opts_t *o, const dl_golden_file_t *g, const dl_run_result_t *res)
+{
+    dl_golden_file_t cf;
+    memset(&cf, 0, sizeof cf);
+    cf.config = g->config;
+    cf.seed = g->seed;
+    snprintf(cf.case_name, sizeof cf.case_name, "%s", g->case_name);
+    snprintf(cf.backend, sizeof cf.backend, "%s", res->backend.name);
+    snprintf(cf.compute_mode, sizeof cf.compute_mode, "%s", res->backend.compute_mode);
+    cf.fwd = res->fwd; /* borrowed: cf is never freed */
+    cf.bwd = res->bwd;
+    cf.has_forward = 1;
+    cf.has_backward = !o->forward_only;
+    uint64_t groups[DL_STAGE_COUNT];
+    for (int s = 0; s < DL_STAGE_COUNT; s++)
+        groups[s] = dl_run_stage_values((dl_run_stage_t)s);
+    if (dl_check_format_groups(groups, DL_STAGE_COUNT, cf.isolated_groups, sizeof cf.isolated_groups)) {
+        fprintf(stderr, "dropless run: internal error formatting the stage groups\n");
+        return DL_EXIT_USAGE;
+    }
+    char err[512];
+    if (dl_golden_write_candidate(o->out, &cf, o->force, err, sizeof err) != 0) {
+        fprintf(stderr, "dropless run: %s\n", err);
+        return DL_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int dl_cli_run(int argc, char **argv)
+{
+    opts_t o;
+    int rc = parse(argc, argv, &o, 1);
+    if (rc)
+        return rc < 0 ? DL_EXIT_OK : rc;
+    if (argc - optind != 1 || o.nbackends == 0) {
+        run_usage(stderr);
+        return DL_EXIT_USAGE;
+    }
+    if (o.out && o.nbackends > 1) {
+        fprintf(stderr, "dropless run: --out takes exactly one --backend\n");
+        return DL_EXIT_USAGE;
+    }
+    const dl_check_profile_t *profile;
+    if ((rc = resolve_profile(o.profile, "run", &profile)))
+        return rc;
+    for (int b = 0; b < o.nbackends; b++)
+        if (access(o.backends[b], R_OK) != 0) {
+            fprintf(stderr, "dropless run: %s: %s\n", o.backends[b], strerror(errno));
+            return DL_EXIT_USAGE;
+        }
+    const char *gpath = argv[optind];
+    dl_golden_file_t g;
+    if ((rc = load_golden("run", gpath, &g)))
+        return rc;
+    dl_moe_inputs_t in = dl_golden_inputs_view(&g.in);
+    dl_check_golden_t gold = {&g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL, g.case_name};
+    dl_check_report_t reps[MAX_BACKENDS];
+    const dl_check_report_t *rp[MAX_BACKENDS];
+    int nrep = 0, status = DL_EXIT_USAGE;
+    for (int b = 0; b < o.nbackends; b++) {
+        dl_run_options_t ro = {o.time_limit, o.forward_only};
+        dl_run_result_t res;
+        rc = dl_run_backend(o.backends[b], &g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL,
+                            &ro, &res);
+        if (rc) {
+            fprintf(stderr, "dropless run: %s: %s\n", o.backends[b], dl_strerror(rc));
+            dl_run_result_free(&res);
+            goto out;
+        }
+        if (o.out && (rc = write_candidate(&o, &g, &res))) {
+            dl_run_result_free(&res);
+            goto out;
+        }
+        dl_check_candidate_t c = {res.fwd, res.bwd, 0,
+                                  res.backend.name[0] ? res.backend.name : o.backends[b],
+                                  res.backend.version,
+                                  res.backend.compute_mode[0] ? res.backend.compute_mode : NULL};
+        dl_check_options_t co;
+        dl_check_options_default(&co);
+        co.profile = profile;
+        /* each stage was fed golden inputs: judge each on golden upstream */
+        uint64_t groups[DL_STAGE_COUNT];
+        for (int s = 0; s < DL_STAGE_COUNT; s++)
+            groups[s] = dl_run_stage_values((dl_run_stage_t)s);
+        rc = dl_check_run_isolated(&gold, &c, &co, groups, DL_STAGE_COUNT, &reps[nrep]);
+        if (rc) {
+            fprintf(stderr, "dropless run: %s: %s\n", gpath, dl_strerror(rc));
+            dl_check_report_free(&reps[nrep]);
+            dl_run_result_free(&res);
+            goto out;
+        }
+        add_diagnostics(&reps[nrep], &res);
+        rp[nrep] = &reps[nrep];
+        nrep++;
+        dl_run_result_free(&res);
+    }
+    status = emit(&o, "run", rp, (size_t)nrep);
+out:
+    for (int i = 0; i < nrep; i++)
+        dl_check_report_free(&reps[i]);
+    dl_golden_free(&g);
+    return status;
+}

@@ -1,0 +1,21 @@
+#!/bin/sh
+# TAP wrapper for tests/test_adapters.py: runs it with the first Python that
+# has numpy and h5py, preferring one that also has JAX (tools/setup_python.sh
+# makes one). DROPLESS_PYTHON, if set, is tried first.
+srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+venv=${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}
+fallback=""
+for py in "$DROPLESS_PYTHON" "$venv/bin/python3" python3 /usr/bin/python3; do
+    [ -n "$py" ] || continue
+    command -v "$py" >/dev/null 2>&1 || continue
+    "$py" -c 'import numpy, h5py' >/dev/null 2>&1 || continue
+    if "$py" -c 'import jax' >/dev/null 2>&1; then
+        exec "$py" "$srcdir/tests/test_adapters.py"
+    fi
+    [ -n "$fallback" ] || fallback=$py
+done
+if [ -n "$fallback" ]; then
+    exec "$fallback" "$srcdir/tests/test_adapters.py"
+fi
+echo "1..1"
+echo "ok 1 # SKIP no Python with numpy and h5py (install python3-h5py, or run tools/setup_python.sh)"

@@ -1,0 +1,112 @@
+#!/bin/sh
+# dropless check and dropless run: every exit code, the verdicts the
+# bundled example backends must get, the reports. Speaks TAP.
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+DL="$top_builddir/dropless"
+V="$top_srcdir/vectors"
+B="$top_builddir/tests/backends/.libs"
+T=$(mktemp -d "${TMPDIR:-/tmp}/dl_cli_check.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+n=0
+fails=0
+check() {
+    n=$((n + 1))
+    desc=$1
+    shift
+    if (eval "$*") >"$T/check.out" 2>&1; then
+        echo "ok $n - $desc"
+    else
+        echo "not ok $n - $desc"
+        sed 's/^/# /' "$T/check.out"
+        fails=$((fails + 1))
+    fi
+}
+run() {
+    want=$1
+    shift
+    "$DL" "$@" >"$T/out" 2>"$T/err"
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "exit status $got, want $want: dropless $*"
+        cat "$T/err" "$T/out"
+        return 1
+    fi
+}
+one_line_err() { [ "$(wc -l <"$T/err")" -eq 1 ] || { cat "$T/err"; return 1; }; }
+PY=""
+for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import json, xml.etree.ElementTree' 2>/dev/null; then PY=$p; break; fi
+done
+
+# --- dropless check
+check "a golden file is a conformant candidate of itself (exit 0)" \
+    'run 0 check "$V/mixtral-small.h5" "$V/mixtral-small.h5" && grep -q "^CONFORMANT" "$T/out"'
+check "check --stages limits the stages checked" \
+    'run 0 check --stages h_gate,out --all "$V/tiny.h5" "$V/tiny.h5" && grep -q "^h_gate " "$T/out" && grep -q "^d_x .*SKIP" "$T/out"'
+check "check: wrong number of arguments is a usage error (exit 2)" 'run 2 check "$V/tiny.h5"'
+check "check: an unknown option is a usage error" 'run 2 check --bogus "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
+check "check: an unknown profile is a usage error naming the profiles" \
+    'run 2 check --profile fp8 "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q tf32 "$T/err"'
+check "check: an unknown stage is a usage error" \
+    'run 2 check --stages nonsense "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
+check "check: a missing candidate is exit 2 with one line naming it" \
+    'run 2 check "$V/tiny.h5" "$T/nope.h5" && one_line_err && grep -q "nope.h5" "$T/err"'
+check "check: a non-HDF5 candidate is exit 2 with one line" \
+    'echo garbage >"$T/junk.h5" && run 2 check "$V/tiny.h5" "$T/junk.h5" && one_line_err && grep -q junk.h5 "$T/err"'
+check "check: a candidate of another case (shapes differ) is exit 2" \
+    'run 2 check "$V/tiny.h5" "$V/mixtral-small.h5" && one_line_err'
+check "check: a truncated golden is exit 2 with one line" \
+    'head -c 3000 "$V/tiny.h5" >"$T/trunc.h5" && run 2 check "$T/trunc.h5" "$V/tiny.h5" && one_line_err'
+check "check --help exits 0" 'run 0 check --help && grep -q profile "$T/out"'
+
+# --- dropless run with the bundled backends (the runner's negative controls)
+DS="$V/deepseek-v3-small.h5"
+EE="$V/empty-experts.h5"
+check "plain fp32 backend: conformant" 'run 0 run --backend "$B/plain.so" "$DS" && grep -q "^CONFORMANT" "$T/out"'
+check "block-padded backend: conformant" 'run 0 run --backend "$B/padded.so" "$DS"'
+check "capacity-factor backend: not conformant, with the exact drop count" \
+    'run 1 run --backend "$B/capacity.so" "$EE" && grep -q "28 (token, slot) pairs dropped" "$T/out"'
+check "tf32 backend: conformant under its declared tf32 profile" 'run 0 run --backend "$B/tf32.so" "$V/tiny.h5"'
+check "tf32 backend: not conformant under the fp32 profile" \
+    'run 1 run --profile fp32 --backend "$B/tf32.so" "$V/tiny.h5" && grep -q "FAIL" "$T/out"'
+check "backend leaving empty-expert dW unwritten: not conformant" \
+    'run 1 run --backend "$B/nodw.so" "$EE" && grep -q "empty_experts  FAIL" "$T/out" && grep -q unwritten "$T/out"'
+check "crashing backend: not conformant, the runner survives and names the signal" \
+    'run 1 run --backend "$B/crash.so" "$DS" && grep -q "Segmentation fault" "$T/out"'
+check "thread-order-dependent combine: a WARN, still conformant" \
+    'run 0 run --backend "$B/nondet.so" "$DS" && grep -q "determinism .*WARN" "$T/out"'
+check "wrong ABI version: not conformant, reported" \
+    'run 1 run --backend "$B/badabi.so" "$V/tiny.h5" && grep -qi "abi" "$T/out"'
+check "hanging backend: killed at the time limit" \
+    'run 1 run --time-limit 1 --forward-only --backend "$B/hang.so" "$V/tiny.h5" && grep -q timeout "$T/out"'
+check "several backends in one run: exit 1 if any fails" \
+    'run 1 run --backend "$B/plain.so" --backend "$B/capacity.so" "$EE" && [ "$(grep -c "^dropless check" "$T/out")" -eq 2 ]'
+check "run: no backend is a usage error" 'run 2 run "$V/tiny.h5"'
+check "run: a missing plugin file is exit 2 with one line" \
+    'run 2 run --backend "$T/none.so" "$V/tiny.h5" && one_line_err'
+check "run: a bad --time-limit is a usage error" \
+    'run 2 run --time-limit -3 --backend "$B/plain.so" "$V/tiny.h5" && one_line_err'
+
+# --- candidate files written by run, checked by check
+check "run --out writes a candidate that check accepts" \
+    'run 0 run --backend "$B/plain.so" --out "$T/cand.h5" "$DS" && run 0 check "$DS" "$T/cand.h5"'
+check "run --out never overwrites without --force" \
+    'run 2 run --backend "$B/plain.so" --out "$T/cand.h5" "$DS" && one_line_err && run 0 run --force --backend "$B/plain.so" --out "$T/cand.h5" "$DS"'
+check "a capacity backend's candidate fails check with the drops" \
+    'run 1 run --backend "$B/capacity.so" --out "$T/cap.h5" "$EE"; run 1 check "$EE" "$T/cap.h5" && grep -q "dropped" "$T/out"'
+
+# --- reports
+if [ -n "$PY" ]; then
+    check "--json writes JSON that parses, with the documented top level" \
+        'run 1 run --backend "$B/plain.so" --backend "$B/capacity.so" --json "$T/r.json" "$EE" &&
+         "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]; assert d[0][\"format\"]==\"dropless-check\"; assert d[1][\"verdict\"]==\"FAIL\"" "$T/r.json"'
+    check "--junit writes JUnit XML that parses, failures included" \
+        'run 1 run --backend "$B/capacity.so" --junit "$T/r.xml" "$EE" &&
+         "$PY" -c "import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); assert len(r.iter(\"failure\").__next__().attrib)>=0" "$T/r.xml"'
+else
+    n=$((n + 1)); echo "ok $n # SKIP python3 with json/xml not available"
+    n=$((n + 1)); echo "ok $n # SKIP python3 with json/xml not available"
+fi
+echo "1..$n"
+exit 0

@@ -1,0 +1,432 @@
+"""PyTorch adapter: runs PyTorch's grouped GEMM and a typical PyTorch MoE
+layer on a golden file's inputs and writes candidate files.
+
+Backends (one candidate file each):
+  torch-grouped_mm   stage-isolated: every stage fed the golden values of its
+                     inputs; grouped GEMMs through torch.nn.functional.grouped_mm
+                     (or torch._grouped_mm), the backward through autograd.
+  torch-grouped_mm[allow_tf32]  the same with TF32 allowed, fp32 cases only
+                     (mode isolated_tf32): a negative control for the fp32 profile.
+  torch-grouped_mm[wgrad_fp32]  weight gradients only, written in fp32 from
+                     bf16/fp16 operands (mode wgrad_fp32): the golden's
+                     main-grad convention.
+  torch-moe          chained: a MoE layer as people write it (fp32 router GEMM,
+                     softmax/sigmoid, torch.topk, argsort, gather, grouped GEMMs,
+                     SwiGLU, index_add_ combine), forward then autograd backward.
+
+Where the grouped GEMM cannot take the shapes (rows not 16-byte aligned), a
+per-expert torch.mm loop stands in and the backend name says so
+("torch-mm_loop" / "torch-moe[mm_loop]").
+
+Usage: python3 -m tools.adapters.torch_adapter GOLDEN... -o DIR [--device cuda]
+"""
+
+import sys
+
+import numpy as np
+
+from . import common
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # the module stays importable; available() says why
+    torch = None
+
+
+def available():
+    if torch is None:
+        return False, "PyTorch is not installed"
+    return True, ""
+
+
+TDT = {}
+if torch is not None:
+    TDT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def grouped_mm_fn():
+    """(function, name) of the grouped GEMM this torch has, or (None, None)."""
+    f = getattr(F, "grouped_mm", None)
+    if f is not None:
+        return f, "torch.nn.functional.grouped_mm"
+    f = getattr(torch, "_grouped_mm", None)
+    if f is not None:
+        return f, "torch._grouped_mm"
+    return None, None
+
+
+def precision_flags():
+    """What this torch says about reduced-precision matrix products."""
+    m = torch.backends.cuda.matmul
+    fl = {"torch": torch.__version__}
+    for name in ("allow_tf32", "allow_bf16_reduced_precision_reduction",
+                 "allow_fp16_reduced_precision_reduction", "fp32_precision"):
+        try:
+            fl["cuda.matmul." + name] = getattr(m, name)
+        except Exception as e:  # some are gone or renamed in some versions
+            fl["cuda.matmul." + name] = "n/a (%s)" % type(e).__name__
+    try:
+        fl["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    except Exception:
+        pass
+    fl["cudnn.allow_tf32"] = torch.backends.cudnn.allow_tf32
+    return fl
+
+
+def device_name(dev):
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    import platform
+    return "cpu (%s)" % (platform.processor() or platform.machine())
+
+
+def to_np(t):
+    """A tensor as a float32 (or integer) numpy array; bf16/fp16 -> float32
+    is exact."""
+    t = t.detach()
+    if t.is_floating_point():
+        t = t.to(torch.float32)
+    return t.cpu().numpy()
+
+
+class GMM:
+    """The grouped GEMM y[rows of group e] = a[rows of e] @ w[e] as this torch
+    can run it for these shapes: grouped_mm when the rows are 16-byte
+    aligned, else a per-expert torch.mm loop (autograd works on both)."""
+
+    def __init__(self, dtype, d, f, dev):
+        self.fn, self.fn_name = grouped_mm_fn()
+        esz = torch.tensor([], dtype=dtype).element_size()
+        self.aligned = all((n * esz) % 16 == 0 for n in (d, f))
+        self.use_gmm = self.fn is not None and self.aligned
+        if self.use_gmm:
+            if dtype == torch.bfloat16 and dev.type == "cuda" and \
+                    torch.cuda.get_device_capability(dev)[0] in (9, 10):
+                path = "CUTLASS bf16 grouped GEMM (sm90/sm100 fast path)"
+            else:
+                path = "per-group torch.mm inside grouped_mm (its fallback for %s)" % (
+                    str(dtype).replace("torch.", ""))
+            self.kernel = "%s: %s" % (self.fn_name, path)
+            self.tag = "grouped_mm"
+        else:
+            why = "no grouped_mm in this torch" if self.fn is None else \
+                "rows not 16-byte aligned (d=%d, f=%d)" % (d, f)
+            self.kernel = "per-expert torch.mm loop (%s)" % why
+            self.tag = "mm_loop"
+
+    def __call__(self, a, w, sizes_list, offs):
+        if self.use_gmm:
+            return self.fn(a, w, offs=offs)
+        parts, s = [], 0
+        for e, n in enumerate(sizes_list):
+            parts.append(a[s:s + n] @ w[e])
+            s += n
+        if not parts:
+            return a.new_zeros((0, w.shape[2]))
+        return torch.cat(parts, 0)
+
+
+def compute_mode_for(dtype, fp32_probe):
+    """The profile this pipeline runs in: bf16/fp16 operands with fp32
+    accumulation, and autograd / index_add_ adding stored bf16/fp16 parts
+    (hence -acc); for fp32, what the probe saw."""
+    if dtype == "bf16":
+        return "bf16-acc"
+    if dtype == "fp16":
+        return "fp16-acc"
+    return fp32_probe or "fp32"
+
+
+def probe_fp32(dev, gmm_kind="grouped_mm"):
+    """Which arithmetic an fp32 grouped GEMM really uses here: full-precision
+    fp32 operands, compared with float64 products of the operands as given,
+    rounded to tf32, and rounded to bf16. Returns a dict; 'mode' is fp32,
+    tf32, bf16 or unknown."""
+    g = torch.Generator(device="cpu").manual_seed(7)
+    a = torch.randn(256, 256, generator=g, dtype=torch.float64)
+    b = torch.randn(2, 256, 128, generator=g, dtype=torch.float64)
+    a32, b32 = a.float(), b.float()
+    sizes = [128, 128]
+    offs = torch.tensor([128, 256], dtype=torch.int32, device=dev)
+    gm = GMM(torch.float32, 256, 128, dev)
+    c = gm(a32.to(dev), b32.to(dev), sizes, offs).double().cpu()
+
+    def rnd(x, bits, f=np.rint):  # keep `bits` significand bits (rint: nearest-even)
+        m, e = np.frexp(x.numpy())
+        return torch.from_numpy(np.ldexp(f(np.ldexp(m, bits)), e - bits))
+
+    res = {}
+    for name, bits, f in common.PROBE_GRIDS:
+        A, B = rnd(a32.double(), bits, f), rnd(b32.double(), bits, f)
+        ref = torch.cat([A[:128] @ B[0], A[128:] @ B[1]], 0)
+        res[name] = float(((c - ref).abs().max() / ref.abs().max()).item())
+    return dict(common.probe_verdict(res), kernel=gm.kernel)
+
+
+# ------------------------------------------------------------------ routing
+
+def select(scores, bias, cfg):
+    """Top-k ids [T,k] as people write it (DeepSeek-V3's reference style for
+    group-limited routing); selection gets no gradient."""
+    T, E = scores.shape
+    k = cfg["top_k"]
+    with torch.no_grad():
+        key = scores + bias if cfg["has_bias"] else scores.clone()
+        ng, kg = cfg["n_group"], cfg["topk_group"]
+        if ng > 1:
+            G = E // ng
+            kk = key.view(T, ng, G)
+            if cfg["group_score"] == "max":
+                gs = kk.max(-1).values
+            elif cfg["group_score"] == "top2_sum":
+                gs = kk.topk(min(2, G), dim=-1).values.sum(-1)
+            else:
+                gs = kk.topk(min(max(k // kg, 1), G), dim=-1).values.sum(-1)
+            gidx = gs.topk(kg, dim=-1).indices
+            gmask = torch.zeros_like(gs, dtype=torch.bool).scatter_(1, gidx, True)
+            emask = gmask.unsqueeze(-1).expand(T, ng, G).reshape(T, E)
+            key = key.masked_fill(~emask, float("-inf"))
+        return key.topk(k, dim=-1).indices
+
+
+# ---------------------------------------------------------------- backends
+
+def _common_setup(g, device):
+    dev = torch.device(device)
+    dt = TDT[g.dtype]
+    A = lambda key, dtype=dt: torch.from_numpy(np.ascontiguousarray(g[key])).to(dev).to(dtype)
+    return dev, dt, A
+
+
+def run_isolated(g, device="cuda"):
+    """Stage-isolated: each stage from the golden values of its inputs."""
+    dev, dt, A = _common_setup(g, device)
+    sizes = [int(n) for n in g["forward/group_sizes"]]
+    offs = torch.tensor(np.cumsum(sizes, dtype=np.int64), dtype=torch.int32, device=dev)
+    gm = GMM(dt, g.d, g.f, dev)
+    probe = probe_fp32(dev) if g.dtype == "fp32" else None
+    res = {}
+    if g.swiglu:
+        xs = A("forward/x_sorted").requires_grad_()
+        wg = A("inputs/w_gate").requires_grad_()
+        wu = A("inputs/w_up").requires_grad_()
+        hg = gm(xs, wg, sizes, offs)
+        hu = gm(xs, wu, sizes, offs)
+        res["forward/h_gate"], res["forward/h_up"] = to_np(hg), to_np(hu)
+        torch.autograd.backward([hg, hu], [A("backward/d_h_gate"), A("backward/d_h_up")])
+        res["backward/d_x_sorted"] = to_np(xs.grad)
+        res["backward/d_w_gate"] = to_np(wg.grad)
+        res["backward/d_w_up"] = to_np(wu.grad)
+
+        hg0 = A("forward/h_gate").requires_grad_()
+        hu0 = A("forward/h_up").requires_grad_()
+        ha = F.silu(hg0) * hu0
+        res["forward/h_act"] = to_np(ha)
+        ha.backward(A("backward/d_h_act"))
+        res["backward/d_h_gate"], res["backward/d_h_up"] = to_np(hg0.grad), to_np(hu0.grad)
+
+        ha1 = A("forward/h_act").requires_grad_()
+        wd = A("inputs/w_down").requires_grad_()
+        y = gm(ha1, wd, sizes, offs)
+        res["forward/y_sorted"] = to_np(y)
+        y.backward(A("backward/d_y_sorted"))
+        res["backward/d_h_act"], res["backward/d_w_down"] = to_np(ha1.grad), to_np(wd.grad)
+    else:
+        xs = A("forward/x_sorted").requires_grad_()
+        wd = A("inputs/w_down").requires_grad_()
+        y = gm(xs, wd, sizes, offs)
+        res["forward/y_sorted"] = to_np(y)
+        y.backward(A("backward/d_y_sorted"))
+        res["backward/d_x_sorted"], res["backward/d_w_down"] = to_np(xs.grad), to_np(wd.grad)
+    name = "torch-grouped_mm" if gm.tag == "grouped_mm" else "torch-mm_loop"
+    notes = {"kernel": gm.kernel, "activation": "F.silu(h_gate) * h_up in %s" % g.dtype,
+             "weight_grads": "autograd, in the weights' dtype (%s)" % g.dtype,
+             "precision_flags": precision_flags()}
+    if probe:
+        notes["fp32_probe"] = probe
+    return name, res, notes, compute_mode_for(g.dtype, probe and probe["mode"])
+
+
+def run_chained(g, device="cuda"):
+    """The whole layer, forward and backward, the way a PyTorch MoE layer is
+    usually written (torchtitan-like: fp32 router, scores after the experts,
+    combine with index_add_ in the activation dtype)."""
+    dev, dt, A = _common_setup(g, device)
+    cfg = g.config
+    T, d, E, k = g.T, g.d, g.E, g.k
+    gm = GMM(dt, g.d, g.f, dev)
+    probe = probe_fp32(dev) if g.dtype == "fp32" else None
+
+    x = A("inputs/x").requires_grad_()
+    wr = A("inputs/router_weight", torch.float32).requires_grad_()
+    bias = A("inputs/expert_bias", torch.float32) if g.has_bias else None
+    wd = A("inputs/w_down").requires_grad_()
+    if g.swiglu:
+        wg = A("inputs/w_gate").requires_grad_()
+        wu = A("inputs/w_up").requires_grad_()
+
+    keep = []
+
+    def R(t):  # keep t's gradient for the candidate
+        t.retain_grad()
+        keep.append(t)
+        return t
+
+    logits = R(x.float() @ wr)
+    scores = R(torch.softmax(logits, dim=-1) if cfg["score_function"] == "softmax"
+               else torch.sigmoid(logits))
+    ids = select(scores, bias, cfg)
+    w = scores.gather(1, ids)
+    if cfg["renormalize"]:
+        w = w / w.sum(dim=-1, keepdim=True)
+    if cfg["scaling"] != 1.0:
+        w = w * cfg["scaling"]
+    w = R(w)
+
+    flat = ids.reshape(-1)
+    perm = torch.argsort(flat, stable=True)
+    sizes_t = torch.bincount(flat, minlength=E)
+    offs = torch.cumsum(sizes_t, 0).to(torch.int32)
+    sizes = [int(n) for n in sizes_t.cpu()]
+    tok = perm // k
+    xs = R(x[tok])
+    if g.swiglu:
+        hg = R(gm(xs, wg, sizes, offs))
+        hu = R(gm(xs, wu, sizes, offs))
+        ha = R(F.silu(hg) * hu)
+        y = R(gm(ha, wd, sizes, offs))
+    else:
+        y = R(gm(xs, wd, sizes, offs))
+    ws = w.reshape(-1)[perm]
+    weighted = (y.float() * ws.unsqueeze(-1)).to(dt)
+    out = torch.zeros(T, d, dtype=dt, device=dev).index_add(0, tok, weighted)
+    out.backward(A("inputs/d_out"))
+
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel(), device=dev)
+    res = {
+        "forward/router_logits": to_np(logits), "forward/router_scores": to_np(scores),
+        "forward/topk_ids": to_np(ids).astype(np.int32), "forward/topk_weights": to_np(w),
+        "forward/sort_perm": to_np(perm).astype(np.int32),
+        "forward/inv_perm": to_np(inv).astype(np.int32),
+        "forward/group_sizes": to_np(sizes_t).astype(np.int64),
+        "forward/group_offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        "forward/x_sorted": to_np(xs), "forward/y_sorted": to_np(y), "forward/out": to_np(out),
+        "backward/d_topk_weights": to_np(w.grad), "backward/d_y_sorted": to_np(y.grad),
+        "backward/d_w_down": to_np(wd.grad), "backward/d_x_sorted": to_np(xs.grad),
+        "backward/d_router_scores": to_np(scores.grad),
+        "backward/d_router_logits": to_np(logits.grad),
+        "backward/d_router_weight": to_np(wr.grad), "backward/d_x": to_np(x.grad),
+    }
+    if g.swiglu:
+        res.update({
+            "forward/h_gate": to_np(hg), "forward/h_up": to_np(hu), "forward/h_act": to_np(ha),
+            "backward/d_h_act": to_np(ha.grad), "backward/d_h_gate": to_np(hg.grad),
+            "backward/d_h_up": to_np(hu.grad), "backward/d_w_gate": to_np(wg.grad),
+            "backward/d_w_up": to_np(wu.grad)})
+    name = "torch-moe" if gm.tag == "grouped_mm" else "torch-moe[mm_loop]"
+    notes = {"kernel": gm.kernel,
+             "router": "x.float() @ W_r (fp32), %s, torch.topk" % cfg["score_function"],
+             "dispatch": "torch.argsort(stable=True), torch.bincount, x[perm // k]",
+             "combine": "(y.float() * w).to(%s), index_add in %s" % (g.dtype, g.dtype),
+             "activation": "F.silu(h_gate) * h_up in %s" % g.dtype,
+             "weight_grads": "autograd, in the weights' dtype (%s)" % g.dtype,
+             "precision_flags": precision_flags()}
+    if probe:
+        notes["fp32_probe"] = probe
+    return name, res, notes, compute_mode_for(g.dtype, probe and probe["mode"])
+
+
+MODES = ("isolated", "chained", "isolated_tf32", "wgrad_fp32")
+
+
+def run_wgrad_fp32(g, device="cuda"):
+    """Weight gradients written in fp32 from bf16/fp16 operands, the
+    'main grad' convention of the golden file (Megatron's gradient
+    accumulation fusion): grouped_mm with out_dtype=float32 where this torch
+    takes it, else grouped_mm on operands upcast to fp32 (exact products,
+    fp32 accumulation). Stage-isolated, golden operands."""
+    if g.dtype == "fp32":
+        raise common.Skip("fp32 weights already get fp32 gradients")
+    dev, dt, A = _common_setup(g, device)
+    sizes = [int(n) for n in g["forward/group_sizes"]]
+    offs = torch.tensor(np.cumsum(sizes, dtype=np.int64), dtype=torch.int32, device=dev)
+    gm = GMM(dt, g.d, g.f, dev)
+    how = {}
+
+    def wgrad(a, b):  # [E, a.cols, b.cols]: per expert a_e^T b_e in fp32
+        if gm.use_gmm:
+            try:
+                r = gm.fn(a.t(), b, offs=offs, out_dtype=torch.float32)
+                how["path"] = "%s(a.T, b, offs, out_dtype=float32)" % gm.fn_name
+                return r
+            except Exception as e:  # not every version takes a wider output
+                how["out_dtype_float32"] = "refused: %s: %s" % (type(e).__name__, str(e)[:200])
+            how["path"] = "%s on operands upcast to float32" % gm.fn_name
+            return gm.fn(a.float().t(), b.float(), offs=offs)
+        how["path"] = "per-expert torch.mm loop on operands upcast to float32"
+        out, s = [], 0
+        for n in sizes:
+            out.append(a[s:s + n].float().t() @ b[s:s + n].float())
+            s += n
+        return torch.stack(out)
+
+    res = {}
+    if g.swiglu:
+        res["backward/d_w_down"] = to_np(wgrad(A("forward/h_act"), A("backward/d_y_sorted")))
+        xs = A("forward/x_sorted")
+        res["backward/d_w_gate"] = to_np(wgrad(xs, A("backward/d_h_gate")))
+        res["backward/d_w_up"] = to_np(wgrad(xs, A("backward/d_h_up")))
+    else:
+        res["backward/d_w_down"] = to_np(wgrad(A("forward/x_sorted"), A("backward/d_y_sorted")))
+    notes = {"kernel": how.get("path"), "precision_flags": precision_flags()}
+    notes.update({k: v for k, v in how.items() if k != "path"})
+    name = "torch-grouped_mm" if gm.tag == "grouped_mm" else "torch-mm_loop"
+    return name + "[wgrad_fp32]", res, notes, g.dtype
+
+
+def run_isolated_tf32(g, device="cuda"):
+    """run_isolated with TF32 allowed for fp32 matrix products (a negative
+    control for the fp32 profile: it should fail fp32 and pass tf32)."""
+    if g.dtype != "fp32":
+        raise common.Skip("TF32 applies to fp32 cases only")
+    m = torch.backends.cuda.matmul
+    old = m.allow_tf32
+    m.allow_tf32 = True
+    try:
+        name, res, notes, cmode = run_isolated(g, device)
+    finally:
+        m.allow_tf32 = old
+    notes["tf32"] = "torch.backends.cuda.matmul.allow_tf32 = True for this run"
+    return name + "[allow_tf32]", res, notes, cmode
+
+
+def run(golden_path, outdir, modes=MODES, device=None, log=print, repeat=True):
+    """Runs the chosen modes on one golden file: ([(path, summary)], [errors])."""
+    ok, why = available()
+    if not ok:
+        raise RuntimeError(why)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def fn(mode):
+        def go(g):
+            r = {"isolated": run_isolated, "chained": run_chained,
+                 "isolated_tf32": run_isolated_tf32, "wgrad_fp32": run_wgrad_fp32}[mode](g, device)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            return r
+        return go
+
+    info = lambda g: ("torch %s" % torch.__version__, device_name(torch.device(device)))
+    return common.run_modes(golden_path, outdir, modes, {m: fn(m) for m in MODES}, info, log,
+                            repeat)
+
+
+def main(argv=None):
+    return common.adapter_main(argv, __doc__, available, run, MODES)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
