@@ -21,10 +21,20 @@ typedef struct {
     char why[320]; /* candidates: why the last dataset was set aside */
 } rctx_t;
 
+/* Messages quote strings from the file (attribute values), which may hold
+ * any byte: control characters become '?' so a message stays one line. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 #define FAILF(code, ...)                                         \
     do {                                                         \
         char m_[400];                                            \
         snprintf(m_, sizeof m_, __VA_ARGS__);                    \
+        one_line(m_);                                            \
         dl__golden_msg(r->err, r->errlen, "%s: %s", r->path, m_); \
         rc = (code);                                             \
         goto fail;                                               \
@@ -283,6 +293,7 @@ static const char *elem_type_name(dl_golden_elem_t e)
 #define BAD(code, ...)                                                  \
     do {                                                                \
         snprintf(r->why, sizeof r->why, __VA_ARGS__);                   \
+        one_line(r->why);                                               \
         if (r->strict)                                                  \
             FAILF(code, "%s: %s", p, r->why);                           \
         rc = 2;                                                         \

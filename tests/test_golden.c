@@ -1560,6 +1560,34 @@ START_TEST(candidate_root_attributes)
 }
 END_TEST
 
+/* Attribute values quoted in reasons and errors come from the file: a
+ * control character in them must not break the one-line contract (found by
+ * the fuzzer: a dtype attribute "fp\n2"). */
+START_TEST(candidate_messages_stay_one_line)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_F32, 1, 0);
+    const char *p = tpath("c.h5");
+    float fb[64] = {0};
+    hsize_t d_td[2] = {6, 5};
+    hid_t f = cand_create(p);
+    cand_ds(f, "/forward/out", H5T_IEEE_F32LE, 2, d_td, H5T_NATIVE_FLOAT, fb, "fp\n2\r\t");
+    H5Fclose(f);
+    dl_golden_file_t g;
+    const char *bad[] = {"/forward/out", NULL};
+    const char *why[] = {"'fp?2\?\?'"};
+    expect_set_aside(p, &c, &g, bad, why);
+    dl_golden_free(&g);
+    f = h5open_rw(p);
+    hid_t cg = H5Gcreate2(f, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    h5_attr_str(cg, "dtype", "bf16\nfp32");
+    H5Gclose(cg);
+    H5Fclose(f);
+    expect_candidate_error(p, &c, DL_EDTYPE, "bf16?fp32");
+    rm_tmpdir();
+}
+END_TEST
+
 /* ------------------------------------------------------ generation */
 
 START_TEST(generate_write_load)
@@ -1725,7 +1753,8 @@ int main(void)
     SUITE("candidates", 30, candidate_subsets);
     SUITE("candidate loader", 60, candidate_bad_shapes_set_aside, candidate_bad_types_set_aside,
           candidate_bad_dtype_attributes_set_aside, candidate_values_never_judged,
-          candidate_whole_file_errors, candidate_root_attributes);
+          candidate_whole_file_errors, candidate_root_attributes,
+          candidate_messages_stay_one_line);
     SUITE("generation", 120, generate_write_load, generate_special_cases_route_as_named,
           committed_vectors_match_generation);
     return dl_test_run(suites, n);

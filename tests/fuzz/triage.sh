@@ -17,7 +17,7 @@ for f in "$@"; do
     what=$(printf '%s\n' "$log" | grep -m1 -E 'ERROR|runtime error' | sed 's/^==[0-9]*==//' | cut -c1-90)
     # the first frame outside the sanitizer/fuzzer runtime
     top=$(printf '%s\n' "$log" | grep -E '^ +#[0-9]+ ' |
-          grep -v -E '__asan|__sanitizer|fuzzer::|__interceptor|libc\.so|sysdeps|in (malloc|calloc|realloc|free|memcpy|memmove|memset|strlen|strdup|strcmp|strncpy|strcpy) ' |
+          grep -v -E '__asan|__sanitizer|fuzzer::|__interceptor|libc\.so|sysdeps|in (malloc|calloc|realloc|free|memcpy|memmove|memset|strlen|strdup|strcmp|strncpy|strcpy|abort|raise|gsignal|__pthread_kill_implementation|__pthread_kill_internal) ' |
           head -1)
     case $top in
     *libhdf5*) kind=hdf5 ;;
