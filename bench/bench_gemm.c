@@ -150,6 +150,10 @@ static double *to_double(const float *x, int64_t n, double *buf)
 
 static int reps = 2;
 
+/* internal tuning knob of the library (src/internal.h), for experiments:
+ * DL_GEMM_KC=<chunk length> in the environment */
+void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
+
 static double loadavg(void)
 {
     double l = -1;
@@ -379,6 +383,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (getenv("DL_GEMM_KC"))
+        dl__gemm_set_tuning(atoll(getenv("DL_GEMM_KC")), 0);
     if (only) {
         for (int c = 0; c < NCASES; c++)
             if (strcmp(cases[c].name, only) == 0)

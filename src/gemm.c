@@ -30,11 +30,19 @@
  * depend on which tier decided an element, so they do not depend on threads,
  * alignment or the BLAS kernel.
  *
- * Memory: inputs are converted to binary64 in bounded panels (a row block of
- * the left operand and a column panel of the right one, each over the full
- * K, in the layout the input already has, so conversion is a streaming copy)
- * within a scratch budget of a quarter of the input+output bytes, at least
- * 4 MiB and at most 128 MiB. */
+ * Memory and parallelism: the output is cut into tiles (rows of one group
+ * against a block of columns). A tile is the unit of work of one OpenMP
+ * thread: for each K-chunk it converts that chunk of its rows and columns
+ * to binary64 (a streaming copy in the caller's layout, which stays in
+ * cache), calls dgemm (single-threaded inside the parallel region, so there
+ * is no nested oversubscription; with one thread OpenBLAS may use its own),
+ * adds the chunk into the tile, then certifies the tile and runs the slow
+ * tiers on its misses, reading the caller's floats. No operand is ever
+ * converted whole: scratch per thread is two tiles of doubles and two chunk
+ * buffers, within a budget of a quarter of the input+output bytes (at least
+ * 4 MiB, at most 128 MiB over all threads). Threads share nothing but the
+ * output, and only ever write disjoint tiles of it; there is no reduction
+ * over floating-point values anywhere. */
 #include "config.h"
 #include <limits.h>
 #include <math.h>
@@ -303,14 +311,12 @@ static void fetch(const operand_t *op, int64_t r, double *buf)
 
 /* Converts the K-chunk [k0, k0+kl) of rows [0, rows) of part q into dst,
  * keeping the part's layout (row-major: rows x kl, ld kl; k-major: kl x rows,
- * ld rows), and adds the squares to ss[r]. Called inside a parallel region;
- * each thread owns whole rows (row-major) or whole columns (k-major). */
+ * ld rows), and adds the squares to ss[r]. Both are streaming copies. */
 DL__CLONES
 static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, double *dst,
                        double *ss)
 {
     if (!q->kmajor) {
-#pragma omp for schedule(static) nowait
         for (int64_t r = 0; r < rows; r++) {
             const float *s = q->p + r * q->ld + k0;
             double *d = dst + r * kl;
@@ -330,26 +336,13 @@ static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, do
             ss[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
     } else {
-        /* wide column blocks: each row of a block is a long contiguous read */
-        int nthr = 1;
-#ifdef _OPENMP
-        nthr = omp_get_num_threads();
-#endif
-        int64_t W = (rows + 2 * nthr - 1) / (2 * nthr);
-        W = W < 64 ? 64 : (W + 15) / 16 * 16;
-        int64_t nblk = (rows + W - 1) / W;
-#pragma omp for schedule(static) nowait
-        for (int64_t cb = 0; cb < nblk; cb++) {
-            int64_t c0 = cb * W, w = rows - c0 < W ? rows - c0 : W;
-            double *sq = ss + c0;
-            for (int64_t k = 0; k < kl; k++) {
-                const float *s = q->p + (k0 + k) * q->ld + c0;
-                double *d = dst + k * rows + c0;
-                for (int64_t c = 0; c < w; c++) {
-                    double v = s[c];
-                    d[c] = v;
-                    sq[c] += v * v;
-                }
+        for (int64_t k = 0; k < kl; k++) {
+            const float *s = q->p + (k0 + k) * q->ld;
+            double *d = dst + k * rows;
+            for (int64_t c = 0; c < rows; c++) {
+                double v = s[c];
+                d[c] = v;
+                ss[c] += v * v;
             }
         }
     }
@@ -453,9 +446,11 @@ static int cmp_i64(const void *x, const void *y)
 }
 
 /* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
- * A(i,:) . B(j,:). Each K-chunk of both operands is converted to binary64
- * just before dgemm reads it, so the chunk stays in cache; no chunk crosses
- * a part (a term). Returns DL_ENONFINITE if an input is NaN or infinite. */
+ * A(i,:) . B(j,:). Runs on one thread (tiles are the unit of parallelism;
+ * dgemm called inside a parallel region runs single-threaded). Each K-chunk
+ * of both operands is converted to binary64 just before dgemm reads it, so
+ * it stays in cache; no chunk crosses a part (a term). Returns DL_ENONFINITE
+ * if an input taking part is NaN or infinite. */
 static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
                 const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
 {
@@ -463,28 +458,20 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
     double *C = tb->C, *P = tb->P;
     memset(tb->na, 0, (size_t)mb * sizeof(double));
     memset(tb->nb, 0, (size_t)nb * sizeof(double));
-    int first = 1, pending = 0;
+    int first = 1;
     for (int ip = 0; ip < B->n; ip++) {
         const part_t *pa = &A->part[ip], *pb = &B->part[ip];
         for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
             int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
-            /* one region: fold the previous chunk's product into C and
-             * convert this chunk (disjoint data, so no barrier between) */
-#pragma omp parallel if (total + (mb + nb) * kl > 32768)
-            {
-                if (pending) {
-#pragma omp for schedule(static) nowait
-                    for (int64_t i = 0; i < total; i++)
-                        C[i] += P[i];
-                }
-                conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
-                conv_chunk(pb, k0, kl, nb, tb->cb, tb->nb);
-            }
+            conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
+            conv_chunk(pb, k0, kl, nb, tb->cb, tb->nb);
             cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
                         pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)nb, (int)kl, 1.0,
                         tb->ca, (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? nb : kl),
                         0.0, first ? C : P, (int)nb);
-            pending = !first;
+            if (!first) /* the chunk sums, added in a fixed order */
+                for (int64_t i = 0; i < total; i++)
+                    C[i] += P[i];
             first = 0;
         }
     }
@@ -492,18 +479,9 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
         return DL_ENONFINITE;
     dl_dtype_t t = pl->t;
     int64_t nfail = 0;
-#pragma omp parallel reduction(+ : nfail) if (total > 16384)
-    {
-        if (pending) {
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < total; i++)
-                C[i] += P[i];
-        }
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < mb; i++) {
-            tb->miss[i] = certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
-            nfail += tb->miss[i];
-        }
+    for (int64_t i = 0; i < mb; i++) {
+        tb->miss[i] = certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
+        nfail += tb->miss[i];
     }
     cnt->fast += total - nfail;
     if (nfail == 0)
@@ -517,47 +495,33 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
                 tb->list[nl++] = j * mb + i;
     }
     qsort(tb->list, (size_t)nl, sizeof(int64_t), cmp_i64);
-    int64_t nmid = 0, nexact = 0;
-    const int64_t SEG = 16;
-    int64_t nseg = (nl + SEG - 1) / SEG;
-#pragma omp parallel reduction(+ : nmid, nexact) if (nl > 4)
-    {
-        int me = 0;
-#ifdef _OPENMP
-        me = omp_get_thread_num();
-#endif
-        double *a = tb->vec + (size_t)me * 2 * (size_t)ks, *b = a + ks;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t sg = 0; sg < nseg; sg++) {
-            int64_t jcur = -1;
-            for (int64_t x = sg * SEG; x < nl && x < (sg + 1) * SEG; x++) {
-                int64_t j = tb->list[x] / mb, i = tb->list[x] % mb;
-                double r, hi, lo, w;
-                if (j != jcur) {
-                    fetch(B, j, b);
-                    jcur = j;
-                }
-                fetch(A, i, a);
-                float *o = out + i * ldo + j;
-                dot2(a, b, ks, &hi, &lo, &w);
-                if (w == 0.0 ? round_dd(hi, lo, t, &r)
-                             : certify(hi, fabs(lo) + w * (1.0 + 0x1p-18), t, &r)) {
-                    *o = (float)r;
-                    nmid++;
-                } else {
-                    *o = (float)dot_exact(a, b, ks, t);
-                    nexact++;
-                }
-            }
+    double *a = tb->vec, *b = a + ks;
+    int64_t jcur = -1;
+    for (int64_t x = 0; x < nl; x++) {
+        int64_t j = tb->list[x] / mb, i = tb->list[x] % mb;
+        double r, hi, lo, w;
+        if (j != jcur) {
+            fetch(B, j, b);
+            jcur = j;
+        }
+        fetch(A, i, a);
+        float *o = out + i * ldo + j;
+        dot2(a, b, ks, &hi, &lo, &w);
+        if (w == 0.0 ? round_dd(hi, lo, t, &r)
+                     : certify(hi, fabs(lo) + w * (1.0 + 0x1p-18), t, &r)) {
+            *o = (float)r;
+            cnt->middle++;
+        } else {
+            *o = (float)dot_exact(a, b, ks, t);
+            cnt->exact++;
         }
     }
-    cnt->middle += nmid;
-    cnt->exact += nexact;
     return 0;
 }
 
 /* ------------------------------------------------------------- scratch */
 
+/* One thread's scratch. */
 typedef struct {
     part_t *pa, *pb;
     tilebuf_t tb;
@@ -582,10 +546,6 @@ static void scratch_free(scratch_t *s)
 static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64_t ks,
                          int nparts)
 {
-    int nthr = 1;
-#ifdef _OPENMP
-    nthr = omp_get_max_threads();
-#endif
     int64_t mbn = mb * nb;
     memset(s, 0, sizeof *s);
     s->pa = malloc((size_t)nparts * sizeof(part_t));
@@ -599,13 +559,55 @@ static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64
     s->tb.nb = malloc((size_t)nb * sizeof(double));
     s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
     s->tb.miss = malloc((size_t)mb * sizeof(int64_t));
-    s->tb.vec = malloc((size_t)nthr * 2 * (size_t)ks * sizeof(double));
+    s->tb.vec = malloc(2 * (size_t)ks * sizeof(double));
     if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
         !s->tb.nb || !s->tb.list || !s->tb.miss || !s->tb.vec) {
         scratch_free(s);
         return DL_ENOMEM;
     }
     return 0;
+}
+
+static void scratch_free_all(scratch_t *s, int n)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < n; i++)
+        scratch_free(&s[i]);
+    free(s);
+}
+
+/* n scratches (one per thread), or NULL. */
+static scratch_t *scratch_alloc_all(int n, int64_t mb, int64_t nb, int64_t kc, int64_t ks,
+                                    int nparts)
+{
+    scratch_t *s = calloc((size_t)n, sizeof *s);
+    if (!s)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        if (scratch_alloc(&s[i], mb, nb, kc, ks, nparts)) {
+            scratch_free_all(s, n);
+            return NULL;
+        }
+    return s;
+}
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 static int64_t budget_for(int64_t io_bytes)
@@ -620,16 +622,23 @@ static int64_t budget_for(int64_t io_bytes)
     return b;
 }
 
-/* Tile of mb x nb outputs: each tile converts its rows and columns once, so
- * the conversions per flop go as 1/mb + 1/nb; the tile (two doubles, a flag
- * and a list entry per element, 25 bytes) takes at most half the budget and
- * at most TILE_MAX elements, so that it stays near the cache. */
-static void tile_sizes(int64_t budget, int64_t kc, int64_t rows, int64_t cols, int64_t *mb,
-                       int64_t *nb)
+/* Tile of mb x nb outputs for one thread: each tile converts its rows and
+ * columns once, so conversions per flop go as 1/mb + 1/nb; the tile (two
+ * doubles and a list entry per element) takes at most half of the thread's
+ * share of the budget and at most TILE_MAX elements, so that it stays near
+ * the cache, and there are enough tiles for the threads (outputs / 4 per
+ * thread at most). */
+static void tile_sizes(int64_t budget, int nthr, int64_t outputs, int64_t kc, int64_t rows,
+                       int64_t cols, int64_t *mb, int64_t *nb)
 {
-    int64_t cap = budget / 2 / 25;
+    int64_t share = budget / nthr;
+    int64_t cap = share / 2 / 24;
     if (cap > TILE_MAX)
         cap = TILE_MAX;
+    if (nthr > 1 && cap > outputs / (4 * nthr))
+        cap = outputs / (4 * nthr);
+    if (cap < 4096)
+        cap = 4096;
     int64_t side = (int64_t)sqrt((double)cap);
     int64_t m, n;
     if (rows <= side) {
@@ -642,7 +651,7 @@ static void tile_sizes(int64_t budget, int64_t kc, int64_t rows, int64_t cols, i
         m = n = side;
     }
     /* the chunk buffers take (m + n) kc doubles of the other half */
-    int64_t lim = budget / 2 / (8 * kc);
+    int64_t lim = share / 2 / (8 * kc);
     if (m + n > lim) {
         m = m * lim / (m + n);
         n = lim - m;
@@ -733,6 +742,79 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
 
 /* --------------------------------------------------------- grouped GEMM */
 
+/* The tiles of a grouped GEMM: rows [r0, r0+mb) of group e against
+ * columns [n0, n0+nb). */
+typedef struct {
+    int64_t e, r0, mb, n0, nb;
+} job_t;
+
+/* Runs the jobs over the threads, each job on one thread with its own
+ * scratch; run(j, scratch, counts) returns 0 or an error, which stops the
+ * others at their next job. */
+typedef int (*job_fn)(const void *ctx, int64_t j, scratch_t *s, counts_t *c);
+
+static int run_jobs(const void *ctx, job_fn fn, int64_t njobs, scratch_t *scr, int nthr,
+                    counts_t *cnt)
+{
+    int err = 0;
+    int64_t f = 0, m = 0, x = 0;
+#pragma omp parallel num_threads(nthr) if (nthr > 1 && njobs > 1) reduction(+ : f, m, x)
+    {
+        scratch_t *s = &scr[thread_id()];
+        counts_t c = {0, 0, 0};
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t j = 0; j < njobs; j++) {
+            int stop;
+#pragma omp atomic read
+            stop = err;
+            if (stop)
+                continue;
+            int rc = fn(ctx, j, s, &c);
+            if (rc) {
+#pragma omp atomic write
+                err = rc;
+            }
+        }
+        f += c.fast;
+        m += c.middle;
+        x += c.exact;
+    }
+    cnt->fast += f;
+    cnt->middle += m;
+    cnt->exact += x;
+    return err;
+}
+
+typedef struct {
+    const dl_gemm_term_t *terms;
+    int nterms;
+    int64_t N;
+    const job_t *jobs;
+    const plan_t *pl;
+    float *out;
+} grouped_ctx_t;
+
+static int grouped_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
+{
+    const grouped_ctx_t *g = vctx;
+    const job_t *jb = &g->jobs[jx];
+    int64_t N = g->N, koff = 0;
+    operand_t A = {0, s->pa}, B = {0, s->pb};
+    for (int t = 0; t < g->nterms; t++) {
+        int64_t K = g->terms[t].K;
+        if (K == 0)
+            continue;
+        const float *w = g->terms[t].rhs + jb->e * K * N;
+        s->pa[A.n++] = (part_t){g->terms[t].lhs + jb->r0 * K, K, koff, K, 0};
+        if (g->terms[t].layout == DL_RHS_NK)
+            s->pb[B.n++] = (part_t){w + jb->n0 * K, K, koff, K, 0};
+        else
+            s->pb[B.n++] = (part_t){w + jb->n0, N, koff, K, 1};
+        koff += K;
+    }
+    return tile(g->pl, jb->mb, jb->nb, &A, &B, &s->tb, g->out + jb->r0 * N + jb->n0, N, c);
+}
+
 int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
                     const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                     float *out, dl_tier_stats_t *stats)
@@ -760,47 +842,71 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
     }
     plan_t pl;
     make_plan(&pl, out_t, ks, nterms);
+    int nthr = max_threads();
     int64_t budget = budget_for(io), maxme = 0;
     for (int64_t e = 0; e < E; e++)
         if (offsets[e + 1] - offsets[e] > maxme)
             maxme = offsets[e + 1] - offsets[e];
-    int64_t MB, NB;
-    tile_sizes(budget, pl.kc, maxme, N, &MB, &NB);
-    scratch_t s;
-    if ((rc = scratch_alloc(&s, MB, NB, pl.kc, ks, nterms)))
-        return rc;
-    operand_t A = {0, s.pa}, B = {0, s.pb};
-    counts_t cnt = {0, 0, 0};
-    for (int64_t e = 0; e < E && !rc; e++) {
-        int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
-        for (int64_t r0 = m0; r0 < m0 + me && !rc; r0 += MB) {
-            int64_t mb = m0 + me - r0 < MB ? m0 + me - r0 : MB;
-            for (int64_t n0 = 0; n0 < N && !rc; n0 += NB) {
-                int64_t nb = N - n0 < NB ? N - n0 : NB, koff = 0;
-                A.n = B.n = 0;
-                for (int t = 0; t < nterms; t++) {
-                    int64_t K = terms[t].K;
-                    if (K == 0)
-                        continue;
-                    const float *w = terms[t].rhs + e * K * N;
-                    s.pa[A.n++] = (part_t){terms[t].lhs + r0 * K, K, koff, K, 0};
-                    if (terms[t].layout == DL_RHS_NK)
-                        s.pb[B.n++] = (part_t){w + n0 * K, K, koff, K, 0};
-                    else
-                        s.pb[B.n++] = (part_t){w + n0, N, koff, K, 1};
-                    koff += K;
-                }
-                rc = tile(&pl, mb, nb, &A, &B, &s.tb, out + r0 * N + n0, N, &cnt);
-            }
-        }
+    int64_t MB, NB, njobs = 0;
+    tile_sizes(budget, nthr, M * N, pl.kc, maxme, N, &MB, &NB);
+    for (int64_t e = 0; e < E; e++)
+        njobs += (offsets[e + 1] - offsets[e] + MB - 1) / MB * ((N + NB - 1) / NB);
+    job_t *jobs = malloc((size_t)njobs * sizeof(job_t));
+    if (!jobs)
+        return DL_ENOMEM;
+    int64_t nj = 0;
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r0 = offsets[e]; r0 < offsets[e + 1]; r0 += MB)
+            for (int64_t n0 = 0; n0 < N; n0 += NB)
+                jobs[nj++] = (job_t){e, r0, offsets[e + 1] - r0 < MB ? offsets[e + 1] - r0 : MB,
+                                     n0, N - n0 < NB ? N - n0 : NB};
+    if (nthr > njobs)
+        nthr = (int)njobs;
+    scratch_t *scr = scratch_alloc_all(nthr, MB, NB, pl.kc, ks, nterms);
+    if (!scr) {
+        free(jobs);
+        return DL_ENOMEM;
     }
-    scratch_free(&s);
+    grouped_ctx_t ctx = {terms, nterms, N, jobs, &pl, out};
+    counts_t cnt = {0, 0, 0};
+    rc = run_jobs(&ctx, grouped_job, njobs, scr, nthr, &cnt);
+    scratch_free_all(scr, nthr);
+    free(jobs);
     if (!rc)
         add_counts(stats, &cnt);
     return rc;
 }
 
 /* ------------------------------------------------------ ragged-K GEMM */
+
+typedef struct {
+    const float *a, *b;
+    int64_t I, J;
+    const int64_t *offsets;
+    const job_t *jobs; /* e, i0 (as r0), mb, j0 (as n0), nb; mb = 0: zero group */
+    dl_dtype_t t;
+    float *out;
+} ragged_ctx_t;
+
+static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
+{
+    const ragged_ctx_t *g = vctx;
+    const job_t *jb = &g->jobs[jx];
+    int64_t I = g->I, J = g->J, m0 = g->offsets[jb->e], me = g->offsets[jb->e + 1] - m0;
+    float *oe = g->out + jb->e * I * J;
+    if (me == 0) { /* an empty group: exact zeros */
+        memset(oe, 0, (size_t)(I * J) * sizeof(float));
+        c->fast += I * J;
+        return 0;
+    }
+    plan_t pl;
+    make_plan(&pl, g->t, me, 1);
+    /* a_e^T and b_e^T are k-major as stored */
+    operand_t A = {1, s->pa}, B = {1, s->pb};
+    s->pa[0] = (part_t){g->a + m0 * I + jb->r0, I, 0, me, 1};
+    s->pb[0] = (part_t){g->b + m0 * J + jb->n0, J, 0, me, 1};
+    return tile(&pl, jb->mb, jb->nb, &A, &B, &s->tb, oe + jb->r0 * J + jb->n0, J, c);
+}
 
 int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
                      const int64_t *offsets, int64_t E, dl_dtype_t out_t,
@@ -824,41 +930,38 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
             stats->exact += E * I * J;
         return rc;
     }
-    counts_t cnt = {0, 0, 0};
-    scratch_t s;
-    memset(&s, 0, sizeof s);
-    int64_t MB = 0, NB = 0, kc = 0;
-    if (maxme > 0) {
-        plan_t pl;
-        make_plan(&pl, out_t, maxme, 1);
-        kc = pl.kc;
-        tile_sizes(budget, kc, I, J, &MB, &NB);
-        if ((rc = scratch_alloc(&s, MB, NB, kc, maxme, 1)))
-            return rc;
-    }
-    for (int64_t e = 0; e < E && !rc; e++) {
-        int64_t m0 = offsets[e], me = offsets[e + 1] - m0;
-        float *oe = out + e * I * J;
-        if (me == 0) {
-            memset(oe, 0, (size_t)(I * J) * sizeof(float));
-            cnt.fast += I * J;
+    plan_t pl;
+    make_plan(&pl, out_t, maxme > 0 ? maxme : 1, 1);
+    int nthr = max_threads();
+    int64_t MB, NB, njobs = 0;
+    tile_sizes(budget, nthr, E * I * J, pl.kc, I, J, &MB, &NB);
+    for (int64_t e = 0; e < E; e++)
+        njobs += offsets[e + 1] > offsets[e] ? (I + MB - 1) / MB * ((J + NB - 1) / NB) : 1;
+    job_t *jobs = malloc((size_t)njobs * sizeof(job_t));
+    if (!jobs)
+        return DL_ENOMEM;
+    int64_t nj = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (offsets[e + 1] == offsets[e]) {
+            jobs[nj++] = (job_t){e, 0, 0, 0, 0};
             continue;
         }
-        plan_t pl;
-        make_plan(&pl, out_t, me, 1);
-        /* a_e^T and b_e^T are k-major as stored */
-        operand_t A = {1, s.pa}, B = {1, s.pb};
-        for (int64_t i0 = 0; i0 < I && !rc; i0 += MB) {
-            int64_t mb = I - i0 < MB ? I - i0 : MB;
-            for (int64_t j0 = 0; j0 < J && !rc; j0 += NB) {
-                int64_t nb = J - j0 < NB ? J - j0 : NB;
-                s.pa[0] = (part_t){a + m0 * I + i0, I, 0, me, 1};
-                s.pb[0] = (part_t){b + m0 * J + j0, J, 0, me, 1};
-                rc = tile(&pl, mb, nb, &A, &B, &s.tb, oe + i0 * J + j0, J, &cnt);
-            }
-        }
+        for (int64_t i0 = 0; i0 < I; i0 += MB)
+            for (int64_t j0 = 0; j0 < J; j0 += NB)
+                jobs[nj++] = (job_t){e, i0, I - i0 < MB ? I - i0 : MB, j0, J - j0 < NB ? J - j0 : NB};
     }
-    scratch_free(&s);
+    if (nthr > njobs)
+        nthr = (int)njobs;
+    scratch_t *scr = scratch_alloc_all(nthr, MB, NB, pl.kc, maxme > 0 ? maxme : 1, 1);
+    if (!scr) {
+        free(jobs);
+        return DL_ENOMEM;
+    }
+    ragged_ctx_t ctx = {a, b, I, J, offsets, jobs, out_t, out};
+    counts_t cnt = {0, 0, 0};
+    rc = run_jobs(&ctx, ragged_job, njobs, scr, nthr, &cnt);
+    scratch_free_all(scr, nthr);
+    free(jobs);
     if (!rc)
         add_counts(stats, &cnt);
     return rc;

@@ -92,11 +92,32 @@ double dl_round(double x, dl_dtype_t t)
     return dl_round_parts(signbit(x) != 0, hi, e - 64, 0, t);
 }
 
+/* Validation runs over every input element, so grid membership is decided
+ * on the float's bits rather than by rounding. */
 int dl_on_grid(double x, dl_dtype_t t)
 {
-    if (isnan(x))
+    if (isnan(x) || t == DL_F64)
         return 1;
-    return dl_round(x, t) == x;
+    float f = (float)x;
+    if ((double)f != x)
+        return 0;
+    if (t == DL_F32 || isinf(f))
+        return 1;
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    if (t == DL_BF16) /* same exponent range as fp32: 16 fewer significand bits */
+        return (b & 0xffffu) == 0;
+    uint32_t a = b & 0x7fffffffu;
+    if (a == 0)
+        return 1;
+    if (a > 0x477fe000u) /* beyond 65504, the largest fp16 */
+        return 0;
+    int e = (int)(a >> 23) - 127;
+    if (e >= -14) /* fp16 normal: 10 fraction bits */
+        return (a & 0x1fffu) == 0;
+    if (e < -24) /* below the smallest fp16 subnormal 2^-24 */
+        return 0;
+    return (a & ((UINT32_C(1) << (-1 - e)) - 1)) == 0; /* a multiple of 2^-24 */
 }
 
 int dl__certify(double y, double err, dl_dtype_t t, double *out)

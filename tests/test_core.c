@@ -105,6 +105,33 @@ START_TEST(bits_round_trip)
 }
 END_TEST
 
+/* Grid membership, decided on bits, against the definition round(x) == x. */
+START_TEST(on_grid_matches_rounding)
+{
+    dl_test_rng_t r = {31};
+    for (int ti = 0; ti < 3; ti++) {
+        dl_dtype_t t = all_types[ti];
+        for (int i = 0; i < 300000; i++) {
+            float f;
+            uint32_t b = (uint32_t)dl_test_next(&r);
+            if (i % 3 == 1) /* values with few significand bits: often on the grid */
+                b &= 0xffffe000u;
+            else if (i % 3 == 2)
+                b &= 0xffff0000u;
+            memcpy(&f, &b, 4);
+            if (isnan(f))
+                continue;
+            ck_assert_msg(dl_on_grid(f, t) == (dl_round(f, t) == f), "%s: on_grid(%a)",
+                          dl_dtype_name(t), (double)f);
+        }
+        /* doubles that are not floats are on no 16- or 32-bit grid */
+        ck_assert(!dl_on_grid(1.0 + 0x1p-40, t));
+    }
+    ck_assert(dl_on_grid(65504.0, DL_F16) && !dl_on_grid(65536.0, DL_F16));
+    ck_assert(dl_on_grid(0x1p-24, DL_F16) && dl_on_grid(0x1.8p-23, DL_F16) && !dl_on_grid(0x1.8p-24, DL_F16));
+}
+END_TEST
+
 START_TEST(dtype_names)
 {
     dl_dtype_t t;
@@ -326,6 +353,7 @@ int main(void)
     tcase_add_test(tc, round_adversarial);
     tcase_add_test(tc, bits_round_trip);
     tcase_add_test(tc, dtype_names);
+    tcase_add_test(tc, on_grid_matches_rounding);
     tcase_add_test(tc, certify_interval);
     suite_add_tcase(round, tc);
 

@@ -424,6 +424,48 @@ START_TEST(cancellation_reaches_slow_tiers)
 }
 END_TEST
 
+/* Exact midpoints of out_t nudged by a tiny third term (+, -, or none),
+ * under big cancelling pairs: the fast tier cannot decide, the middle tier's
+ * double-double sum is exact, and its rounding must see the nudge (it sits
+ * far below a binary64 ulp of the midpoint). */
+START_TEST(midpoints_with_sticky)
+{
+    dl_test_rng_t r = {43};
+    for (int ti = 0; ti < 3; ti++) {
+        dl_dtype_t t = grids[ti];
+        int p = dl_dtype_precision(t);
+        int64_t h = 40, K = 2 * h + 3, N = 9, M = 6, E = 1;
+        int64_t off[2] = {0, M};
+        float *lhs = malloc((size_t)(M * K) * sizeof(float));
+        float *rhs = malloc((size_t)(K * N) * sizeof(float));
+        for (int64_t m = 0; m < M; m++) {
+            float sg = m % 2 ? -1.0f : 1.0f;
+            float *a = lhs + m * K;
+            for (int64_t k = 0; k < h; k++)
+                a[k] = a[k + h] = (float)dl_round(dl_test_normal(&r) * 256.0, DL_BF16);
+            a[2 * h] = sg * 0x1p-4f;
+            a[2 * h + 1] = sg * (float)ldexp(1.0, -4 - p);
+            a[2 * h + 2] = (float)ldexp(1.0, -70 - (int)m);
+        }
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t k = 0; k < h; k++) {
+                rhs[k * N + n] = (float)dl_round(dl_test_normal(&r) * 256.0, DL_BF16);
+                rhs[(k + h) * N + n] = -rhs[k * N + n];
+            }
+            rhs[2 * h * N + n] = 1.0f;
+            rhs[(2 * h + 1) * N + n] = n % 2 ? 3.0f : 1.0f; /* odd n: not a midpoint */
+            rhs[(2 * h + 2) * N + n] = (float)(n % 3) - 1.0f;
+        }
+        dl_gemm_term_t term = {lhs, K, rhs, DL_RHS_KN};
+        dl_tier_stats_t st = {0, 0, 0};
+        check_grouped(&term, 1, N, off, E, t, &st, "midpoints");
+        ck_assert_int_eq(st.fast, 0);
+        free(lhs);
+        free(rhs);
+    }
+}
+END_TEST
+
 /* d_x = d_h_gate Wg^T + d_h_up Wu^T rounded once: two terms (different K
  * and layouts), including a pair that cancels between the terms. */
 START_TEST(two_terms)
@@ -675,6 +717,7 @@ static Suite *grouped_suite(void)
     tc = tcase_create("slow_tiers");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, cancellation_reaches_slow_tiers);
+    tcase_add_test(tc, midpoints_with_sticky);
     tcase_add_test(tc, two_terms);
     tcase_add_test(tc, long_k);
     suite_add_tcase(s, tc);
