@@ -18,12 +18,23 @@ typedef struct {
     char *err;
     size_t errlen;
     int strict; /* golden file: complete groups, exact types, consistency */
+    char why[320]; /* candidates: why the last dataset was set aside */
 } rctx_t;
+
+/* Messages quote strings from the file (attribute values), which may hold
+ * any byte: control characters become '?' so a message stays one line. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
 
 #define FAILF(code, ...)                                         \
     do {                                                         \
         char m_[400];                                            \
         snprintf(m_, sizeof m_, __VA_ARGS__);                    \
+        one_line(m_);                                            \
         dl__golden_msg(r->err, r->errlen, "%s: %s", r->path, m_); \
         rc = (code);                                             \
         goto fail;                                               \
@@ -276,8 +287,21 @@ static const char *elem_type_name(dl_golden_elem_t e)
     return e == DL_GOLDEN_INT32 ? "int32" : e == DL_GOLDEN_INT64 ? "int64" : "float32";
 }
 
+/* A problem confined to one dataset: in a golden file an error naming the
+ * dataset; in a candidate the dataset is set aside (returns 2) with the
+ * reason in r->why, and loading goes on. */
+#define BAD(code, ...)                                                  \
+    do {                                                                \
+        snprintf(r->why, sizeof r->why, __VA_ARGS__);                   \
+        one_line(r->why);                                               \
+        if (r->strict)                                                  \
+            FAILF(code, "%s: %s", p, r->why);                           \
+        rc = 2;                                                         \
+        goto fail;                                                      \
+    } while (0)
+
 /* Reads one dataset into a fresh array at *slot. Returns 1 read, 0 absent,
- * < 0 error. */
+ * 2 set aside (candidates only; reason in r->why), < 0 error. */
 static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
                         const dl_moe_config_t *c, void **slot)
 {
@@ -286,37 +310,51 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     void *buf = NULL;
     int64_t *wide = NULL;
     const char *p = ds->path;
+    r->why[0] = '\0';
     htri_t ex = H5Lexists(grp, ds->name, H5P_DEFAULT);
     if (ex < 0)
         FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", p);
     if (ex == 0)
         return 0;
-    if ((d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0)
-        FAILF(DL_EFORMAT, "%s: not a dataset, or damaged", p);
+    if ((d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0) {
+        /* a group or named type in its place is the dataset's problem; an
+         * object HDF5 cannot even identify is a damaged file */
+        H5O_info_t oi;
+        if (H5Oget_info_by_name2(grp, ds->name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+            oi.type == H5O_TYPE_DATASET)
+            FAILF(DL_EFORMAT, "%s: cannot open the dataset (damaged)", p);
+        BAD(DL_EFORMAT, "not a dataset");
+    }
     if ((t = H5Dget_type(d)) < 0 || (sp = H5Dget_space(d)) < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its type or shape", p);
 
     /* shape */
     int64_t dims[3];
     int64_t n = dl_golden_dataset_shape(ds, c, dims);
-    hsize_t want[3], have[3] = {0, 0, 0};
+    if (n < 0)
+        FAILF(DL_EOVERFLOW, "%s: the configuration's shape overflows", p);
+    hsize_t want[3], have[H5S_MAX_RANK];
     for (int i = 0; i < ds->rank; i++)
         want[i] = (hsize_t)dims[i];
     char ws[96], hs[96];
     fmt_dims(ws, sizeof ws, want, ds->rank);
-    if (H5Sget_simple_extent_type(sp) != H5S_SIMPLE)
-        FAILF(DL_ESHAPE, "%s: must be an array of shape %s (%.3s)", p, ws, ds->dims);
+    H5S_class_t scls = H5Sget_simple_extent_type(sp);
+    if (scls == H5S_NO_CLASS)
+        FAILF(DL_EFORMAT, "%s: cannot read its shape", p);
+    if (scls != H5S_SIMPLE)
+        BAD(DL_ESHAPE, "%s, expected an array of shape %s (%.3s)",
+            scls == H5S_SCALAR ? "a scalar" : "empty (null dataspace)", ws, ds->dims);
     int nd = H5Sget_simple_extent_ndims(sp);
-    if (nd < 0)
+    if (nd < 0 || nd > H5S_MAX_RANK)
         FAILF(DL_EFORMAT, "%s: cannot read its shape", p);
     if (nd != ds->rank)
-        FAILF(DL_ESHAPE, "%s: has %d dimensions, expected shape %s (%.3s)", p, nd, ws, ds->dims);
+        BAD(DL_ESHAPE, "%d dimensions, expected shape %s (%.3s)", nd, ws, ds->dims);
     if (H5Sget_simple_extent_dims(sp, have, NULL) < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its shape", p);
     fmt_dims(hs, sizeof hs, have, nd);
     for (int i = 0; i < nd; i++)
         if (have[i] != want[i])
-            FAILF(DL_ESHAPE, "%s: shape %s, expected %s (%.3s)", p, hs, ws, ds->dims);
+            BAD(DL_ESHAPE, "shape %s, expected %s (%.3s)", hs, ws, ds->dims);
 
     /* type */
     char tdesc[64];
@@ -329,15 +367,15 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     int wide_read = 0;
     if (!eq) {
         if (ds->elem == DL_GOLDEN_FLOAT)
-            FAILF(DL_EDTYPE, "%s: stored as %s; float datasets must be IEEE float32 "
-                  "little-endian (H5T_IEEE_F32LE)", p, tdesc);
+            BAD(DL_EDTYPE, "stored as %s; float datasets must be IEEE float32 "
+                "little-endian (H5T_IEEE_F32LE)", tdesc);
         if (r->strict || H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) > 8)
-            FAILF(DL_EDTYPE, "%s: stored as %s, must be %s (%s)", p, tdesc,
-                  elem_type_name(ds->elem), ds->elem == DL_GOLDEN_INT32 ? "H5T_STD_I32LE" : "H5T_STD_I64LE");
+            BAD(DL_EDTYPE, "stored as %s, must be %s%s", tdesc, r->strict ? "" : "an integer type like ",
+                elem_type_name(ds->elem));
         wide_read = 1; /* a candidate's integers: any width, read as int64 */
     }
 
-    /* data */
+    /* data: the element count comes from the configuration, never the file */
     size_t esz = ds->elem == DL_GOLDEN_INT64 ? 8 : 4;
     if ((uint64_t)n > SIZE_MAX / 8)
         FAILF(DL_ENOMEM, "%s: too large for this machine", p);
@@ -359,7 +397,7 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
             if (ds->elem == DL_GOLDEN_INT32) {
                 if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) {
                     fmt_index(hs, sizeof hs, i, dims, ds->rank);
-                    FAILF(DL_ERANGE, "%s: element %s = %" PRId64 " does not fit int32", p, hs, wide[i]);
+                    BAD(DL_ERANGE, "element %s = %" PRId64 " does not fit int32", hs, wide[i]);
                 }
                 ((int32_t *)buf)[i] = (int32_t)wide[i];
             } else {
@@ -374,35 +412,52 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     char dt[32];
     int have_dt = 0;
     if (r->strict || ds->elem == DL_GOLDEN_FLOAT) {
-        if ((rc = attr_str(r, d, p, "dtype", r->strict, dt, sizeof dt)) < 0)
-            goto fail;
+        /* a candidate's unreadable dtype attribute sets the dataset aside */
+        rctx_t ra = *r;
+        char aerr[400] = "";
+        if (!r->strict) {
+            ra.err = aerr;
+            ra.errlen = sizeof aerr;
+            ra.path = "";
+        }
+        if ((rc = attr_str(&ra, d, p, "dtype", r->strict, dt, sizeof dt)) < 0) {
+            if (r->strict)
+                goto fail;
+            /* aerr is ": <dataset>: <what>"; keep <what> */
+            const char *w = strstr(aerr, p);
+            w = w ? w + strlen(p) : aerr;
+            while (*w == ':' || *w == ' ')
+                w++;
+            BAD(DL_EFORMAT, "%s", w);
+        }
         have_dt = rc;
         if (have_dt && strcmp(dt, want_dt))
-            FAILF(DL_EDTYPE, "%s: dtype attribute is '%s', the case needs '%s'", p, dt, want_dt);
+            BAD(DL_EDTYPE, "dtype attribute is '%s', the case needs '%s'", dt, want_dt);
     }
     if (ds->elem == DL_GOLDEN_FLOAT && have_dt && st != DL_F32) {
         const float *v = buf;
         for (int64_t i = 0; i < n; i++)
             if (!dl_on_grid((double)v[i], st)) {
                 fmt_index(hs, sizeof hs, i, dims, ds->rank);
-                FAILF(DL_EGRID, "%s: element %s = %a is not a %s value", p, hs, (double)v[i],
-                      dl_dtype_name(st));
+                BAD(DL_EGRID, "element %s = %a is not a %s value", hs, (double)v[i],
+                    dl_dtype_name(st));
             }
     }
 
-    /* ranges of indices and sizes */
+    /* ranges of indices and sizes: a golden file's only; a candidate's
+     * values are the conformance check's to judge */
     int64_t M = c->tokens * c->route.top_k;
-    if (ds->elem == DL_GOLDEN_INT32) {
+    if (r->strict && ds->elem == DL_GOLDEN_INT32) {
         const int32_t *v = buf;
         int is_ids = !strcmp(ds->name, "topk_ids");
-        int64_t lo = is_ids || r->strict ? 0 : -1, hi = is_ids ? c->route.experts : M;
+        int64_t hi = is_ids ? c->route.experts : M;
         for (int64_t i = 0; i < n; i++)
-            if (v[i] < lo || v[i] >= hi) {
+            if (v[i] < 0 || v[i] >= hi) {
                 fmt_index(hs, sizeof hs, i, dims, ds->rank);
-                FAILF(DL_ERANGE, "%s: element %s = %" PRId32 " is outside [%" PRId64 ", %" PRId64 ")",
-                      p, hs, v[i], lo, hi);
+                FAILF(DL_ERANGE, "%s: element %s = %" PRId32 " is outside [0, %" PRId64 ")",
+                      p, hs, v[i], hi);
             }
-    } else if (ds->elem == DL_GOLDEN_INT64) {
+    } else if (r->strict && ds->elem == DL_GOLDEN_INT64) {
         const int64_t *v = buf;
         for (int64_t i = 0; i < n; i++)
             if (v[i] < 0) {
@@ -468,7 +523,7 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         return DL_EINVAL;
     memset(g, 0, sizeof *g);
     g->owner_ = DL__GOLDEN_OWNER_MALLOC;
-    rctx_t rr = {path, err, errlen, strict}, *r = &rr;
+    rctx_t rr = {path, err, errlen, strict, ""}, *r = &rr;
     int rc = 0;
     hid_t fapl = -1, file = -1, grp = -1;
     dl__h5_quiet_t q;
@@ -498,6 +553,9 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         (rc = attr_num(r, file, "/", "seed", strict, H5T_INTEGER, H5T_NATIVE_UINT64, &g->seed)) < 0 ||
         (rc = attr_str(r, file, "/", "backend", 0, g->backend, sizeof g->backend)) < 0 ||
         (rc = attr_str(r, file, "/", "compute_mode", 0, g->compute_mode, sizeof g->compute_mode)) < 0 ||
+        (rc = attr_str(r, file, "/", "backend_version", 0, g->backend_version,
+                       sizeof g->backend_version)) < 0 ||
+        (rc = attr_str(r, file, "/", "device", 0, g->device, sizeof g->device)) < 0 ||
         (rc = attr_str(r, file, "/", "isolated_groups", 0, g->isolated_groups,
                        sizeof g->isolated_groups)) < 0)
         goto fail;
@@ -528,6 +586,10 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
                 continue;
             if ((rc = read_dataset(r, grp, ds, &g->config, dl_golden_slot(g, ds))) < 0)
                 goto fail;
+            if (rc == 2) {
+                g->bad_datasets |= (uint64_t)1 << i;
+                snprintf(g->bad_reason[i], sizeof g->bad_reason[i], "%s", r->why);
+            }
             if (rc == 0 && strict)
                 FAILF(DL_EFORMAT, "%s is missing", ds->path);
         }

@@ -1213,30 +1213,377 @@ START_TEST(candidate_subsets)
     dl_golden_free(&g);
     /* not a golden file: the strict loader refuses it */
     ck_assert_int_eq(dl_golden_load(p, &g, err, sizeof err), DL_EFORMAT);
-    /* the dtype attribute, when given, is verified */
+    /* the dtype attribute, when given, is verified (a bad dataset is set
+     * aside, not an error: candidate_bad_datasets_set_aside) */
+    int iout = -1;
+    for (int i = 0; i < dl_golden_dataset_count(); i++)
+        if (!strcmp(dl_golden_dataset(i)->path, "/forward/out"))
+            iout = i;
     write_candidate(p, &c, -1, "bf16", 0.1f);
-    ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), DL_EGRID);
-    ck_assert(strstr(err, "/forward/out"));
+    ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), 0);
+    ck_assert(g.bad_datasets == (uint64_t)1 << iout && !g.fwd.out);
+    dl_golden_free(&g);
     write_candidate(p, &c, -1, "bf16", 0.5f);
     ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), 0);
+    ck_assert(g.bad_datasets == 0 && g.fwd.out);
     dl_golden_free(&g);
     write_candidate(p, &c, -1, "fp32", 0.5f);
-    ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), DL_EDTYPE);
-    /* ids out of range */
+    ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), 0);
+    ck_assert(g.bad_datasets == (uint64_t)1 << iout && !g.fwd.out);
+    dl_golden_free(&g);
+    /* ids out of range are kept for the check to report */
     write_candidate(p, &c, 4, NULL, 0.5f);
-    ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), DL_ERANGE);
-    ck_assert(strstr(err, "/forward/topk_ids"));
+    ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), 0);
+    ck_assert_int_eq(g.fwd.topk_ids[0], 4);
+    dl_golden_free(&g);
     /* shapes against the golden's configuration */
     write_candidate(p, &c, -1, NULL, 0.5f);
     dl_moe_config_t other = c;
     other.tokens = 5;
-    ck_assert_int_eq(dl_golden_load_candidate(p, &other, &g, err, sizeof err), DL_ESHAPE);
+    ck_assert_int_eq(dl_golden_load_candidate(p, &other, &g, err, sizeof err), 0);
+    ck_assert(g.bad_datasets && !g.fwd.out && !g.fwd.topk_ids && !g.fwd.sort_perm);
+    dl_golden_free(&g);
     /* a /config that disagrees */
     write_valid("gold.h5", &c);
     dl_moe_config_t c2 = c;
     c2.hidden = 6;
     ck_assert_int_eq(dl_golden_load_candidate(tpath("gold.h5"), &c2, &g, err, sizeof err), DL_ESHAPE);
     ck_assert(strstr(err, "hidden"));
+    rm_tmpdir();
+}
+END_TEST
+
+/* ------------------------------------------- candidates: set aside, kept */
+
+/* Index of a dataset in the table (the bit in bad_datasets). */
+static int ds_index(const char *path)
+{
+    for (int i = 0; i < dl_golden_dataset_count(); i++)
+        if (!strcmp(dl_golden_dataset(i)->path, path))
+            return i;
+    ck_abort_msg("no dataset %s", path);
+    return -1;
+}
+
+/* A fresh candidate file with empty /forward and /backward groups. */
+static hid_t cand_create(const char *path)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert_int_ge(f, 0);
+    ck_assert_int_ge(H5Gclose(H5Gcreate2(f, "forward", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), 0);
+    ck_assert_int_ge(H5Gclose(H5Gcreate2(f, "backward", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), 0);
+    return f;
+}
+
+/* Adds dataset dspath of file type ftype; rank < 0 makes a scalar. */
+static void cand_ds(hid_t f, const char *dspath, hid_t ftype, int rank, const hsize_t *dims,
+                    hid_t mtype, const void *data, const char *dtype_attr)
+{
+    hid_t sp = rank < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims, NULL);
+    hid_t d = H5Dcreate2(f, dspath, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "create %s", dspath);
+    if (data)
+        ck_assert_int_ge(H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+    if (dtype_attr)
+        h5_attr_str(d, "dtype", dtype_attr);
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+/* Loads a candidate that must load; checks the bad-dataset bookkeeping:
+ * exactly the datasets of `bad` (NULL-terminated paths) are set aside, each
+ * with a NULL array and a one-line reason containing the matching word of
+ * `why` (parallel to bad). */
+static void expect_set_aside(const char *path, const dl_moe_config_t *c, dl_golden_file_t *g,
+                             const char *const *bad, const char *const *why)
+{
+    char err[512] = "";
+    int rc = dl_golden_load_candidate(path, c, g, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s: %s (%s)", path, dl_err_name(rc), err);
+    uint64_t want = 0;
+    for (int j = 0; bad[j]; j++) {
+        int i = ds_index(bad[j]);
+        want |= (uint64_t)1 << i;
+        ck_assert_msg(*dl_golden_slot(g, dl_golden_dataset(i)) == NULL, "%s has an array", bad[j]);
+        ck_assert_msg(strstr(g->bad_reason[i], why[j]), "%s: reason '%s' lacks '%s'", bad[j],
+                      g->bad_reason[i], why[j]);
+        ck_assert(!strchr(g->bad_reason[i], '\n'));
+    }
+    ck_assert_msg(g->bad_datasets == want, "bad_datasets %llx, want %llx",
+                  (unsigned long long)g->bad_datasets, (unsigned long long)want);
+    for (int i = 0; i < DL_GOLDEN_DATASET_MAX; i++)
+        if (!(want >> i & 1))
+            ck_assert_msg(g->bad_reason[i][0] == '\0', "reason for %d: %s", i, g->bad_reason[i]);
+}
+
+/* Shapes and ranks: the bad datasets go, the good ones stay. */
+START_TEST(candidate_bad_shapes_set_aside)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_F32, 1, 0); /* T 6, d 5, f 7, E 4, k 2 */
+    const char *p = tpath("c.h5");
+    float fb[512];
+    for (int i = 0; i < 512; i++)
+        fb[i] = (float)i * 0.25f;
+    int32_t ids[12] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+    hsize_t d_out_t[2] = {5, 6}, d_out_w[2] = {6, 6}, d3[3] = {6, 4, 1}, d_tk[2] = {6, 2},
+            d_ms[1] = {11}, d_hg[2] = {12, 7};
+    hid_t f = cand_create(p);
+    cand_ds(f, "/forward/out", H5T_IEEE_F32LE, 2, d_out_t, H5T_NATIVE_FLOAT, fb, NULL);
+    cand_ds(f, "/forward/router_logits", H5T_IEEE_F32LE, 3, d3, H5T_NATIVE_FLOAT, fb, NULL);
+    cand_ds(f, "/forward/topk_weights", H5T_IEEE_F32LE, -1, NULL, H5T_NATIVE_FLOAT, fb, NULL);
+    cand_ds(f, "/forward/sort_perm", H5T_STD_I32LE, 1, d_ms, H5T_NATIVE_INT32, ids, NULL);
+    cand_ds(f, "/forward/topk_ids", H5T_STD_I32LE, 2, d_tk, H5T_NATIVE_INT32, ids, NULL);
+    cand_ds(f, "/forward/h_gate", H5T_IEEE_F32LE, 2, d_hg, H5T_NATIVE_FLOAT, fb, NULL);
+    cand_ds(f, "/backward/d_x", H5T_IEEE_F32LE, 2, d_out_w, H5T_NATIVE_FLOAT, fb, NULL);
+    /* a group where a dataset belongs */
+    ck_assert_int_ge(H5Gclose(H5Gcreate2(f, "/forward/y_sorted", H5P_DEFAULT, H5P_DEFAULT,
+                                         H5P_DEFAULT)), 0);
+    H5Fclose(f);
+    dl_golden_file_t g;
+    const char *bad[] = {"/forward/out", "/forward/router_logits", "/forward/topk_weights",
+                         "/forward/sort_perm", "/backward/d_x", "/forward/y_sorted", NULL};
+    const char *why[] = {"shape [5,6], expected [6,5]", "3 dimensions", "scalar", "[11]",
+                         "[6,6]", "not a dataset"};
+    expect_set_aside(p, &c, &g, bad, why);
+    ck_assert(g.has_forward && g.has_backward && !g.has_inputs);
+    ck_assert_ptr_nonnull(g.fwd.topk_ids);
+    ck_assert_int_eq(g.fwd.topk_ids[5], 1);
+    ck_assert_ptr_nonnull(g.fwd.h_gate);
+    ck_assert(g.fwd.h_gate[83] == 83 * 0.25f);
+    dl_golden_free(&g);
+    ck_assert(g.bad_datasets == 0 && g.bad_reason[ds_index("/forward/out")][0] == '\0');
+    rm_tmpdir();
+}
+END_TEST
+
+/* Types: floats only as IEEE float32 LE, integers of any integer type that
+ * holds the values. */
+START_TEST(candidate_bad_types_set_aside)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_F32, 1, 0);
+    const char *p = tpath("c.h5");
+    double db[64] = {0};
+    float fb[64] = {0};
+    int64_t wide[12] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+    wide[7] = (int64_t)1 << 40; /* does not fit the int32 array */
+    int16_t narrow[12] = {3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, -1};
+    uint8_t u8[4] = {1, 2, 3, 6};
+    hsize_t d_out[2] = {6, 5}, d_tk[2] = {6, 2}, d_m[1] = {12}, d_e[1] = {4}, d_p[1] = {5};
+    hid_t f = cand_create(p);
+    cand_ds(f, "/forward/out", H5T_IEEE_F64LE, 2, d_out, H5T_NATIVE_DOUBLE, db, NULL);
+    hsize_t d_te[2] = {6, 4};
+    cand_ds(f, "/forward/router_scores", H5T_IEEE_F32BE, 2, d_te, H5T_NATIVE_FLOAT, fb, NULL);
+    cand_ds(f, "/forward/topk_weights", H5T_STD_I32LE, 2, d_tk, H5T_NATIVE_INT64, wide, NULL);
+    cand_ds(f, "/forward/topk_ids", H5T_STD_I64LE, 2, d_tk, H5T_NATIVE_INT64, wide, NULL);
+    cand_ds(f, "/forward/sort_perm", H5T_STD_I16BE, 1, d_m, H5T_NATIVE_INT16, narrow, NULL);
+    cand_ds(f, "/forward/inv_perm", H5T_IEEE_F32LE, 1, d_m, H5T_NATIVE_FLOAT, fb, NULL);
+    cand_ds(f, "/forward/group_sizes", H5T_STD_U8LE, 1, d_e, H5T_NATIVE_UINT8, u8, NULL);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, 4);
+    char strs[5][4] = {"a", "b", "c", "d", "e"};
+    cand_ds(f, "/forward/group_offsets", st, 1, d_p, st, strs, NULL);
+    H5Tclose(st);
+    H5Fclose(f);
+    dl_golden_file_t g;
+    const char *bad[] = {"/forward/out", "/forward/router_scores", "/forward/topk_weights",
+                         "/forward/topk_ids", "/forward/inv_perm", "/forward/group_offsets", NULL};
+    const char *why[] = {"64-bit float", "big-endian", "integer", "[3,1] = 1099511627776",
+                         "float", "string"};
+    expect_set_aside(p, &c, &g, bad, why);
+    ck_assert_ptr_nonnull(g.fwd.sort_perm);
+    ck_assert_int_eq(g.fwd.sort_perm[0], 3);
+    ck_assert_int_eq(g.fwd.sort_perm[11], -1);
+    ck_assert_ptr_nonnull(g.fwd.group_sizes);
+    ck_assert(g.fwd.group_sizes[3] == 6);
+    dl_golden_free(&g);
+    rm_tmpdir();
+}
+END_TEST
+
+/* dtype attributes: another type, not a string, or values off the grid
+ * they declare; fp32-typed stages of a bf16 case are not on that grid. */
+START_TEST(candidate_bad_dtype_attributes_set_aside)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_BF16, 1, 0);
+    const char *p = tpath("c.h5");
+    float on[64], off[64];
+    for (int i = 0; i < 64; i++) {
+        on[i] = (float)dl_round(0.37 * (i - 20), DL_BF16);
+        off[i] = on[i];
+    }
+    off[13] = 1.0f + 0x1p-12f;
+    hsize_t d_td[2] = {6, 5}, d_md[2] = {12, 5}, d_te[2] = {6, 4}, d_tk[2] = {6, 2};
+    hid_t f = cand_create(p);
+    cand_ds(f, "/forward/out", H5T_IEEE_F32LE, 2, d_td, H5T_NATIVE_FLOAT, on, "fp32");
+    cand_ds(f, "/forward/y_sorted", H5T_IEEE_F32LE, 2, d_md, H5T_NATIVE_FLOAT, off, "bf16");
+    cand_ds(f, "/forward/x_sorted", H5T_IEEE_F32LE, 2, d_md, H5T_NATIVE_FLOAT, off, NULL);
+    cand_ds(f, "/forward/router_logits", H5T_IEEE_F32LE, 2, d_te, H5T_NATIVE_FLOAT, off, "fp32");
+    cand_ds(f, "/backward/d_x", H5T_IEEE_F32LE, 2, d_td, H5T_NATIVE_FLOAT, on, "bf16");
+    cand_ds(f, "/forward/topk_weights", H5T_IEEE_F32LE, 2, d_tk, H5T_NATIVE_FLOAT, on, NULL);
+    hid_t o = H5Dopen2(f, "/forward/topk_weights", H5P_DEFAULT);
+    h5_attr_i64(o, "dtype", 32);
+    H5Dclose(o);
+    H5Fclose(f);
+    dl_golden_file_t g;
+    const char *bad[] = {"/forward/out", "/forward/y_sorted", "/forward/topk_weights", NULL};
+    const char *why[] = {"'fp32'", "[2,3]", "dtype"};
+    expect_set_aside(p, &c, &g, bad, why);
+    ck_assert(strstr(g.bad_reason[ds_index("/forward/y_sorted")], "bf16"));
+    ck_assert(strstr(g.bad_reason[ds_index("/forward/out")], "'bf16'"));
+    ck_assert_ptr_nonnull(g.fwd.x_sorted); /* no dtype attribute: values not judged */
+    ck_assert(g.fwd.x_sorted[13] == off[13]);
+    ck_assert_ptr_nonnull(g.fwd.router_logits);
+    ck_assert_ptr_nonnull(g.bwd.d_x);
+    dl_golden_free(&g);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Out-of-range ids, permutation entries and sizes are kept as stored. */
+START_TEST(candidate_values_never_judged)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_F32, 0, 1);
+    const char *p = tpath("c.h5");
+    int32_t ids[12] = {-5, 4, 1000, INT32_MAX, INT32_MIN, 0, 1, 2, 3, 3, 3, 3};
+    int64_t perm[12] = {-7, 12, -1, 13, 0, 1, 2, 3, 4, 5, 6, INT32_MIN};
+    int64_t sizes[4] = {-3, 0, INT64_MAX, 1}, offs[5] = {5, -1, 7, 7, INT64_MIN};
+    hsize_t d_tk[2] = {6, 2}, d_m[1] = {12}, d_e[1] = {4}, d_p[1] = {5};
+    hid_t f = cand_create(p);
+    cand_ds(f, "/forward/topk_ids", H5T_STD_I32LE, 2, d_tk, H5T_NATIVE_INT32, ids, NULL);
+    cand_ds(f, "/forward/sort_perm", H5T_STD_I64LE, 1, d_m, H5T_NATIVE_INT64, perm, NULL);
+    cand_ds(f, "/forward/inv_perm", H5T_STD_I32LE, 1, d_m, H5T_NATIVE_INT64, perm, "int32");
+    cand_ds(f, "/forward/group_sizes", H5T_STD_I64LE, 1, d_e, H5T_NATIVE_INT64, sizes, NULL);
+    cand_ds(f, "/forward/group_offsets", H5T_STD_I64BE, 1, d_p, H5T_NATIVE_INT64, offs, NULL);
+    H5Fclose(f);
+    dl_golden_file_t g;
+    char err[512];
+    ck_assert_msg(dl_golden_load_candidate(p, &c, &g, err, sizeof err) == 0, "%s", err);
+    ck_assert(g.bad_datasets == 0);
+    for (int i = 0; i < 12; i++) {
+        ck_assert_int_eq(g.fwd.topk_ids[i], ids[i]);
+        ck_assert_int_eq(g.fwd.sort_perm[i], perm[i]);
+        ck_assert_int_eq(g.fwd.inv_perm[i], perm[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        ck_assert(g.fwd.group_sizes[i] == sizes[i]);
+    for (int i = 0; i < 5; i++)
+        ck_assert(g.fwd.group_offsets[i] == offs[i]);
+    dl_golden_free(&g);
+    /* the golden loader still refuses them */
+    ck_assert_int_eq(dl_golden_load(p, &g, err, sizeof err), DL_EFORMAT);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Whole-file problems stay errors, one line naming the file (and object). */
+static void expect_candidate_error(const char *path, const dl_moe_config_t *c, int code,
+                                   const char *object)
+{
+    dl_golden_file_t g;
+    char err[512] = "";
+    int rc = dl_golden_load_candidate(path, c, &g, err, sizeof err);
+    ck_assert_msg(rc == code, "%s: got %s (%s), want %s", path, dl_err_name(rc), err,
+                  dl_err_name(code));
+    ck_assert_msg(strstr(err, path) == err, "message does not start with the file: %s", err);
+    ck_assert_msg(!strchr(err, '\n'), "message has a newline: %s", err);
+    if (object)
+        ck_assert_msg(strstr(err, object), "message does not name %s: %s", object, err);
+}
+
+START_TEST(candidate_whole_file_errors)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_BF16, 1, 0);
+    expect_candidate_error(tpath("absent.h5"), &c, DL_EIO, NULL);
+    spit(tpath("text.h5"), (const unsigned char *)"not hdf5\n", 9);
+    expect_candidate_error(tpath("text.h5"), &c, DL_EFORMAT, "HDF5");
+    /* a sealed file (a golden file given as candidate) with a flipped byte */
+    write_valid("v.h5", &c);
+    size_t n;
+    unsigned char *b = slurp(tpath("v.h5"), &n);
+    b[n / 2] ^= 0x40;
+    spit(tpath("v.h5"), b, n);
+    free(b);
+    expect_candidate_error(tpath("v.h5"), &c, DL_EFORMAT, "damaged");
+    /* /config disagreeing with the golden's */
+    write_valid("v.h5", &c);
+    h5_obj_attr_i64(tpath("v.h5"), "/config", "experts", 5);
+    expect_candidate_error(tpath("v.h5"), &c, DL_ESHAPE, "/config");
+    write_valid("v.h5", &c);
+    h5_obj_attr_str(tpath("v.h5"), "/config", "dtype", "fp16");
+    expect_candidate_error(tpath("v.h5"), &c, DL_EDTYPE, "/config");
+    /* a group that is a dataset */
+    write_valid("v.h5", &c);
+    h5_delete(tpath("v.h5"), "/forward");
+    float fb[4] = {0};
+    hsize_t d1[1] = {4};
+    h5_replace(tpath("v.h5"), "/forward", H5T_IEEE_F32LE, 1, d1, H5T_NATIVE_FLOAT, fb, NULL);
+    expect_candidate_error(tpath("v.h5"), &c, DL_EFORMAT, "/forward");
+    /* a root attribute of the wrong kind */
+    write_candidate(tpath("c.h5"), &c, -1, NULL, 0.5f);
+    hid_t f = h5open_rw(tpath("c.h5"));
+    h5_attr_i64(f, "backend_version", 3);
+    H5Fclose(f);
+    expect_candidate_error(tpath("c.h5"), &c, DL_EFORMAT, "backend_version");
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(candidate_root_attributes)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_BF16, 1, 0);
+    const char *p = tpath("c.h5");
+    dl_golden_file_t g;
+    char err[512];
+    write_candidate(p, &c, -1, NULL, 0.5f);
+    ck_assert_msg(dl_golden_load_candidate(p, &c, &g, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(g.backend_version, "");
+    ck_assert_str_eq(g.device, "");
+    dl_golden_free(&g);
+    hid_t f = h5open_rw(p);
+    h5_attr_str(f, "backend_version", "2.3.1+cu124");
+    h5_attr_str(f, "device", "NVIDIA H200");
+    H5Fclose(f);
+    ck_assert_msg(dl_golden_load_candidate(p, &c, &g, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(g.backend, "test-backend 1.0");
+    ck_assert_str_eq(g.backend_version, "2.3.1+cu124");
+    ck_assert_str_eq(g.device, "NVIDIA H200");
+    ck_assert_str_eq(g.compute_mode, "bf16");
+    dl_golden_free(&g);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Attribute values quoted in reasons and errors come from the file: a
+ * control character in them must not break the one-line contract (found by
+ * the fuzzer: a dtype attribute "fp\n2"). */
+START_TEST(candidate_messages_stay_one_line)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_F32, 1, 0);
+    const char *p = tpath("c.h5");
+    float fb[64] = {0};
+    hsize_t d_td[2] = {6, 5};
+    hid_t f = cand_create(p);
+    cand_ds(f, "/forward/out", H5T_IEEE_F32LE, 2, d_td, H5T_NATIVE_FLOAT, fb, "fp\n2\r\t");
+    H5Fclose(f);
+    dl_golden_file_t g;
+    const char *bad[] = {"/forward/out", NULL};
+    const char *why[] = {"'fp?2\?\?'"};
+    expect_set_aside(p, &c, &g, bad, why);
+    dl_golden_free(&g);
+    f = h5open_rw(p);
+    hid_t cg = H5Gcreate2(f, "config", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    h5_attr_str(cg, "dtype", "bf16\nfp32");
+    H5Gclose(cg);
+    H5Fclose(f);
+    expect_candidate_error(p, &c, DL_EDTYPE, "bf16?fp32");
     rm_tmpdir();
 }
 END_TEST
@@ -1404,6 +1751,10 @@ int main(void)
           read_flipped_bytes,
           read_wrong_shapes_and_types, read_bad_values, read_bad_attributes);
     SUITE("candidates", 30, candidate_subsets);
+    SUITE("candidate loader", 60, candidate_bad_shapes_set_aside, candidate_bad_types_set_aside,
+          candidate_bad_dtype_attributes_set_aside, candidate_values_never_judged,
+          candidate_whole_file_errors, candidate_root_attributes,
+          candidate_messages_stay_one_line);
     SUITE("generation", 120, generate_write_load, generate_special_cases_route_as_named,
           committed_vectors_match_generation);
     return dl_test_run(suites, n);

@@ -137,6 +137,9 @@ dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, const dl_moe_c
 
 /* -------------------------------------------------------------- one file */
 
+/* An upper bound of dl_golden_dataset_count() (bits of bad_datasets). */
+#define DL_GOLDEN_DATASET_MAX 64
+
 typedef struct {
     /* root attributes */
     char format[32];
@@ -146,6 +149,8 @@ typedef struct {
     uint64_t seed;
     char backend[128];       /* candidate files: root attribute "backend", or "" */
     char compute_mode[64];   /* candidate files: root attribute "compute_mode", or "" */
+    char backend_version[64]; /* candidate files: root attribute "backend_version", or "" */
+    char device[128];        /* candidate files: root attribute "device", or "" */
     char isolated_groups[1024]; /* candidate files: root attribute "isolated_groups", or "":
                               * stage-isolated outputs, groups of dataset names computed
                               * together from golden inputs ("a,b;c;d,e"); "" = chained */
@@ -156,6 +161,11 @@ typedef struct {
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
     int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified */
+    /* candidate files: datasets present but unusable (wrong shape or type,
+     * a dtype attribute naming another type, values off the declared grid),
+     * bit (1 << i) for dl_golden_dataset(i); their arrays stay NULL. */
+    uint64_t bad_datasets;
+    char bad_reason[DL_GOLDEN_DATASET_MAX][128]; /* why, per bad dataset i; "" otherwise */
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 
@@ -235,16 +245,29 @@ const char *dl_golden_hdf5_version(void);
 int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errlen);
 
 /* Loads a candidate file (a backend's outputs): any subset of the datasets,
- * shapes checked against `expect` (the golden's configuration). Float
- * datasets must be IEEE float32; a dtype attribute, if present, must name
- * the expected storage type and is then verified on the values. Integer
- * datasets may have any integer type; ids must be in [0, E), permutation
- * entries in [-1, M) (-1: dropped), sizes nonnegative. A /config group, if
- * present, must agree with expect. Root attributes backend and compute_mode
- * are read if present. A seal, if present, is verified. Candidate files
- * are usually unsealed, so HDF5 parses them unprotected: HDF5 1.10 can
- * crash on deliberately damaged metadata, so a caller that must survive
- * hostile files loads them in a child process. Errors as dl_golden_load. */
+ * checked against `expect` (the golden's configuration). A problem confined
+ * to one dataset does not fail the file: a dataset whose shape is not the
+ * one expect gives it, a float dataset not stored as IEEE float32
+ * little-endian, an integer dataset not of an integer type (any width up to
+ * 64 bits is read) or with a value outside int32 where int32 is stored, a
+ * dtype attribute that is unreadable or names another storage type, or
+ * values off the grid a dtype attribute declares: the dataset's array stays
+ * NULL, its bit (1 << i, i its index in the dataset table) is set in
+ * g->bad_datasets and g->bad_reason[i] says why in a few words (without the
+ * file or dataset name). Values are never judged: ids outside [0, E),
+ * permutation entries outside [-1, M) and negative sizes are kept as
+ * stored, for the conformance check to report. Root attributes backend,
+ * backend_version, compute_mode and device are read if present. Errors are
+ * whole-file problems only: DL_EIO (cannot open), DL_EFORMAT (not HDF5, a
+ * damaged or unreadable object, a seal mismatch, a group that is not a
+ * group, a malformed root attribute), DL_ESHAPE or DL_EDTYPE (a /config
+ * group whose tokens, hidden, ffn, experts, top_k or dtype disagree with
+ * expect), DL_ENOMEM; with a one-line message naming the file and object.
+ * A seal, if present, is verified. Candidate files are usually unsealed,
+ * so HDF5 parses them unprotected: HDF5 1.10.8 can crash on deliberately
+ * damaged metadata (tests/fuzz/corpus holds known cases), so a caller that
+ * must survive hostile files loads them in a child process. Free g with
+ * dl_golden_free (not needed after an error). */
 int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
                              dl_golden_file_t *g, char *err, size_t errlen);
 
