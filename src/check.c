@@ -357,8 +357,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
         ck.numel[s] = dl_value_numel(ck.c, (dl_value_t)s);
         ck.gold[s] = ck.numel[s] > 0 ? dl_value_array(ck.gf, ck.gb, (dl_value_t)s) : NULL;
         const void *p = dl_value_array(&cand->fwd, &cand->bwd, (dl_value_t)s);
-        if (!p || ck.numel[s] == 0)
-            continue;
+        /* a loader that set a misshapen stage aside leaves its array NULL */
         if (cand->bad_shape & ((uint64_t)1 << s)) {
             dl_check_result_t *x = dl__ck_result(&ck, (dl_value_t)s, "shape");
             if (!x) {
@@ -370,6 +369,8 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
                        stage_names[s], (long long)ck.numel[s]);
             continue;
         }
+        if (!p || ck.numel[s] == 0)
+            continue;
         ck.cand_arr[s] = p;
     }
 
