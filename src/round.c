@@ -94,10 +94,36 @@ double dl_round_parts(int negative, uint64_t hi, int exp, int sticky, dl_dtype_t
     return negative ? -r : r;
 }
 
+/* RN-even to p significant bits by integer arithmetic on the bits of a
+ * positive double whose result is a normal number of the target (drop =
+ * 53 - p low bits). A carry into the exponent is the right answer. */
+static inline double round_bits(double a, int drop)
+{
+    uint64_t b;
+    memcpy(&b, &a, 8);
+    uint64_t lsb = (b >> drop) & 1;
+    b += (UINT64_C(1) << (drop - 1)) - 1 + lsb;
+    b &= ~((UINT64_C(1) << drop) - 1);
+    memcpy(&a, &b, 8);
+    return a;
+}
+
 double dl_round(double x, dl_dtype_t t)
 {
     if (t == DL_F64 || x == 0.0 || !isfinite(x))
         return x;
+    /* fast paths: IEEE conversion to float is this rounding (FLT_EVAL_METHOD
+     * is 0); bf16 and fp16 normals by the bits; the rest in general below */
+    if (t == DL_F32)
+        return (double)(float)x;
+    const dl__fmt_t *f = &fmts[t];
+    double a = fabs(x);
+    if (a >= pow2(f->emin) && a < f->overflow) {
+        double r = round_bits(a, 53 - f->p);
+        if (r >= f->overflow)
+            r = INFINITY;
+        return x < 0 ? -r : r;
+    }
     uint64_t b;
     memcpy(&b, &x, 8);
     int e = (int)((b >> 52) & 0x7ff);
