@@ -439,6 +439,70 @@ typedef struct {
     double *vec;      /* 2 ks per thread: rows for the slow tiers */
 } tilebuf_t;
 
+/* Exponent of the last set bit of a nonzero float (its value is an integer
+ * multiple of 2^that); INT_MAX for zero, which adds nothing to a sum. */
+static inline int lsb_exp(float v)
+{
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    b &= 0x7fffffffu;
+    if (b == 0)
+        return INT_MAX;
+    int e = (int)(b >> 23);
+    uint32_t m = b & 0x7fffffu;
+    if (e)
+        m |= 0x800000u;
+    return (e ? e - 150 : -149) + __builtin_ctz(m);
+}
+
+/* lo[r] = min over k of lsb_exp(row r), for rows [0, rows) of every part of
+ * op, read in each part's own layout. */
+static void lsb_rows(const operand_t *op, int64_t rows, int *lo)
+{
+    for (int64_t r = 0; r < rows; r++)
+        lo[r] = INT_MAX;
+    for (int i = 0; i < op->n; i++) {
+        const part_t *q = &op->part[i];
+        for (int64_t k = 0; k < q->klen; k++)
+            for (int64_t r = 0; r < rows; r++) {
+                int e = lsb_exp(q->kmajor ? q->p[k * q->ld + r] : q->p[r * q->ld + k]);
+                lo[r] = e < lo[r] ? e : lo[r];
+            }
+    }
+}
+
+/* A second certificate for the elements tier 1 left, aimed at exact ties
+ * (frequent when bf16/fp16 products are summed into fp32): if every product
+ * of row i and column j is a multiple of 2^(la+lb) and sum |a_k b_k| <=
+ * |a| |b| < 2^(la+lb+53), every partial sum in any order, FMA or not, is an
+ * integer number of 2^(la+lb) below 2^53 of them: binary64 added them
+ * exactly, and C is the exact value. Returns how many it decided. */
+static int64_t exact_sums(const double *C, const double *na, const double *nb, int64_t mb,
+                          int64_t nbc, const operand_t *A, const operand_t *B, dl_dtype_t t,
+                          float *out, int64_t ldo)
+{
+    int *la = malloc((size_t)(mb + nbc) * sizeof *la);
+    if (!la)
+        return 0; /* the slower tiers still decide everything */
+    int *lb = la + mb;
+    lsb_rows(A, mb, la);
+    lsb_rows(B, nbc, lb);
+    int64_t done = 0;
+    for (int64_t i = 0; i < mb; i++)
+        for (int64_t j = 0; j < nbc; j++) {
+            float *o = out + i * ldo + j;
+            if (*o == *o || la[i] == INT_MAX || lb[j] == INT_MAX)
+                continue;
+            if (na[i] * nb[j] * (1.0 + 0x1p-40) < ldexp(1.0, la[i] + lb[j] + 53)) {
+                double v = C[i * nbc + j]; /* exact; an exact zero is +0 */
+                *o = v == 0.0 ? 0.0f : (float)dl_round(v, t);
+                done++;
+            }
+        }
+    free(la);
+    return done;
+}
+
 static int cmp_i64(const void *x, const void *y)
 {
     int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
@@ -482,6 +546,10 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
     for (int64_t i = 0; i < mb; i++) {
         tb->miss[i] = certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
         nfail += tb->miss[i];
+    }
+    if (nfail) {
+        int64_t ex = exact_sums(C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo);
+        nfail -= ex;
     }
     cnt->fast += total - nfail;
     if (nfail == 0)
