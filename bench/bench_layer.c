@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 #include "dropless.h"
 
@@ -175,8 +177,20 @@ int main(int argc, char **argv)
     };
     printf("# bench_layer: bf16 activations and weights, fp32 weight gradients; %s\n",
            quick ? "--quick" : "full");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (!only || strcmp(only, shapes[i].name) == 0)
+    int status = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (only && strcmp(only, shapes[i].name) != 0)
+            continue;
+        /* one process per shape, so that peak RSS is that shape's alone */
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
             run(&shapes[i]);
-    return 0;
+            _exit(0);
+        }
+        int st = 1;
+        if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            status = 1;
+    }
+    return status;
 }
