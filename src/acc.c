@@ -224,30 +224,32 @@ double dl_dot_exact_f64(const double *a, ptrdiff_t inca, const double *b,
     return dl_acc_round(&acc, t);
 }
 
+/* Decides RN_t of a sum of n exact binary64 terms from its binary64 value s
+ * and the binary64 sum m of their magnitudes: |s - exact| <= gamma_{n-1}
+ * * sum|p|, and m underestimates sum|p| by at most the same factor, which
+ * the 2^-40 inflation covers. Returns 1 and sets *r when decided. */
+static int certified_sum(double s, double m, int64_t n, dl_dtype_t t, double *r)
+{
+    if (!isfinite(m))
+        return 0;
+    if (n <= 1) { /* a single term: s is exact */
+        *r = dl_round(s, t);
+        return 1;
+    }
+    double nu = (double)(n - 1) * 0x1p-53;
+    return dl__certify(s, nu / (1.0 - nu) * m * (1.0 + 0x1p-40), t, r);
+}
+
 double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite)
 {
-    double s = 0.0, a = 0.0;
+    double s = 0.0, m = 0.0, r;
     for (int64_t i = 0; i < n; i++) {
         s += p[i];
-        a += fabs(p[i]);
+        m += fabs(p[i]);
     }
-    if (DL__UNLIKELY(!isfinite(a))) {
-        *nonfinite = 1;
-        dl_acc_t acc;
-        dl_acc_clear(&acc);
-        for (int64_t i = 0; i < n; i++)
-            dl_acc_add(&acc, p[i]);
-        return dl_acc_round(&acc, t);
-    }
-    if (n <= 1)
-        return dl_round(s, t);
-    /* |s - exact| <= gamma_{n-1} * sum|p|; the computed a underestimates the
-     * true sum by at most the same factor, covered by the 2^-40 inflation */
-    double nu = (double)(n - 1) * 0x1p-53;
-    double err = nu / (1.0 - nu) * a * (1.0 + 0x1p-40);
-    double r;
-    if (dl__certify(s, err, t, &r))
+    if (certified_sum(s, m, n, t, &r))
         return r;
+    *nonfinite |= !isfinite(m);
     dl_acc_t acc;
     dl_acc_clear(&acc);
     for (int64_t i = 0; i < n; i++)
@@ -258,21 +260,14 @@ double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite)
 double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t incb,
                     int64_t n, dl_dtype_t t, int *nonfinite)
 {
-    double s = 0.0, m = 0.0;
+    double s = 0.0, m = 0.0, r;
     for (int64_t i = 0; i < n; i++) {
         double p = (double)a[i * inca] * (double)b[i * incb]; /* exact */
         s += p;
         m += fabs(p);
     }
-    double r;
-    if (DL__LIKELY(isfinite(m))) {
-        if (n <= 1)
-            return dl_round(s, t);
-        double nu = (double)(n - 1) * 0x1p-53;
-        if (dl__certify(s, nu / (1.0 - nu) * m * (1.0 + 0x1p-40), t, &r))
-            return r;
-    } else {
-        *nonfinite = 1;
-    }
+    if (certified_sum(s, m, n, t, &r))
+        return r;
+    *nonfinite |= !isfinite(m);
     return dl_dot_exact_f32(a, inca, b, incb, (size_t)n, t);
 }

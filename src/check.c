@@ -237,7 +237,7 @@ void dl_check_report_free(dl_check_report_t *r)
     memset(r, 0, sizeof *r);
 }
 
-static dl_verdict_t worst_verdict(const dl_check_report_t *r)
+dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r)
 {
     dl_verdict_t v = DL_VERDICT_SKIP;
     for (size_t i = 0; i < r->n; i++) {
@@ -266,7 +266,7 @@ int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *chec
     x->worst_cand = x->worst_exact = NAN;
     x->worst_index = -1;
     snprintf(x->message, sizeof x->message, "%s", message ? message : "");
-    r->verdict = worst_verdict(r);
+    r->verdict = dl__ck_worst_verdict(r);
     return 0;
 }
 
@@ -378,7 +378,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     if (rc)
         goto out;
 
-    r->verdict = worst_verdict(r);
+    r->verdict = dl__ck_worst_verdict(r);
 out:
     for (size_t i = 0; i < ck.n_owned; i++)
         free(ck.owned[i]);

@@ -102,10 +102,7 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
                 r->dropped[w++] = r->dropped[i];
         r->n_dropped = w;
     }
-    r->verdict = DL_VERDICT_SKIP;
-    for (size_t i = 0; i < r->n; i++)
-        if (r->results[i].verdict > r->verdict && r->results[i].verdict != DL_VERDICT_INFO)
-            r->verdict = r->results[i].verdict;
+    r->verdict = dl__ck_worst_verdict(r);
     r->seconds = seconds;
     return 0;
 }

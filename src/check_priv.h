@@ -150,4 +150,7 @@ int dl__ck_stages(dl__ck_t *ck);
  * there). */
 void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s);
 
+/* The worst verdict of r's results, INFO aside; SKIP when there are none. */
+dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);
+
 #endif

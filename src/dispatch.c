@@ -5,8 +5,6 @@
 #include <string.h>
 #include "internal.h"
 
-/* top_k beyond this is not a MoE router; it bounds the stack buffers below */
-#define DL__MAX_K 1024
 
 int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
                         int32_t *sort_perm, int32_t *inv_perm,
@@ -74,7 +72,7 @@ int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
                int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out)
 {
     int64_t M;
-    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_K || dl_mul_size(T, k, &M))
+    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_TOPK || dl_mul_size(T, k, &M))
         return DL_EINVAL;
     if (T > 0 && d > 0 && (!y_sorted || !w || !inv_perm || !out))
         return DL_EINVAL;
@@ -85,7 +83,7 @@ int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (int64_t tk = 0; tk < T; tk++) {
         for (int64_t i = 0; i < d; i++) {
-            double p[DL__MAX_K];
+            double p[DL__MAX_TOPK];
             for (int64_t j = 0; j < k; j++) /* a product of two floats is exact in binary64 */
                 p[j] = (double)w[tk * k + j] * y_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
             out[tk * d + i] = (float)dl__sum_exact(p, k, t, &bad);
@@ -98,7 +96,7 @@ int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T
                      int64_t k, int64_t d, dl_dtype_t t, float *d_x)
 {
     int64_t M;
-    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_K || dl_mul_size(T, k, &M))
+    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_TOPK || dl_mul_size(T, k, &M))
         return DL_EINVAL;
     if (T > 0 && d > 0 && (!d_x_sorted || !inv_perm || !d_x))
         return DL_EINVAL;
@@ -109,7 +107,7 @@ int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (int64_t tk = 0; tk < T; tk++)
         for (int64_t i = 0; i < d; i++) {
-            double p[DL__MAX_K];
+            double p[DL__MAX_TOPK];
             for (int64_t j = 0; j < k; j++)
                 p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
             d_x[tk * d + i] = (float)dl__sum_exact(p, k, t, &bad);

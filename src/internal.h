@@ -20,6 +20,9 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
 
 __extension__ typedef unsigned __int128 dl__u128;
 
+/* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
+#define DL__MAX_TOPK 1024
+
 /* Interval certification: the exact value is known to lie within
  * [y - err, y + err] (err >= 0, both finite). If every real in that interval
  * rounds to the same value of t (same sign of zero too), stores it in *out

@@ -7,7 +7,6 @@
 #include <string.h>
 #include "internal.h"
 
-#define DL__MAX_TOPK 1024
 
 int dl_moe_config_validate(const dl_moe_config_t *c)
 {

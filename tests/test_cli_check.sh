@@ -1,39 +1,10 @@
 #!/bin/sh
 # dropless check and dropless run: every exit code, the verdicts the
 # bundled example backends must get, the reports. Speaks TAP.
-top_builddir=${top_builddir:-.}
-top_srcdir=${top_srcdir:-.}
-DL="$top_builddir/dropless"
+NAME=cli_check
+. "${top_srcdir:-.}/tests/cli_lib.sh"
 V="$top_srcdir/vectors"
 B="$top_builddir/tests/backends/.libs"
-T=$(mktemp -d "${TMPDIR:-/tmp}/dl_cli_check.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-n=0
-fails=0
-check() {
-    n=$((n + 1))
-    desc=$1
-    shift
-    if (eval "$*") >"$T/check.out" 2>&1; then
-        echo "ok $n - $desc"
-    else
-        echo "not ok $n - $desc"
-        sed 's/^/# /' "$T/check.out"
-        fails=$((fails + 1))
-    fi
-}
-run() {
-    want=$1
-    shift
-    "$DL" "$@" >"$T/out" 2>"$T/err"
-    got=$?
-    if [ "$got" -ne "$want" ]; then
-        echo "exit status $got, want $want: dropless $*"
-        cat "$T/err" "$T/out"
-        return 1
-    fi
-}
-one_line_err() { [ "$(wc -l <"$T/err")" -eq 1 ] || { cat "$T/err"; return 1; }; }
 PY=""
 for p in /usr/bin/python3 python3; do
     if "$p" -c 'import json, xml.etree.ElementTree' 2>/dev/null; then PY=$p; break; fi

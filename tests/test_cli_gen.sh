@@ -1,38 +1,8 @@
 #!/bin/sh
 # The dropless command's gen, cases, info, version and help: exit codes,
 # one-line errors, no clobbering, no partial files. Speaks TAP.
-top_builddir=${top_builddir:-.}
-DL="$top_builddir/dropless"
-T=$(mktemp -d "${TMPDIR:-/tmp}/dl_cli_gen.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-n=0
-fails=0
-# check DESCRIPTION COMMAND...: the command (a shell snippet) must succeed
-check() {
-    n=$((n + 1))
-    desc=$1
-    shift
-    if (eval "$*") >"$T/check.out" 2>&1; then
-        echo "ok $n - $desc"
-    else
-        echo "not ok $n - $desc"
-        sed 's/^/# /' "$T/check.out"
-        fails=$((fails + 1))
-    fi
-}
-# run EXPECTED_STATUS ARGS...: runs dropless, output in $T/out and $T/err
-run() {
-    want=$1
-    shift
-    "$DL" "$@" >"$T/out" 2>"$T/err"
-    got=$?
-    if [ "$got" -ne "$want" ]; then
-        echo "exit status $got, want $want: dropless $*"
-        cat "$T/err"
-        return 1
-    fi
-}
-one_line_err() { [ "$(wc -l <"$T/err")" -eq 1 ] || { cat "$T/err"; return 1; }; }
+NAME=cli_gen
+. "${top_srcdir:-.}/tests/cli_lib.sh"
 
 check "version prints the version" 'run 0 version && grep -q "^dropless [0-9]" "$T/out"'
 check "version --verbose names HDF5 and the format" \

@@ -89,9 +89,10 @@ double dl_round_parts(int negative, uint64_t hi, int exp, int sticky, dl_dtype_t
 /* ------------------------------------------------------ exact accumulator */
 
 /* A fixed-point accumulator wide enough to hold any sum of products of two
- * binary64 values exactly (bit 0 weighs 2^-2148; 64 bits of headroom above
- * 2^2048 before it must saturate, i.e. 2^63 terms of the largest size).
- * Limbs hold 32-bit digits in int64 with room for 2^30 carry-free adds.
+ * binary64 values exactly: bit 0 weighs 2^-2148 (the smallest product of
+ * subnormals), the top limb 2^2172, leaving 156 bits of headroom above the
+ * largest product (< 2^2048). Limbs hold 32-bit digits in int64; carries are
+ * propagated every 2^29 adds, before any limb can overflow.
  * NaN and infinities are tracked as flags, with IEEE semantics for the
  * result. The struct is public so it can live on the stack; treat its
  * fields as private. */

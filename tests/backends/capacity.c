@@ -87,28 +87,19 @@ static int combine_backward(const dl_backend_config_t *c,
     return rc;
 }
 
-static int router(const dl_backend_config_t *c, const dl_backend_router_args_t *a)
-{
-    return ex_router(c, NULL, a);
-}
 static int permute(const dl_backend_config_t *c, const dl_backend_permute_args_t *a)
 {
     return ex_permute(c, a);
 }
-static int expert_forward(const dl_backend_config_t *c, const dl_backend_expert_forward_args_t *a)
-{
-    return ex_expert_forward(c, NULL, a);
-}
-
 static const dl_backend_t backend = {
     .abi_version = DL_BACKEND_ABI_VERSION,
     .name = "capacity-factor-1.0",
     .version = "1.0",
     .compute_mode = "fp32",
-    .router = router,
+    .router = ex_plain_router,
     .dispatch = dispatch,
     .permute = permute,
-    .expert_forward = expert_forward,
+    .expert_forward = ex_plain_expert_forward,
     .combine = combine,
     .combine_backward = combine_backward,
 };

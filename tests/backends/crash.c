@@ -14,14 +14,6 @@ static int permute(const dl_backend_config_t *c, const dl_backend_permute_args_t
     EX_F32(a->x)[0] = 0; /* an in-place trick on an input: forbidden */
     return ex_permute(c, a);
 }
-static int expert_forward(const dl_backend_config_t *c, const dl_backend_expert_forward_args_t *a)
-{
-    return ex_expert_forward(c, NULL, a);
-}
-static int combine(const dl_backend_config_t *c, const dl_backend_combine_args_t *a)
-{
-    return ex_combine(c, NULL, a);
-}
 static int combine_backward(const dl_backend_config_t *c,
                             const dl_backend_combine_backward_args_t *a)
 {
@@ -40,8 +32,8 @@ static const dl_backend_t backend = {
     .version = "1.0",
     .compute_mode = "fp32",
     .permute = permute,
-    .expert_forward = expert_forward,
-    .combine = combine,
+    .expert_forward = ex_plain_expert_forward,
+    .combine = ex_plain_combine,
     .combine_backward = combine_backward,
     .expert_backward = expert_backward,
 };

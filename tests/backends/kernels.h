@@ -481,4 +481,41 @@ static inline int ex_input_backward(const dl_backend_config_t *c, const ex_opts_
     return 0;
 }
 
+/* Every stage in plain fp32 arithmetic with the ABI's signature, for the
+ * example backends that change only one thing (plain.c spells these out as
+ * the template to copy). */
+static inline int ex_plain_router(const dl_backend_config_t *c, const dl_backend_router_args_t *a)
+{
+    return ex_router(c, NULL, a);
+}
+static inline int ex_plain_expert_forward(const dl_backend_config_t *c,
+                                          const dl_backend_expert_forward_args_t *a)
+{
+    return ex_expert_forward(c, NULL, a);
+}
+static inline int ex_plain_combine(const dl_backend_config_t *c, const dl_backend_combine_args_t *a)
+{
+    return ex_combine(c, NULL, a);
+}
+static inline int ex_plain_combine_backward(const dl_backend_config_t *c,
+                                            const dl_backend_combine_backward_args_t *a)
+{
+    return ex_combine_backward(c, NULL, a);
+}
+static inline int ex_plain_expert_backward(const dl_backend_config_t *c,
+                                           const dl_backend_expert_backward_args_t *a)
+{
+    return ex_expert_backward(c, NULL, a, 1);
+}
+static inline int ex_plain_router_backward(const dl_backend_config_t *c,
+                                           const dl_backend_router_backward_args_t *a)
+{
+    return ex_router_backward(c, NULL, a);
+}
+static inline int ex_plain_input_backward(const dl_backend_config_t *c,
+                                          const dl_backend_input_backward_args_t *a)
+{
+    return ex_input_backward(c, NULL, a);
+}
+
 #endif

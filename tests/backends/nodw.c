@@ -6,10 +6,6 @@
 #include <dropless/backend.h>
 #include "kernels.h"
 
-static int expert_forward(const dl_backend_config_t *c, const dl_backend_expert_forward_args_t *a)
-{
-    return ex_expert_forward(c, NULL, a);
-}
 static int expert_backward(const dl_backend_config_t *c,
                            const dl_backend_expert_backward_args_t *a)
 {
@@ -21,7 +17,7 @@ static const dl_backend_t backend = {
     .name = "no-empty-expert-dw",
     .version = "1.0",
     .compute_mode = "fp32",
-    .expert_forward = expert_forward,
+    .expert_forward = ex_plain_expert_forward,
     .expert_backward = expert_backward,
 };
 

@@ -18,17 +18,12 @@ static int combine(const dl_backend_config_t *c, const dl_backend_combine_args_t
     ex_opts_t o = {.order_salt = ((uint64_t)getpid() << 32 ^ (uint64_t)ts.tv_nsec) | 1};
     return ex_combine(c, &o, a);
 }
-static int expert_forward(const dl_backend_config_t *c, const dl_backend_expert_forward_args_t *a)
-{
-    return ex_expert_forward(c, NULL, a);
-}
-
 static const dl_backend_t backend = {
     .abi_version = DL_BACKEND_ABI_VERSION,
     .name = "nondeterministic-combine",
     .version = "1.0",
     .compute_mode = "fp32",
-    .expert_forward = expert_forward,
+    .expert_forward = ex_plain_expert_forward,
     .combine = combine,
 };
 

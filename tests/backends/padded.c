@@ -175,47 +175,24 @@ static int expert_backward(const dl_backend_config_t *c,
     return rc;
 }
 
-static int router(const dl_backend_config_t *c, const dl_backend_router_args_t *a)
-{
-    return ex_router(c, NULL, a);
-}
 static int permute(const dl_backend_config_t *c, const dl_backend_permute_args_t *a)
 {
     return ex_permute(c, a);
 }
-static int combine(const dl_backend_config_t *c, const dl_backend_combine_args_t *a)
-{
-    return ex_combine(c, NULL, a);
-}
-static int combine_backward(const dl_backend_config_t *c,
-                            const dl_backend_combine_backward_args_t *a)
-{
-    return ex_combine_backward(c, NULL, a);
-}
-static int router_backward(const dl_backend_config_t *c,
-                           const dl_backend_router_backward_args_t *a)
-{
-    return ex_router_backward(c, NULL, a);
-}
-static int input_backward(const dl_backend_config_t *c, const dl_backend_input_backward_args_t *a)
-{
-    return ex_input_backward(c, NULL, a);
-}
-
 static const dl_backend_t backend = {
     .abi_version = DL_BACKEND_ABI_VERSION,
     .name = "block-padded-128",
     .version = "1.0",
     .compute_mode = "fp32",
-    .router = router,
+    .router = ex_plain_router,
     .dispatch = dispatch,
     .permute = permute,
     .expert_forward = expert_forward,
-    .combine = combine,
-    .combine_backward = combine_backward,
+    .combine = ex_plain_combine,
+    .combine_backward = ex_plain_combine_backward,
     .expert_backward = expert_backward,
-    .router_backward = router_backward,
-    .input_backward = input_backward,
+    .router_backward = ex_plain_router_backward,
+    .input_backward = ex_plain_input_backward,
 };
 
 const dl_backend_t *dropless_backend(void);
