@@ -150,7 +150,7 @@ static double *to_double(const float *x, int64_t n, double *buf)
 
 static int reps = 2;
 
-/* internal tuning knob of the library (src/internal.h), for experiments:
+/* internal tuning knob of the library (src/stages/stages_priv.h), for experiments:
  * DL_GEMM_KC=<chunk length> in the environment */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
 

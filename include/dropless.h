@@ -20,8 +20,6 @@
 #ifndef DROPLESS_H
 #define DROPLESS_H
 
-#define DL_VERSION_STRING "0.1.0"
-
 #include "dropless/core.h"
 #include "dropless/route.h"
 #include "dropless/dispatch.h"

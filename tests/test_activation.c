@@ -11,10 +11,11 @@
 #endif
 #include "tap.h"
 #include "mpref.h"
-#include "internal.h"
+#include "dropless.h"
+#include "stages/stages_priv.h"
 
 /* Tolerances: none for outputs (bit-exact). The exp's measured relative
- * error must stay within the bound proved in src/transc.c (4.2 u). */
+ * error must stay within the bound proved in src/core/transc.c (4.2 u). */
 #define EXP_PROVED_BOUND (4.2 * 0x1p-53)
 #define N_EXP 400000
 #define N_RANDOM 60000

@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include "tap.h"
 #include "mpref.h"
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 /* Tolerances: none of the test's own. Verdicts come from the runner's
  * derived bounds; the exact helpers must match MPFR bit for bit. */

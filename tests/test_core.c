@@ -6,7 +6,8 @@
 #include <string.h>
 #include "tap.h"
 #include "mpref.h"
-#include "internal.h"
+#include "dropless.h"
+#include "core/core_priv.h"
 
 /* Tolerances: none. Every value here must match MPFR bit for bit. */
 #define N_RANDOM_ROUND 200000

@@ -12,7 +12,8 @@
 #endif
 #include "tap.h"
 #include "mpref.h"
-#include "internal.h"
+#include "dropless.h"
+#include "stages/stages_priv.h"
 
 /* Tolerances: none. Every element must match MPFR and the reference bit
  * for bit. MPFR checks every element up to this many per call, else a

@@ -19,7 +19,8 @@
 #endif
 #include "tap.h"
 #include "mpref.h"
-#include "internal.h"
+#include "dropless.h"
+#include "golden/golden_priv.h"
 
 /* Tolerances. Integer and bit-level results have none. */
 #define LN_MAX_REL_ERR 0x1p-49    /* dl_golden_ln is a fixed series, not correctly rounded */

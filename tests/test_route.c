@@ -13,7 +13,8 @@
 #endif
 #include "tap.h"
 #include "mpref.h"
-#include "internal.h"
+#include "dropless.h"
+#include "stages/stages_priv.h"
 
 /* Tolerances: every output is compared bit for bit, except d_logits
  * against central finite differences of the exact (unrounded) routing

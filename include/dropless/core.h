@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define DL_VERSION_STRING "0.1.0"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

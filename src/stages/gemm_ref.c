@@ -3,7 +3,7 @@
  * same bits. */
 #include "config.h"
 #include <math.h>
-#include "internal.h"
+#include "stages/stages_priv.h"
 
 int dl__gemm_check_offsets(const int64_t *offsets, int64_t E)
 {

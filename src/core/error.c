@@ -1,5 +1,5 @@
 #include "config.h"
-#include "internal.h"
+#include "core/core_priv.h"
 
 const char *dl_strerror(int err)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <mpfr.h>
-#include "internal.h"
+#include "stages/stages_priv.h"
 
 #define U 0x1p-53
 

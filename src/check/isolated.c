@@ -4,7 +4,7 @@
 #include "config.h"
 #include <stdlib.h>
 #include <string.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 static int cmp_drop(const void *a, const void *b)
 {

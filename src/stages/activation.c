@@ -2,7 +2,7 @@
  * (the certified kernels live in transc.c). */
 #include "config.h"
 #include <math.h>
-#include "internal.h"
+#include "stages/stages_priv.h"
 
 static int act_type_ok(dl_dtype_t t)
 {

@@ -1,15 +1,15 @@
 /* The conformance runner's entry point: stage names and shapes, the report
  * and its bookkeeping, dl_check_run. The checks themselves live in
- * check_route.c (routing), check_tokens.c (zero drops), check_stage.c
- * (stage-local numerics), check_tol.c (tolerances); reports in
- * check_report.c. */
+ * route.c (routing), tokens.c (zero drops), stage.c
+ * (stage-local numerics), tol.c (tolerances); reports in
+ * report.c. */
 #include "config.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 static const char *const stage_names[DL_VALUE_COUNT] = {
     "router_logits", "router_scores", "topk_ids", "topk_weights", "sort_perm",

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 #include <cblas.h>
 #undef I /* <complex.h>, via cblas.h */
 

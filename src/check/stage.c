@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 #define B(s) ((uint64_t)1 << (s))
 #define DISPATCH (B(DL_VALUE_SORT_PERM) | B(DL_VALUE_INV_PERM) | B(DL_VALUE_GROUP_SIZES) | \

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "stages/stages_priv.h"
 
 
 int dl_moe_config_validate(const dl_moe_config_t *c)

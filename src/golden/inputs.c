@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "golden/golden_priv.h"
 
 #define GAMMA UINT64_C(0x9e3779b97f4a7c15)
 

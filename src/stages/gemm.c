@@ -53,7 +53,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "internal.h"
+#include "stages/stages_priv.h"
 
 #define KC_DEFAULT 256
 #define BUDGET_MAX (INT64_C(128) << 20)

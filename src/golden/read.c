@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <hdf5.h>
-#include "internal.h"
+#include "golden/golden_priv.h"
 
 typedef struct {
     const char *path;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "golden/golden_priv.h"
 
 typedef struct {
     dl_golden_dataset_t pub;

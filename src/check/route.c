@@ -6,7 +6,7 @@
 #include <mpfr.h>
 #include <stdlib.h>
 #include <string.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 /* ------------------------------------------------------------- scores */
 

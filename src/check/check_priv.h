@@ -1,7 +1,8 @@
-/* Private to the conformance runner (src/check*.c); not installed. */
+/* Private to the conformance runner (src/check/); not installed. */
 #ifndef DL_CHECK_PRIV_H
 #define DL_CHECK_PRIV_H
-#include "internal.h"
+#include "stages/stages_priv.h"
+#include "dropless/check.h"
 
 /* How M = (|A||B|)_ij, the scale of the accumulation error, is obtained for
  * a stage: from |g| (no products), a precomputed array, or the GEMM of
@@ -108,7 +109,7 @@ void dl__ck_msg_append(dl_check_result_t *r, const char *fmt, ...)
 int dl__ck_add_drop(dl__ck_t *ck, int64_t canon_flat);
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
 
-/* check_tol.c */
+/* tol.c */
 double dl__ck_ulp(double g, dl_dtype_t t);
 /* The PASS (warn = 0) or WARN (warn = 1) bound for one element. */
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
@@ -121,7 +122,7 @@ double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col);
 /* M of every element, bulk path; out is [rows, cols]. */
 int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out);
 
-/* check_route.c */
+/* route.c */
 int dl__ck_route_ids(dl__ck_t *ck);
 /* The WARN bound of score element (t, e) given the effective logits. */
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
@@ -137,13 +138,13 @@ int dl__ck_score_vjp(const dl_route_config_t *rc, const float *scores, const flo
 void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
                       const float *d_w, int64_t T, double *m);
 
-/* check_tokens.c */
+/* tokens.c */
 int dl__ck_canonicalise(dl__ck_t *ck);
 int dl__ck_tokens(dl__ck_t *ck);
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out);
 int dl__ck_zero_drops(dl__ck_t *ck);
 
-/* check_stage.c */
+/* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
 
 /* The address of stage s's array pointer in f or b (NULL if s is not

@@ -23,7 +23,9 @@
 #endif
 #include <dlpack/dlpack.h>
 #include "dropless/backend.h"
-#include "internal.h"
+#include "stages/stages_priv.h"
+#include "dropless/check.h"
+#include "dropless/run.h"
 
 /* The backend enums mirror the library's, so a config converts by value. */
 _Static_assert((int)DL_BACKEND_FP32 == (int)DL_F32 && (int)DL_BACKEND_BF16 == (int)DL_BF16 &&

@@ -2,7 +2,7 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "internal.h"
+#include "core/core_priv.h"
 
 typedef struct {
     int p;           /* significand bits, implicit bit included */

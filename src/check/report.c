@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 int dl_report_format_parse(const char *name, dl_report_format_t *fmt)
 {

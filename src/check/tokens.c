@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "check_priv.h"
+#include "check/check_priv.h"
 
 /* The candidate may list a token's experts in any order. Where its set
  * equals the exact set, its slots are renumbered to the exact order so that

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <mpfr.h>
-#include "internal.h"
+#include "core/core_priv.h"
 
 /* ------------------------------------------------------------------- exp
  *

@@ -1,9 +1,10 @@
-/* Internal helpers shared by the library's sources; not installed. */
-#ifndef DL_INTERNAL_H
-#define DL_INTERNAL_H
+/* core_priv.h: the exact arithmetic core's internals (src/core/), shared
+ * with the layers above; not installed. Includes no other layer. */
+#ifndef DL_CORE_PRIV_H
+#define DL_CORE_PRIV_H
 
 #include <float.h>
-#include "dropless.h"
+#include "dropless/core.h"
 
 /* Golden bits must not depend on excess precision in registers. */
 _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 or similar)");
@@ -20,9 +21,6 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
 
 __extension__ typedef unsigned __int128 dl__u128;
 
-/* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
-#define DL__MAX_TOPK 1024
-
 /* Interval certification: the exact value is known to lie within
  * [y - err, y + err] (err >= 0, both finite). If every real in that interval
  * rounds to the same value of t (same sign of zero too), stores it in *out
@@ -31,10 +29,6 @@ int dl__certify(double y, double err, dl_dtype_t t, double *out);
 
 /* Propagates carries so that every limb but the top one is in [0, 2^32). */
 void dl__acc_normalize(dl_acc_t *acc);
-
-/* 0 if offsets is a valid [E+1] exclusive prefix sum (starts at 0, never
- * decreases), else DL_EINVAL. */
-int dl__gemm_check_offsets(const int64_t *offsets, int64_t E);
 
 /* The exact sum of n binary64 values rounded once to t: a certified
  * binary64 sum, falling back to the exact accumulator when undecided. For
@@ -48,7 +42,7 @@ double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t in
 
 /* ------------------------------------------ certified transcendentals (transc.c) */
 
-/* Relative error bound of dl__exp_parts (the proof is in src/transc.c). */
+/* Relative error bound of dl__exp_parts (the proof is in src/core/transc.c). */
 #define DL__EXP_REL 0x1p-50
 
 /* exp(x + xl) = y * 2^k * (1 + theta), |theta| <= DL__EXP_REL, for
@@ -88,57 +82,5 @@ double dl__mpfr_round(mpfr_srcptr x, dl_dtype_t t);
 typedef void (*dl__ival_fn)(mpfr_ptr lo, mpfr_ptr hi, const void *ctx);
 int dl__ziv(dl__ival_fn eval, const void *ctx, dl_dtype_t t, double *out);
 #endif
-
-
-/* Golden files (src/golden_*.c). */
-#define DL__GOLDEN_OWNER_MALLOC 0 /* every array malloc'ed */
-#define DL__GOLDEN_OWNER_MOE 1    /* forward/backward from dl_moe_forward/backward */
-const char *dl__golden_score_name(int v);
-const char *dl__golden_group_name(int v);
-const char *dl__golden_ffn_name(int v);
-const char *dl__golden_inputs_name(int v);
-int dl__golden_score_parse(const char *s);
-int dl__golden_group_parse(const char *s);
-int dl__golden_ffn_parse(const char *s);
-int dl__golden_inputs_parse(const char *s);
-#ifdef __GNUC__
-__attribute__((format(printf, 3, 4)))
-#endif
-void dl__golden_msg(char *err, size_t errlen, const char *fmt, ...);
-/* Checks what the golden format needs of a configuration beyond
- * dl_moe_config_validate; 0 or DL_EINVAL with a reason in why. */
-int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen);
-/* Silences HDF5's automatic error-stack printing, restoring it after. */
-typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
-void dl__h5_quiet_on(dl__h5_quiet_t *q);
-void dl__h5_quiet_off(const dl__h5_quiet_t *q);
-/* The seal (src/golden_seal.c): a user block of this size holding the
- * SHA-256 of the rest of the file. */
-#define DL__GOLDEN_USERBLOCK 512
-typedef struct {
-    uint32_t h[8];
-    uint64_t len;
-    unsigned char buf[64];
-    size_t nbuf;
-} dl__sha256_t;
-void dl__sha256_init(dl__sha256_t *s);
-void dl__sha256_update(dl__sha256_t *s, const void *data, size_t n);
-void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
-/* 0 with *sealed = 1 (seal verified) or 0 (no seal); DL_EFORMAT when the
- * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
-int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
-
-/* Argument checks shared by the grouped GEMMs and their references: 0 or
- * DL_EINVAL / DL_EOVERFLOW. On success *ks_out (if not NULL) is the summed K
- * of all terms and *io_out the bytes of inputs plus outputs (as floats). */
-int dl__gemm_check_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
-                           const int64_t *offsets, int64_t E, const float *out,
-                           int64_t *ks_out, int64_t *io_out);
-int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
-                          const int64_t *offsets, int64_t E, const float *out,
-                          int64_t *io_out);
-/* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
- * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
-void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
 
 #endif

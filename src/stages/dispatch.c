@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "stages/stages_priv.h"
 
 
 int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,

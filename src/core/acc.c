@@ -2,7 +2,7 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "internal.h"
+#include "core/core_priv.h"
 
 #define PENDING_MAX (UINT32_C(1) << 29)
 

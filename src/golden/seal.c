@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
+#include "golden/golden_priv.h"
 
 /* ------------------------------------------------------------- SHA-256 */
 

@@ -1,0 +1,46 @@
+/* golden_priv.h: internals of the golden-file layer (src/golden/): HDF5
+ * helpers, the seal, enum names; not installed. */
+#ifndef DL_GOLDEN_PRIV_H
+#define DL_GOLDEN_PRIV_H
+
+#include "stages/stages_priv.h"
+#include "dropless/golden.h"
+
+#define DL__GOLDEN_OWNER_MALLOC 0 /* every array malloc'ed */
+#define DL__GOLDEN_OWNER_MOE 1    /* forward/backward from dl_moe_forward/backward */
+const char *dl__golden_score_name(int v);
+const char *dl__golden_group_name(int v);
+const char *dl__golden_ffn_name(int v);
+const char *dl__golden_inputs_name(int v);
+int dl__golden_score_parse(const char *s);
+int dl__golden_group_parse(const char *s);
+int dl__golden_ffn_parse(const char *s);
+int dl__golden_inputs_parse(const char *s);
+#ifdef __GNUC__
+__attribute__((format(printf, 3, 4)))
+#endif
+void dl__golden_msg(char *err, size_t errlen, const char *fmt, ...);
+/* Checks what the golden format needs of a configuration beyond
+ * dl_moe_config_validate; 0 or DL_EINVAL with a reason in why. */
+int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen);
+/* Silences HDF5's automatic error-stack printing, restoring it after. */
+typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
+void dl__h5_quiet_on(dl__h5_quiet_t *q);
+void dl__h5_quiet_off(const dl__h5_quiet_t *q);
+/* The seal (seal.c): a user block of this size holding the
+ * SHA-256 of the rest of the file. */
+#define DL__GOLDEN_USERBLOCK 512
+typedef struct {
+    uint32_t h[8];
+    uint64_t len;
+    unsigned char buf[64];
+    size_t nbuf;
+} dl__sha256_t;
+void dl__sha256_init(dl__sha256_t *s);
+void dl__sha256_update(dl__sha256_t *s, const void *data, size_t n);
+void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
+/* 0 with *sealed = 1 (seal verified) or 0 (no seal); DL_EFORMAT when the
+ * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
+int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
+
+#endif
