@@ -28,7 +28,7 @@ typedef enum {
 } dl_verdict_t;
 
 /* "PASS", "WARN", "FAIL", "SKIP", "INFO"; NULL for an unknown value. */
-const char *dl_verdict_name(dl_verdict_t v);
+DL_EXTERN const char *dl_verdict_name(dl_verdict_t v);
 
 /* --------------------------------------------------------- stage values */
 
@@ -69,19 +69,19 @@ typedef enum {
 } dl_value_t;
 
 /* "router_logits", ..., "d_x"; "case" for DL_VALUE_NONE; NULL otherwise. */
-const char *dl_value_name(dl_value_t s);
+DL_EXTERN const char *dl_value_name(dl_value_t s);
 /* Parses a stage name. Returns 0 and sets *s, or DL_ENOTFOUND. */
-int dl_value_parse(const char *name, dl_value_t *s);
+DL_EXTERN int dl_value_parse(const char *name, dl_value_t *s);
 /* 1 if the stage belongs to the backward pass. */
-int dl_value_is_backward(dl_value_t s);
+DL_EXTERN int dl_value_is_backward(dl_value_t s);
 /* The candidate's (or golden's) array for stage s, NULL when absent; the
  * pointer is to float, int32_t or int64_t data as the struct declares.
  * tie_margin is not a stage: the runner derives margins itself. */
-const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b,
-                           dl_value_t s);
+DL_EXTERN const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b,
+                                     dl_value_t s);
 /* Elements of stage s for configuration c (0 for the SwiGLU-only stages of a
  * DL_FFN_PLAIN layer: they do not exist there). */
-int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s);
+DL_EXTERN int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s);
 
 /* -------------------------------------------------------------- profiles */
 
@@ -108,11 +108,11 @@ typedef struct {
 } dl_check_profile_t;
 
 /* The built-in profiles, in a fixed order; i outside [0, count) gives NULL. */
-int dl_check_profile_count(void);
-const dl_check_profile_t *dl_check_profile_at(int i);
+DL_EXTERN int dl_check_profile_count(void);
+DL_EXTERN const dl_check_profile_t *dl_check_profile_at(int i);
 /* The profile named name (case-insensitive; "float32" and "fp32-rn" are
  * accepted for fp32), or NULL. */
-const dl_check_profile_t *dl_check_profile_find(const char *name);
+DL_EXTERN const dl_check_profile_t *dl_check_profile_find(const char *name);
 
 /* ------------------------------------------------------------- the inputs */
 
@@ -153,7 +153,7 @@ typedef struct {
 } dl_check_options_t;
 
 /* Fills *o with the defaults. */
-void dl_check_options_default(dl_check_options_t *o);
+DL_EXTERN void dl_check_options_default(dl_check_options_t *o);
 
 /* ---------------------------------------------------------------- results */
 
@@ -199,9 +199,9 @@ typedef struct {
  * Errors: DL_EINVAL (NULL pointers, invalid configuration, golden missing a
  * forward stage), DL_ENOMEM, or an error of the oracle's stage functions on
  * golden data (then the golden is broken). */
-int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *c,
-                 const dl_check_options_t *o, dl_check_report_t *r);
-void dl_check_report_free(dl_check_report_t *r);
+DL_EXTERN int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *c,
+                           const dl_check_options_t *o, dl_check_report_t *r);
+DL_EXTERN void dl_check_report_free(dl_check_report_t *r);
 
 /* Checks a stage-isolated candidate, as `dropless run` produces: each of
  * the ngroups masks (bits 1 << dl_value_t) names values that one call
@@ -210,27 +210,27 @@ void dl_check_report_free(dl_check_report_t *r);
  * recomputation), and the findings are merged into one report; case-level
  * findings (token accounting) are kept when they are not PASS. Values in no
  * group are checked together last. Errors as dl_check_run. */
-int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t *c,
-                          const dl_check_options_t *o, const uint64_t *groups, int ngroups,
-                          dl_check_report_t *r);
+DL_EXTERN int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t *c,
+                                    const dl_check_options_t *o, const uint64_t *groups, int ngroups,
+                                    dl_check_report_t *r);
 
 /* Parses a stage-isolation spec, groups of stage names separated by ';',
  * names within a group by ',' ("router_logits,router_scores;out"), into at
  * most max masks. Returns the number of groups, or DL_EINVAL (an unknown
  * name, an empty group, too many groups). */
-int dl_check_parse_groups(const char *spec, uint64_t *groups, int max);
+DL_EXTERN int dl_check_parse_groups(const char *spec, uint64_t *groups, int max);
 /* Writes masks back as a spec into buf (n bytes). 0, DL_EINVAL or DL_EOVERFLOW. */
-int dl_check_format_groups(const uint64_t *groups, int ngroups, char *buf, size_t n);
+DL_EXTERN int dl_check_format_groups(const uint64_t *groups, int ngroups, char *buf, size_t n);
 
 /* Appends a finding made outside dl_check_run (the plugin executor's: a
  * crash or time-out is a FAIL, a nondeterministic stage a WARN, ...) and
  * updates r->verdict. stage may be DL_VALUE_NONE; message may be NULL.
  * Returns 0, DL_EINVAL or DL_ENOMEM. */
-int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
-                        dl_verdict_t verdict, const char *message);
+DL_EXTERN int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
+                                  dl_verdict_t verdict, const char *message);
 
 /* 1 if the report has no FAIL (WARN, SKIP and INFO conform), else 0. */
-int dl_check_conformant(const dl_check_report_t *r);
+DL_EXTERN int dl_check_conformant(const dl_check_report_t *r);
 
 /* Exit status of the command: 0 conformant, 1 not conformant, 2 usage or
  * unreadable input (the caller's to return when no report could be made). */
@@ -238,7 +238,7 @@ int dl_check_conformant(const dl_check_report_t *r);
 #define DL_CHECK_EXIT_NONCONFORMANT 1
 #define DL_CHECK_EXIT_USAGE 2
 /* DL_CHECK_EXIT_CONFORMANT or DL_CHECK_EXIT_NONCONFORMANT over n reports. */
-int dl_check_exit_status(const dl_check_report_t *const *r, size_t n);
+DL_EXTERN int dl_check_exit_status(const dl_check_report_t *const *r, size_t n);
 
 /* ---------------------------------------------------------------- reports */
 
@@ -252,16 +252,16 @@ typedef enum {
 #define DL_REPORT_ALL 2u     /* the table lists SKIP lines too */
 
 /* Parses "table", "json", "junit" (also "text", "xml"). 0 or DL_EINVAL. */
-int dl_report_format_parse(const char *name, dl_report_format_t *fmt);
+DL_EXTERN int dl_report_format_parse(const char *name, dl_report_format_t *fmt);
 
 /* Writes n reports to f in the format. Returns 0, DL_EINVAL or DL_EIO. */
-int dl_check_write(FILE *f, dl_report_format_t fmt, const dl_check_report_t *const *r,
-                   size_t n, unsigned flags);
+DL_EXTERN int dl_check_write(FILE *f, dl_report_format_t fmt, const dl_check_report_t *const *r,
+                             size_t n, unsigned flags);
 /* The same to a file: written to a temporary name beside path, then renamed
  * over it, so a reader never sees half a report. DL_EIO on failure ("-"
  * writes to stdout). */
-int dl_check_save(const char *path, dl_report_format_t fmt,
-                  const dl_check_report_t *const *r, size_t n, unsigned flags);
+DL_EXTERN int dl_check_save(const char *path, dl_report_format_t fmt,
+                            const dl_check_report_t *const *r, size_t n, unsigned flags);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,14 @@
 
 #define DL_VERSION_STRING "0.1.0"
 
+/* Marks the public API: the library is built with -fvisibility=hidden, so
+ * only what is declared with DL_EXTERN is exported from libdropless.so. */
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define DL_EXTERN extern __attribute__((visibility("default")))
+#else
+#define DL_EXTERN extern
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,10 +48,10 @@ typedef enum {
 
 /* A static, human-readable message for an error code; "unknown error" for
  * anything not in the table, "success" for 0. Never NULL. */
-const char *dl_strerror(int err);
+DL_EXTERN const char *dl_strerror(int err);
 
 /* The symbolic name of an error code ("DL_EINVAL"), or "DL_UNKNOWN". */
-const char *dl_err_name(int err);
+DL_EXTERN const char *dl_err_name(int err);
 
 /* ---------------------------------------------------------- storage types */
 
@@ -58,35 +66,35 @@ typedef enum {
 } dl_dtype_t;
 
 /* "fp32", "bf16", "fp16", "fp64"; NULL for an unknown value. */
-const char *dl_dtype_name(dl_dtype_t t);
+DL_EXTERN const char *dl_dtype_name(dl_dtype_t t);
 /* Parses the names above (also "float32", "bfloat16", "float16", "float64").
  * Returns 0 and sets *t, or DL_EDTYPE. */
-int dl_dtype_parse(const char *name, dl_dtype_t *t);
+DL_EXTERN int dl_dtype_parse(const char *name, dl_dtype_t *t);
 /* Significand bits including the implicit bit: 24, 8, 11, 53. */
-int dl_dtype_precision(dl_dtype_t t);
+DL_EXTERN int dl_dtype_precision(dl_dtype_t t);
 /* Unit roundoff 2^-p of the type. */
-double dl_dtype_unit_roundoff(dl_dtype_t t);
+DL_EXTERN double dl_dtype_unit_roundoff(dl_dtype_t t);
 
 /* Round x to the nearest value of type t, ties to even, with the type's
  * subnormals, signed zeros, overflow to +-infinity and NaN propagation. The
  * result is returned as a double that is exactly a value of t. */
-double dl_round(double x, dl_dtype_t t);
+DL_EXTERN double dl_round(double x, dl_dtype_t t);
 
 /* 1 if x is exactly a value of type t (NaN and infinities count), else 0. */
-int dl_on_grid(double x, dl_dtype_t t);
+DL_EXTERN int dl_on_grid(double x, dl_dtype_t t);
 
 /* Bit-level conversions for exchanging real 16-bit buffers (DLPack, files).
  * From a float: round to nearest even. To a float: exact. */
-uint16_t dl_bf16_from_float(float x);
-float dl_bf16_to_float(uint16_t b);
-uint16_t dl_f16_from_float(float x);
-float dl_f16_to_float(uint16_t h);
+DL_EXTERN uint16_t dl_bf16_from_float(float x);
+DL_EXTERN float dl_bf16_to_float(uint16_t b);
+DL_EXTERN uint16_t dl_f16_from_float(float x);
+DL_EXTERN float dl_f16_to_float(uint16_t h);
 
 /* Round a value given as sign * (hi * 2^exp + a positive amount below
  * 2^exp when sticky) to type t. hi must have bit 63 set, or be 0 (then the
  * value is zero or a quantity below 2^exp, which must then be zero). This is
  * the one rounding primitive; everything else reduces to it. */
-double dl_round_parts(int negative, uint64_t hi, int exp, int sticky, dl_dtype_t t);
+DL_EXTERN double dl_round_parts(int negative, uint64_t hi, int exp, int sticky, dl_dtype_t t);
 
 /* ------------------------------------------------------ exact accumulator */
 
@@ -108,31 +116,31 @@ typedef struct {
 } dl_acc_t;
 
 /* Sets the accumulator to exact zero. */
-void dl_acc_clear(dl_acc_t *acc);
+DL_EXTERN void dl_acc_clear(dl_acc_t *acc);
 /* acc += x, exactly. */
-void dl_acc_add(dl_acc_t *acc, double x);
+DL_EXTERN void dl_acc_add(dl_acc_t *acc, double x);
 /* acc += a * b, exactly (any binary64 a, b). */
-void dl_acc_add_prod(dl_acc_t *acc, double a, double b);
+DL_EXTERN void dl_acc_add_prod(dl_acc_t *acc, double a, double b);
 /* acc += other, exactly. */
-void dl_acc_add_acc(dl_acc_t *acc, const dl_acc_t *other);
+DL_EXTERN void dl_acc_add_acc(dl_acc_t *acc, const dl_acc_t *other);
 /* The exact value rounded once to type t (a double exactly in t). An exact
  * zero sum is +0. */
-double dl_acc_round(const dl_acc_t *acc, dl_dtype_t t);
+DL_EXTERN double dl_acc_round(const dl_acc_t *acc, dl_dtype_t t);
 /* -1, 0 or +1: the sign of the exact value (NaN: 0, infinities: +-1). */
-int dl_acc_sign(const dl_acc_t *acc);
+DL_EXTERN int dl_acc_sign(const dl_acc_t *acc);
 
 /* The exact dot product sum_i a[i*inca] * b[i*incb] of floats, rounded once
  * to t. */
-double dl_dot_exact_f32(const float *a, ptrdiff_t inca, const float *b,
-                        ptrdiff_t incb, size_t n, dl_dtype_t t);
+DL_EXTERN double dl_dot_exact_f32(const float *a, ptrdiff_t inca, const float *b,
+                                  ptrdiff_t incb, size_t n, dl_dtype_t t);
 /* The same over doubles. */
-double dl_dot_exact_f64(const double *a, ptrdiff_t inca, const double *b,
-                        ptrdiff_t incb, size_t n, dl_dtype_t t);
+DL_EXTERN double dl_dot_exact_f64(const double *a, ptrdiff_t inca, const double *b,
+                                  ptrdiff_t incb, size_t n, dl_dtype_t t);
 
 /* --------------------------------------------------- checked size arithmetic */
 
 /* *r = a * b (a, b >= 0); DL_EOVERFLOW if the product exceeds INT64_MAX. */
-int dl_mul_size(int64_t a, int64_t b, int64_t *r);
+DL_EXTERN int dl_mul_size(int64_t a, int64_t b, int64_t *r);
 
 #ifdef __cplusplus
 }

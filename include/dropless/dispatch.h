@@ -15,24 +15,24 @@ extern "C" {
  * O(T*k + E). ids is [T, k]. All outputs caller-owned.
  * Errors: DL_EINVAL, DL_ERANGE (an id outside [0, E)), DL_EOVERFLOW (T*k
  * beyond int32). */
-int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
-                        int32_t *sort_perm, int32_t *inv_perm,
-                        int64_t *group_sizes, int64_t *group_offsets);
+DL_EXTERN int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
+                                  int32_t *sort_perm, int32_t *inv_perm,
+                                  int64_t *group_sizes, int64_t *group_offsets);
 
 /* x_sorted[p, :] = x[sort_perm[p] / k, :] for p < T*k. x is [T, d],
  * x_sorted [T*k, d]. Errors: DL_EINVAL, DL_ERANGE. */
-int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
-               const int32_t *sort_perm, float *x_sorted);
+DL_EXTERN int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
+                         const int32_t *sort_perm, float *x_sorted);
 
 /* out[t, :] = RN_t( sum_j w[t, j] * y_sorted[inv_perm[t*k + j], :] ), the
  * exact weighted sum rounded once. out is [T, d].
  * Errors: DL_EINVAL, DL_ERANGE. */
-int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
-               int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out);
+DL_EXTERN int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
+                         int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out);
 
 /* Gradient of dl_permute (un-permute): d_x[t, :] = RN_t(sum_j d_x_sorted[inv_perm[t*k+j], :]). */
-int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,
-                     int64_t k, int64_t d, dl_dtype_t t, float *d_x);
+DL_EXTERN int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,
+                               int64_t k, int64_t d, dl_dtype_t t, float *d_x);
 
 /* The layer's whole input gradient, rounded once:
  *   d_x[t, i] = RN_t( sum_j d_x_sorted[inv_perm[t*k+j], i]
@@ -40,9 +40,9 @@ int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T
  * the gradient through the experts (un-permuted) and through the router.
  * d_logits is [T, E] fp32, w_r [d, E]. Errors: DL_EINVAL, DL_ERANGE,
  * DL_ENOMEM, DL_ENONFINITE. */
-int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const float *d_logits,
-                      const float *w_r, int64_t T, int64_t k, int64_t d, int64_t E,
-                      dl_dtype_t t, float *d_x);
+DL_EXTERN int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const float *d_logits,
+                                const float *w_r, int64_t T, int64_t k, int64_t d, int64_t E,
+                                dl_dtype_t t, float *d_x);
 
 #ifdef __cplusplus
 }

@@ -48,29 +48,29 @@ typedef struct {
  * unspecified). Scratch memory is bounded: about max(4 MiB, a quarter of
  * the bytes of inputs plus outputs), at most 128 MiB (plus a few rows of K
  * per thread); rhs of empty groups is never read. */
-int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
-                    const int64_t *offsets, int64_t E, dl_dtype_t out_t,
-                    float *out, dl_tier_stats_t *stats);
+DL_EXTERN int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
+                              const int64_t *offsets, int64_t E, dl_dtype_t out_t,
+                              float *out, dl_tier_stats_t *stats);
 
 /* The reference: every element through the exact accumulator, in a plain
  * loop. Same contract and same bits as dl_gemm_grouped. */
-int dl_gemm_grouped_ref(const dl_gemm_term_t *terms, int nterms, int64_t N,
-                        const int64_t *offsets, int64_t E, dl_dtype_t out_t,
-                        float *out);
+DL_EXTERN int dl_gemm_grouped_ref(const dl_gemm_term_t *terms, int nterms, int64_t N,
+                                  const int64_t *offsets, int64_t E, dl_dtype_t out_t,
+                                  float *out);
 
 /* Ragged-K GEMM (weight gradients): for each group e,
  *   out[e, i, j] = RN_out_t( sum_{m in group e} a[m, i] * b[m, j] )
  * a is [M_total, ni], b is [M_total, nj] (row-major, rows sorted by group),
  * out is [E, ni, nj], caller-owned, fully written; an empty group gives exact
  * zeros. Errors as dl_gemm_grouped. */
-int dl_gemm_ragged_k(const float *a, int64_t ni, const float *b, int64_t nj,
-                     const int64_t *offsets, int64_t E, dl_dtype_t out_t,
-                     float *out, dl_tier_stats_t *stats);
+DL_EXTERN int dl_gemm_ragged_k(const float *a, int64_t ni, const float *b, int64_t nj,
+                               const int64_t *offsets, int64_t E, dl_dtype_t out_t,
+                               float *out, dl_tier_stats_t *stats);
 
 /* The reference for dl_gemm_ragged_k. */
-int dl_gemm_ragged_k_ref(const float *a, int64_t ni, const float *b, int64_t nj,
-                         const int64_t *offsets, int64_t E, dl_dtype_t out_t,
-                         float *out);
+DL_EXTERN int dl_gemm_ragged_k_ref(const float *a, int64_t ni, const float *b, int64_t nj,
+                                   const int64_t *offsets, int64_t E, dl_dtype_t out_t,
+                                   float *out);
 
 #ifdef __cplusplus
 }

@@ -38,27 +38,27 @@ typedef struct {
 } dl_case_t;
 
 /* Number of cases in the built-in catalogue (every dtype variant counted). */
-int dl_case_count(void);
+DL_EXTERN int dl_case_count(void);
 /* The i-th catalogue case (0 <= i < dl_case_count()), or NULL. */
-const dl_case_t *dl_case_get(int i);
+DL_EXTERN const dl_case_t *dl_case_get(int i);
 /* Copies the catalogue case named `name` into *c. Returns 0 or DL_ENOTFOUND. */
-int dl_case_find(const char *name, dl_case_t *c);
+DL_EXTERN int dl_case_find(const char *name, dl_case_t *c);
 /* Replaces c->config.dtype and the name's dtype suffix ("-bf16", "-fp16";
  * none for fp32). Returns 0 or DL_EINVAL (name too long). */
-int dl_case_set_dtype(dl_case_t *c, dl_dtype_t t);
+DL_EXTERN int dl_case_set_dtype(dl_case_t *c, dl_dtype_t t);
 
 /* Reads a case from a key = value file (doc/format.md, "Case files").
  * On error returns DL_EIO (unreadable), DL_EFORMAT (syntax) or DL_EINVAL
  * (an invalid configuration) and writes a one-line message naming the file
  * and line into err (errlen bytes; err may be NULL). */
-int dl_case_parse_file(const char *path, dl_case_t *c, char *err, size_t errlen);
+DL_EXTERN int dl_case_parse_file(const char *path, dl_case_t *c, char *err, size_t errlen);
 
 /* Writes c as case-file lines "key = value", separated by sep (e.g. "\n";
  * NULL: " "). Returns 0, DL_EINVAL or DL_EOVERFLOW (buffer too small). */
-int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf, size_t n);
+DL_EXTERN int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf, size_t n);
 
 /* Bytes the case's file will take, roughly (data only). */
-int64_t dl_case_data_bytes(const dl_case_t *c);
+DL_EXTERN int64_t dl_case_data_bytes(const dl_case_t *c);
 
 /* ----------------------------------------------------------- input tensors */
 
@@ -70,23 +70,23 @@ typedef struct {
 } dl_golden_inputs_t;
 
 /* A read-only view for dl_moe_forward/backward. */
-dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in);
+DL_EXTERN dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in);
 
 /* The deterministic PRNG of doc/format.md: the n-th 64-bit output of stream
  * `stream` for `seed` (splitmix64 started at key(seed, stream)). */
-uint64_t dl_golden_rng_u64(uint64_t seed, uint64_t stream, uint64_t n);
+DL_EXTERN uint64_t dl_golden_rng_u64(uint64_t seed, uint64_t stream, uint64_t n);
 /* The i-th standard normal of a stream: Irwin-Hall, sum of 12 32-bit
  * uniforms, exact in binary64, in [-6, 6). */
-double dl_golden_rng_normal(uint64_t seed, uint64_t stream, uint64_t i);
+DL_EXTERN double dl_golden_rng_normal(uint64_t seed, uint64_t stream, uint64_t i);
 /* ln(x) for x > 0 by the fixed series of doc/format.md: only +, -, *, /, so
  * bit-identical in any IEEE binary64 language. Not correctly rounded. */
-double dl_golden_ln(double x);
+DL_EXTERN double dl_golden_ln(double x);
 
 /* Draws the case's inputs (every array of *in allocated; free with
  * dl_golden_inputs_free, also after an error). Deterministic: same bits for
  * any thread count. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENOMEM. */
-int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in);
-void dl_golden_inputs_free(dl_golden_inputs_t *in);
+DL_EXTERN int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in);
+DL_EXTERN void dl_golden_inputs_free(dl_golden_inputs_t *in);
 
 /* ------------------------------------------------------ the dataset table */
 
@@ -122,18 +122,18 @@ typedef struct {
 } dl_golden_dataset_t;
 
 /* Number of datasets in format v1, and the i-th (fixed write order). */
-int dl_golden_dataset_count(void);
-const dl_golden_dataset_t *dl_golden_dataset(int i);
+DL_EXTERN int dl_golden_dataset_count(void);
+DL_EXTERN const dl_golden_dataset_t *dl_golden_dataset(int i);
 /* The dataset called `path` ("/forward/out") or NULL. */
-const dl_golden_dataset_t *dl_golden_dataset_find(const char *path);
+DL_EXTERN const dl_golden_dataset_t *dl_golden_dataset_find(const char *path);
 /* 1 if the dataset exists for configuration c, else 0. */
-int dl_golden_dataset_applies(const dl_golden_dataset_t *ds, const dl_moe_config_t *c);
+DL_EXTERN int dl_golden_dataset_applies(const dl_golden_dataset_t *ds, const dl_moe_config_t *c);
 /* Fills dims[0..rank-1] for c; returns the element count, or a negative
  * DL_EOVERFLOW. */
-int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
-                                int64_t dims[3]);
+DL_EXTERN int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
+                                          int64_t dims[3]);
 /* The storage type of a float dataset for c (DL_F32 for non-act ones). */
-dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, const dl_moe_config_t *c);
+DL_EXTERN dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, const dl_moe_config_t *c);
 
 /* -------------------------------------------------------------- one file */
 
@@ -171,10 +171,10 @@ typedef struct {
 
 /* The address of dataset ds's array pointer inside g (a float **, int32_t **
  * or int64_t ** by ds->elem). */
-void **dl_golden_slot(dl_golden_file_t *g, const dl_golden_dataset_t *ds);
+DL_EXTERN void **dl_golden_slot(dl_golden_file_t *g, const dl_golden_dataset_t *ds);
 
 /* Frees every array of g (whoever allocated it) and zeroes g. */
-void dl_golden_free(dl_golden_file_t *g);
+DL_EXTERN void dl_golden_free(dl_golden_file_t *g);
 
 /* ---------------------------------------------------------------- writing */
 
@@ -193,42 +193,42 @@ typedef struct {
  * renamed; an existing path is kept unless force (DL_EEXIST); on any error
  * no file is left behind. Errors: DL_EINVAL, DL_EEXIST, DL_EIO, DL_ENOMEM;
  * a one-line message goes to err. progress may be NULL. */
-int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
-                    dl_golden_progress_fn progress, void *progress_ctx,
-                    char *err, size_t errlen);
+DL_EXTERN int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
+                              dl_golden_progress_fn progress, void *progress_ctx,
+                              char *err, size_t errlen);
 
 /* Writes a candidate file (a backend's outputs, for `dropless check`): the
  * root attributes, backend and compute_mode when non-empty, /config, and
  * every non-NULL array of the groups whose has_* flag is set (inputs are not
  * needed). Same temporary-name, no-overwrite and sealing rules as
  * dl_golden_write. */
-int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int force,
-                              char *err, size_t errlen);
+DL_EXTERN int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int force,
+                                        char *err, size_t errlen);
 
 /* Seals the file at path: writes the SHA-256 of every byte after the first
  * 512 into that 512-byte HDF5 user block (doc/format.md, "Seal").
  * dl_golden_write seals every file; this is for tools that edit a golden
  * file on purpose. The file must have been created with a 512-byte user
  * block. Errors: DL_EIO, DL_EFORMAT. */
-int dl_golden_seal(const char *path, char *err, size_t errlen);
+DL_EXTERN int dl_golden_seal(const char *path, char *err, size_t errlen);
 
 /* Generates case c in memory: inputs, dl_moe_forward and (unless
  * opts->no_backward) dl_moe_backward. If the backward pass fails, g keeps
  * has_backward = 0 and the code is returned in *backward_err (may be NULL).
  * Free g with dl_golden_free, also after an error. */
-int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
-                       dl_golden_file_t *g, int *backward_err, char *err, size_t errlen);
+DL_EXTERN int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
+                                 dl_golden_file_t *g, int *backward_err, char *err, size_t errlen);
 
 /* dl_golden_generate then dl_golden_write. A failed backward pass does not
  * fail the call: the file is written without /backward and the code is
  * returned in *backward_err (may be NULL). An existing path is refused
  * (DL_EEXIST) before any work unless opts->force. */
-int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *opts,
-                       int *backward_err, char *err, size_t errlen);
+DL_EXTERN int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *opts,
+                                 int *backward_err, char *err, size_t errlen);
 
 /* The HDF5 library version in use ("1.10.8"): byte-identity of files is
  * pinned for one HDF5 version (doc/format.md). */
-const char *dl_golden_hdf5_version(void);
+DL_EXTERN const char *dl_golden_hdf5_version(void);
 
 /* ---------------------------------------------------------------- reading */
 
@@ -242,7 +242,7 @@ const char *dl_golden_hdf5_version(void);
  * are reported by has_* = 0. Errors: DL_EIO (cannot open), DL_EFORMAT,
  * DL_ESHAPE, DL_EDTYPE, DL_EGRID, DL_ERANGE, DL_ENOMEM, with a one-line
  * message naming the file and dataset in err. Free with dl_golden_free. */
-int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errlen);
+DL_EXTERN int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errlen);
 
 /* Loads a candidate file (a backend's outputs): any subset of the datasets,
  * checked against `expect` (the golden's configuration). A problem confined
@@ -268,8 +268,8 @@ int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errl
  * damaged metadata (tests/fuzz/corpus holds known cases), so a caller that
  * must survive hostile files loads them in a child process. Free g with
  * dl_golden_free (not needed after an error). */
-int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
-                             dl_golden_file_t *g, char *err, size_t errlen);
+DL_EXTERN int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
+                                       dl_golden_file_t *g, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

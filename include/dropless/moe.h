@@ -23,7 +23,7 @@ typedef struct {
 
 /* Checks shapes, routing and sizes (every tensor's element count must fit
  * int64 and T*k int32). Returns 0, DL_EINVAL or DL_EOVERFLOW. */
-int dl_moe_config_validate(const dl_moe_config_t *c);
+DL_EXTERN int dl_moe_config_validate(const dl_moe_config_t *c);
 
 /* The layer's inputs, caller-owned. Shapes: x [T,d], router_weight [d,E]
  * (fp32), expert_bias [E] (fp32, only with route.has_bias), w_gate and w_up
@@ -37,8 +37,8 @@ typedef struct {
 
 /* Checks the inputs: present where needed, finite, and each on the grid
  * of its storage type. Returns 0, DL_EINVAL, DL_ENONFINITE or DL_EGRID. */
-int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
-                           int need_backward);
+DL_EXTERN int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                                     int need_backward);
 
 /* Every stage of the forward pass (M = T*k rows in sorted order). */
 typedef struct {
@@ -62,9 +62,9 @@ typedef struct {
 /* Runs the forward pass; allocates every array of *f (free with
  * dl_moe_forward_free, also after an error). Errors: those of
  * dl_moe_config_validate, dl_moe_inputs_validate, DL_ENOMEM. */
-int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
-                   dl_moe_forward_t *f);
-void dl_moe_forward_free(dl_moe_forward_t *f);
+DL_EXTERN int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                             dl_moe_forward_t *f);
+DL_EXTERN void dl_moe_forward_free(dl_moe_forward_t *f);
 
 /* Every gradient of the backward pass, each an exact function of stored
  * forward values and upstream gradients, rounded once. */
@@ -85,9 +85,9 @@ typedef struct {
 
 /* Runs the backward pass for d_out = in->d_out; allocates every array of *b
  * (free with dl_moe_backward_free, also after an error). */
-int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
-                    const dl_moe_forward_t *f, dl_moe_backward_t *b);
-void dl_moe_backward_free(dl_moe_backward_t *b);
+DL_EXTERN int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                              const dl_moe_forward_t *f, dl_moe_backward_t *b);
+DL_EXTERN void dl_moe_backward_free(dl_moe_backward_t *b);
 
 #ifdef __cplusplus
 }

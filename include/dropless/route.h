@@ -35,7 +35,7 @@ typedef struct {
 /* Checks a routing configuration: E >= 1, 1 <= k <= E, n_group divides E,
  * 1 <= topk_group <= n_group, k <= topk_group * E / n_group, finite
  * positive scaling. Returns 0 or DL_EINVAL. */
-int dl_route_config_validate(const dl_route_config_t *c);
+DL_EXTERN int dl_route_config_validate(const dl_route_config_t *c);
 
 /* scores[t, e] = RN_fp32(softmax_e(logits[t, :])) or RN_fp32(sigmoid(logits[t,e])),
  * correctly rounded on every platform (certified binary64 evaluation, MPFR
@@ -43,8 +43,8 @@ int dl_route_config_validate(const dl_route_config_t *c);
  * caller-owned, and must not overlap. A score whose exact value is
  * positive but below half the smallest subnormal is +0.
  * Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE (NaN/Inf logit). */
-int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
-                    float *scores);
+DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
+                              float *scores);
 
 /* Top-k selection and routing weights for each token.
  * Selection key: key[e] = RN_fp32(scores[e] + bias[e]) with bias, scores[e]
@@ -62,9 +62,9 @@ int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
  * has_bias). Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE (a NaN/Inf score
  * or bias, a key or group score that overflows fp32, or renormalisation by
  * an exactly zero sum of selected scores). */
-int dl_route_topk(const dl_route_config_t *c, const float *scores,
-                  const float *bias, int64_t T, int32_t *ids, float *weights,
-                  float *margin);
+DL_EXTERN int dl_route_topk(const dl_route_config_t *c, const float *scores,
+                            const float *bias, int64_t T, int32_t *ids, float *weights,
+                            float *margin);
 
 /* Backward of dl_route_topk's weights and of dl_route_scores, for stored
  * (rounded) forward values: given d_weights [T, k], writes
@@ -78,23 +78,23 @@ int dl_route_topk(const dl_route_config_t *c, const float *scores,
  * Errors: DL_EINVAL (also: an expert listed twice in a token), DL_ERANGE
  * (an id outside [0, E)), DL_EOVERFLOW, DL_ENONFINITE (NaN/Inf input, or
  * renormalisation by an exactly zero sum). */
-int dl_route_backward(const dl_route_config_t *c, const float *scores,
-                      const int32_t *ids, const float *d_weights, int64_t T,
-                      float *d_scores, float *d_logits);
+DL_EXTERN int dl_route_backward(const dl_route_config_t *c, const float *scores,
+                                const int32_t *ids, const float *d_weights, int64_t T,
+                                float *d_scores, float *d_logits);
 
 /* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
  * correctly rounded to t (fp32, bf16 or fp16; no libm exp). An exact zero
  * (g or u zero) is +0; a nonzero result that rounds to zero keeps its sign.
  * h may alias g or u. Errors: DL_EINVAL, DL_EDTYPE, DL_ENONFINITE. */
-int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h);
+DL_EXTERN int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h);
 
 /* SwiGLU backward: d_g[i] = RN_t(dh[i] * u[i] * silu'(g[i])),
  * d_u[i] = RN_t(dh[i] * silu(g[i])), silu'(g) = s (1 + g (1 - s)),
  * s = sigmoid(g), each correctly rounded, with the zero conventions of
  * dl_swiglu. Either output may be NULL; outputs may alias inputs.
  * Errors: DL_EINVAL, DL_EDTYPE, DL_ENONFINITE. */
-int dl_swiglu_backward(const float *g, const float *u, const float *dh,
-                       int64_t n, dl_dtype_t t, float *d_g, float *d_u);
+DL_EXTERN int dl_swiglu_backward(const float *g, const float *u, const float *dh,
+                                 int64_t n, dl_dtype_t t, float *d_g, float *d_u);
 
 #ifdef __cplusplus
 }

@@ -91,26 +91,26 @@ typedef struct {
  * DL_EOVERFLOW for a bad configuration or NULL arguments, DL_ENOMEM, or
  * DL_EPLUGIN when no child process could be started. Free *r with
  * dl_run_result_free, also after an error. */
-int dl_run_backend(const char *path, const dl_moe_config_t *c, const dl_moe_inputs_t *in,
-                   const dl_moe_forward_t *gf, const dl_moe_backward_t *gb,
-                   const dl_run_options_t *opt, dl_run_result_t *r);
+DL_EXTERN int dl_run_backend(const char *path, const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                             const dl_moe_forward_t *gf, const dl_moe_backward_t *gb,
+                             const dl_run_options_t *opt, dl_run_result_t *r);
 
-void dl_run_result_free(dl_run_result_t *r);
+DL_EXTERN void dl_run_result_free(dl_run_result_t *r);
 
 /* "router", "dispatch", ... (the ABI's field names); NULL if out of range. */
-const char *dl_run_stage_name(dl_run_stage_t s);
+DL_EXTERN const char *dl_run_stage_name(dl_run_stage_t s);
 /* "ok", "not-implemented", "skipped", "crashed", "timeout", "error-return",
  * "unwritten", "nondeterministic", "abi-mismatch", "load-failed"; NULL if
  * out of range. */
-const char *dl_run_status_name(dl_run_status_t s);
+DL_EXTERN const char *dl_run_status_name(dl_run_status_t s);
 /* 1 for the statuses that fail a run (crashed, timeout, error-return,
  * unwritten, abi-mismatch, load-failed), else 0; nondeterministic is a
  * warning. */
-int dl_run_status_is_failure(dl_run_status_t s);
+DL_EXTERN int dl_run_status_is_failure(dl_run_status_t s);
 
 /* The values stage s produces, as bits (1 << dl_value_t) for
  * dl_check_run_isolated; 0 if s is out of range. */
-uint64_t dl_run_stage_values(dl_run_stage_t s);
+DL_EXTERN uint64_t dl_run_stage_values(dl_run_stage_t s);
 
 #ifdef __cplusplus
 }
