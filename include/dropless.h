@@ -12,6 +12,7 @@
  *   dispatch argsort, group sizes and offsets, permute, combine
  *   gemm     exact grouped GEMM over a flat ragged array, ragged-K GEMM
  *   moe      the whole layer: configuration, forward, backward
+ *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
  *   golden   golden files (HDF5): the case catalogue, write, read
  *   check    the conformance runner
  * The plugin ABI for backends is dropless/backend.h, which depends on DLPack
@@ -25,6 +26,7 @@
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
+#include "dropless/values.h"
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"

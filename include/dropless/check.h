@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include "core.h"
 #include "moe.h"
+#include "values.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,59 +30,6 @@ typedef enum {
 
 /* "PASS", "WARN", "FAIL", "SKIP", "INFO"; NULL for an unknown value. */
 DL_EXTERN const char *dl_verdict_name(dl_verdict_t v);
-
-/* --------------------------------------------------------- stage values */
-
-/* The value every stage of the forward and backward pass stores, in
- * dependency order: what the runner checks. The names (dl_value_name) are
- * the dataset names of the golden file layout. (Not the plugin ABI's
- * dl_run_stage_t, whose stages each produce several of these.) */
-typedef enum {
-    DL_VALUE_ROUTER_LOGITS = 0,
-    DL_VALUE_ROUTER_SCORES,
-    DL_VALUE_TOPK_IDS,
-    DL_VALUE_TOPK_WEIGHTS,
-    DL_VALUE_SORT_PERM,
-    DL_VALUE_INV_PERM,
-    DL_VALUE_GROUP_SIZES,
-    DL_VALUE_GROUP_OFFSETS,
-    DL_VALUE_X_SORTED,
-    DL_VALUE_H_GATE,
-    DL_VALUE_H_UP,
-    DL_VALUE_H_ACT,
-    DL_VALUE_Y_SORTED,
-    DL_VALUE_OUT,
-    DL_VALUE_D_TOPK_WEIGHTS,
-    DL_VALUE_D_Y_SORTED,
-    DL_VALUE_D_H_ACT,
-    DL_VALUE_D_W_DOWN,
-    DL_VALUE_D_H_GATE,
-    DL_VALUE_D_H_UP,
-    DL_VALUE_D_X_SORTED,
-    DL_VALUE_D_W_GATE,
-    DL_VALUE_D_W_UP,
-    DL_VALUE_D_ROUTER_SCORES,
-    DL_VALUE_D_ROUTER_LOGITS,
-    DL_VALUE_D_ROUTER_WEIGHT,
-    DL_VALUE_D_X,
-    DL_VALUE_COUNT,
-    DL_VALUE_NONE = -1 /* a check about the whole case (token accounting) */
-} dl_value_t;
-
-/* "router_logits", ..., "d_x"; "case" for DL_VALUE_NONE; NULL otherwise. */
-DL_EXTERN const char *dl_value_name(dl_value_t s);
-/* Parses a stage name. Returns 0 and sets *s, or DL_ENOTFOUND. */
-DL_EXTERN int dl_value_parse(const char *name, dl_value_t *s);
-/* 1 if the stage belongs to the backward pass. */
-DL_EXTERN int dl_value_is_backward(dl_value_t s);
-/* The candidate's (or golden's) array for stage s, NULL when absent; the
- * pointer is to float, int32_t or int64_t data as the struct declares.
- * tie_margin is not a stage: the runner derives margins itself. */
-DL_EXTERN const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b,
-                                     dl_value_t s);
-/* Elements of stage s for configuration c (0 for the SwiGLU-only stages of a
- * DL_FFN_PLAIN layer: they do not exist there). */
-DL_EXTERN int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s);
 
 /* -------------------------------------------------------------- profiles */
 

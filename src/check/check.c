@@ -11,14 +11,6 @@
 #include <time.h>
 #include "check/check_priv.h"
 
-static const char *const stage_names[DL_VALUE_COUNT] = {
-    "router_logits", "router_scores", "topk_ids", "topk_weights", "sort_perm",
-    "inv_perm", "group_sizes", "group_offsets", "x_sorted", "h_gate",
-    "h_up", "h_act", "y_sorted", "out", "d_topk_weights",
-    "d_y_sorted", "d_h_act", "d_w_down", "d_h_gate", "d_h_up",
-    "d_x_sorted", "d_w_gate", "d_w_up", "d_router_scores", "d_router_logits",
-    "d_router_weight", "d_x"};
-
 const char *dl_verdict_name(dl_verdict_t v)
 {
     switch (v) {
@@ -31,114 +23,9 @@ const char *dl_verdict_name(dl_verdict_t v)
     return NULL;
 }
 
-const char *dl_value_name(dl_value_t s)
-{
-    if (s == DL_VALUE_NONE)
-        return "case";
-    return (int)s >= 0 && s < DL_VALUE_COUNT ? stage_names[s] : NULL;
-}
-
-int dl_value_parse(const char *name, dl_value_t *s)
-{
-    for (int i = 0; name && i < DL_VALUE_COUNT; i++)
-        if (!strcmp(name, stage_names[i])) {
-            *s = (dl_value_t)i;
-            return 0;
-        }
-    return DL_ENOTFOUND;
-}
-
-int dl_value_is_backward(dl_value_t s)
-{
-    return s >= DL_VALUE_D_TOPK_WEIGHTS && s < DL_VALUE_COUNT;
-}
-
-void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s)
-{
-    if (f)
-        switch (s) {
-        case DL_VALUE_ROUTER_LOGITS: return (void **)&f->router_logits;
-        case DL_VALUE_ROUTER_SCORES: return (void **)&f->router_scores;
-        case DL_VALUE_TOPK_IDS: return (void **)&f->topk_ids;
-        case DL_VALUE_TOPK_WEIGHTS: return (void **)&f->topk_weights;
-        case DL_VALUE_SORT_PERM: return (void **)&f->sort_perm;
-        case DL_VALUE_INV_PERM: return (void **)&f->inv_perm;
-        case DL_VALUE_GROUP_SIZES: return (void **)&f->group_sizes;
-        case DL_VALUE_GROUP_OFFSETS: return (void **)&f->group_offsets;
-        case DL_VALUE_X_SORTED: return (void **)&f->x_sorted;
-        case DL_VALUE_H_GATE: return (void **)&f->h_gate;
-        case DL_VALUE_H_UP: return (void **)&f->h_up;
-        case DL_VALUE_H_ACT: return (void **)&f->h_act;
-        case DL_VALUE_Y_SORTED: return (void **)&f->y_sorted;
-        case DL_VALUE_OUT: return (void **)&f->out;
-        default: break;
-        }
-    if (b)
-        switch (s) {
-        case DL_VALUE_D_TOPK_WEIGHTS: return (void **)&b->d_topk_weights;
-        case DL_VALUE_D_Y_SORTED: return (void **)&b->d_y_sorted;
-        case DL_VALUE_D_H_ACT: return (void **)&b->d_h_act;
-        case DL_VALUE_D_W_DOWN: return (void **)&b->d_w_down;
-        case DL_VALUE_D_H_GATE: return (void **)&b->d_h_gate;
-        case DL_VALUE_D_H_UP: return (void **)&b->d_h_up;
-        case DL_VALUE_D_X_SORTED: return (void **)&b->d_x_sorted;
-        case DL_VALUE_D_W_GATE: return (void **)&b->d_w_gate;
-        case DL_VALUE_D_W_UP: return (void **)&b->d_w_up;
-        case DL_VALUE_D_ROUTER_SCORES: return (void **)&b->d_router_scores;
-        case DL_VALUE_D_ROUTER_LOGITS: return (void **)&b->d_router_logits;
-        case DL_VALUE_D_ROUTER_WEIGHT: return (void **)&b->d_router_weight;
-        case DL_VALUE_D_X: return (void **)&b->d_x;
-        default: break;
-        }
-    return NULL;
-}
-
-const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_value_t s)
-{
-    /* the slot is only read here */
-    void **p = dl__value_slot((dl_moe_forward_t *)f, (dl_moe_backward_t *)b, s);
-    return p ? *p : NULL;
-}
-
-int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)
-{
-    const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts,
-                  M = T * c->route.top_k;
-    const int sw = c->ffn_kind == DL_FFN_SWIGLU;
-    switch (s) {
-    case DL_VALUE_ROUTER_LOGITS: case DL_VALUE_ROUTER_SCORES:
-    case DL_VALUE_D_ROUTER_SCORES: case DL_VALUE_D_ROUTER_LOGITS:
-        return T * E;
-    case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: case DL_VALUE_SORT_PERM:
-    case DL_VALUE_INV_PERM: case DL_VALUE_D_TOPK_WEIGHTS:
-        return M;
-    case DL_VALUE_GROUP_SIZES: return E;
-    case DL_VALUE_GROUP_OFFSETS: return E + 1;
-    case DL_VALUE_X_SORTED: case DL_VALUE_Y_SORTED: case DL_VALUE_D_Y_SORTED:
-    case DL_VALUE_D_X_SORTED:
-        return M * d;
-    case DL_VALUE_H_GATE: case DL_VALUE_H_UP: case DL_VALUE_H_ACT: case DL_VALUE_D_H_ACT:
-    case DL_VALUE_D_H_GATE: case DL_VALUE_D_H_UP:
-        return sw ? M * f : 0;
-    case DL_VALUE_OUT: case DL_VALUE_D_X: return T * d;
-    case DL_VALUE_D_W_DOWN: return E * f * d;
-    case DL_VALUE_D_W_GATE: case DL_VALUE_D_W_UP: return sw ? E * d * f : 0;
-    case DL_VALUE_D_ROUTER_WEIGHT: return d * E;
-    default: return 0;
-    }
-}
-
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
-    switch (s) {
-    case DL_VALUE_ROUTER_LOGITS: case DL_VALUE_ROUTER_SCORES: case DL_VALUE_TOPK_WEIGHTS:
-    case DL_VALUE_D_TOPK_WEIGHTS: case DL_VALUE_D_ROUTER_SCORES: case DL_VALUE_D_ROUTER_LOGITS:
-    case DL_VALUE_D_ROUTER_WEIGHT: case DL_VALUE_D_W_DOWN: case DL_VALUE_D_W_GATE:
-    case DL_VALUE_D_W_UP:
-        return DL_F32;
-    default:
-        return ck->act;
-    }
+    return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
 }
 
 void dl_check_options_default(dl_check_options_t *o)
@@ -366,7 +253,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
             }
             x->verdict = DL_VERDICT_FAIL;
             dl__ck_msg(x, "the candidate's %s has the wrong shape or type (expected %lld elements)",
-                       stage_names[s], (long long)ck.numel[s]);
+                       dl_value_name((dl_value_t)s), (long long)ck.numel[s]);
             continue;
         }
         if (!p || ck.numel[s] == 0)

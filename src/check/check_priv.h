@@ -147,9 +147,6 @@ int dl__ck_zero_drops(dl__ck_t *ck);
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
 
-/* The address of stage s's array pointer in f or b (NULL if s is not
- * there). */
-void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s);
 
 /* The worst verdict of r's results, INFO aside; SKIP when there are none. */
 dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);

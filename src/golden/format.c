@@ -14,64 +14,43 @@ typedef struct {
     size_t off; /* of the array pointer inside dl_golden_file_t */
 } entry_t;
 
-#define DS(g, gname, field, elem, act, rank, dims, cond, member)                     \
-    {{g, #field, "/" gname "/" #field, elem, act, rank, dims, cond},                 \
-     offsetof(dl_golden_file_t, member.field)}
+/* The rows of DL_VALUE_MAP (dropless/values.h), in its order, as datasets. */
+#define GROUP_IN DL_GOLDEN_INPUTS
+#define GROUP_FW DL_GOLDEN_FORWARD
+#define GROUP_AUX DL_GOLDEN_FORWARD
+#define GROUP_BW DL_GOLDEN_BACKWARD
+#define GNAME_IN "inputs"
+#define GNAME_FW "forward"
+#define GNAME_AUX "forward"
+#define GNAME_BW "backward"
+#define MEMBER_IN in
+#define MEMBER_FW fwd
+#define MEMBER_AUX fwd
+#define MEMBER_BW bwd
+#define ELEM_ACT DL_GOLDEN_FLOAT
+#define ELEM_F32 DL_GOLDEN_FLOAT
+#define ELEM_I32 DL_GOLDEN_INT32
+#define ELEM_I64 DL_GOLDEN_INT64
+#define ACT_ACT 1
+#define ACT_F32 0
+#define ACT_I32 0
+#define ACT_I64 0
+#define COND_ALWAYS DL_GOLDEN_ALWAYS
+#define COND_BIAS DL_GOLDEN_IF_BIAS
+#define COND_SWIGLU DL_GOLDEN_IF_SWIGLU
 
-#define IN(field, elem, act, rank, dims, cond) \
-    DS(DL_GOLDEN_INPUTS, "inputs", field, elem, act, rank, dims, cond, in)
-#define FW(field, elem, act, rank, dims, cond) \
-    DS(DL_GOLDEN_FORWARD, "forward", field, elem, act, rank, dims, cond, fwd)
-#define BW(field, elem, act, rank, dims, cond) \
-    DS(DL_GOLDEN_BACKWARD, "backward", field, elem, act, rank, dims, cond, bwd)
+#define DS(g, E, n, st, dims, cond)                                                    \
+    {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
+      dims, COND_##cond},                                                              \
+     offsetof(dl_golden_file_t, MEMBER_##g.n)},
 
-#define FL DL_GOLDEN_FLOAT
-#define I32 DL_GOLDEN_INT32
-#define I64 DL_GOLDEN_INT64
-#define ALW DL_GOLDEN_ALWAYS
-#define BIAS DL_GOLDEN_IF_BIAS
-#define SWI DL_GOLDEN_IF_SWIGLU
-
-static const entry_t table[] = {
-    IN(x, FL, 1, 2, "Td", ALW),
-    IN(router_weight, FL, 0, 2, "dE", ALW),
-    IN(expert_bias, FL, 0, 1, "E", BIAS),
-    IN(w_gate, FL, 1, 3, "Edf", SWI),
-    IN(w_up, FL, 1, 3, "Edf", SWI),
-    IN(w_down, FL, 1, 3, "Efd", ALW),
-    IN(d_out, FL, 1, 2, "Td", ALW),
-
-    FW(router_logits, FL, 0, 2, "TE", ALW),
-    FW(router_scores, FL, 0, 2, "TE", ALW),
-    FW(topk_ids, I32, 0, 2, "Tk", ALW),
-    FW(topk_weights, FL, 0, 2, "Tk", ALW),
-    FW(tie_margin, FL, 0, 1, "T", ALW),
-    FW(sort_perm, I32, 0, 1, "M", ALW),
-    FW(inv_perm, I32, 0, 1, "M", ALW),
-    FW(group_sizes, I64, 0, 1, "E", ALW),
-    FW(group_offsets, I64, 0, 1, "P", ALW),
-    FW(x_sorted, FL, 1, 2, "Md", ALW),
-    FW(h_gate, FL, 1, 2, "Mf", SWI),
-    FW(h_up, FL, 1, 2, "Mf", SWI),
-    FW(h_act, FL, 1, 2, "Mf", SWI),
-    FW(y_sorted, FL, 1, 2, "Md", ALW),
-    FW(out, FL, 1, 2, "Td", ALW),
-
-    BW(d_topk_weights, FL, 0, 2, "Tk", ALW),
-    BW(d_y_sorted, FL, 1, 2, "Md", ALW),
-    BW(d_h_act, FL, 1, 2, "Mf", SWI),
-    BW(d_w_down, FL, 0, 3, "Efd", ALW),
-    BW(d_h_gate, FL, 1, 2, "Mf", SWI),
-    BW(d_h_up, FL, 1, 2, "Mf", SWI),
-    BW(d_x_sorted, FL, 1, 2, "Md", ALW),
-    BW(d_w_gate, FL, 0, 3, "Edf", SWI),
-    BW(d_w_up, FL, 0, 3, "Edf", SWI),
-    BW(d_router_scores, FL, 0, 2, "TE", ALW),
-    BW(d_router_logits, FL, 0, 2, "TE", ALW),
-    BW(d_router_weight, FL, 0, 2, "dE", ALW),
-    BW(d_x, FL, 1, 2, "Td", ALW),
-};
+static const entry_t table[] = {DL_VALUE_MAP(DS)};
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
+
+_Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
+                   (int)DL_GOLDEN_IF_BIAS == (int)DL_COND_BIAS &&
+                   (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU,
+               "golden dataset conditions out of sync with dl_cond_t");
 
 int dl_golden_dataset_count(void) { return NTABLE; }
 
@@ -92,14 +71,7 @@ const dl_golden_dataset_t *dl_golden_dataset_find(const char *path)
 
 int dl_golden_dataset_applies(const dl_golden_dataset_t *ds, const dl_moe_config_t *c)
 {
-    switch (ds->cond) {
-    case DL_GOLDEN_IF_BIAS:
-        return c->route.has_bias != 0;
-    case DL_GOLDEN_IF_SWIGLU:
-        return c->ffn_kind == DL_FFN_SWIGLU;
-    default:
-        return 1;
-    }
+    return dl_cond_applies((dl_cond_t)ds->cond, c);
 }
 
 int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
@@ -107,20 +79,9 @@ int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_conf
 {
     int64_t n = 1;
     for (int i = 0; i < ds->rank; i++) {
-        int64_t v;
-        switch (ds->dims[i]) {
-        case 'T': v = c->tokens; break;
-        case 'd': v = c->hidden; break;
-        case 'f': v = c->ffn; break;
-        case 'E': v = c->route.experts; break;
-        case 'k': v = c->route.top_k; break;
-        case 'P': v = c->route.experts + 1; break;
-        case 'M':
-            if (dl_mul_size(c->tokens, c->route.top_k, &v))
-                return DL_EOVERFLOW;
-            break;
-        default: return DL_EINTERNAL;
-        }
+        if (!strchr("TdfEkMP", ds->dims[i]))
+            return DL_EINTERNAL;
+        int64_t v = dl_value_dim(c, ds->dims[i]);
         if (v < 0)
             return DL_EOVERFLOW;
         dims[i] = v;

@@ -80,31 +80,11 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     return 0;
 }
 
-/* calloc that treats a zero-sized request as one byte, so NULL means no memory */
-static void *alloc(int64_t n, size_t size)
-{
-    return calloc(n > 0 ? (size_t)n : 1, size);
-}
-
 void dl_moe_forward_free(dl_moe_forward_t *f)
 {
     if (!f)
         return;
-    free(f->router_logits);
-    free(f->router_scores);
-    free(f->topk_ids);
-    free(f->topk_weights);
-    free(f->tie_margin);
-    free(f->sort_perm);
-    free(f->inv_perm);
-    free(f->group_sizes);
-    free(f->group_offsets);
-    free(f->x_sorted);
-    free(f->h_gate);
-    free(f->h_up);
-    free(f->h_act);
-    free(f->y_sorted);
-    free(f->out);
+    dl__moe_arrays_free(f, NULL);
     memset(f, 0, sizeof *f);
 }
 
@@ -130,27 +110,7 @@ int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     const dl_dtype_t t = c->dtype;
     const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
 
-    f->router_logits = alloc(T * E, sizeof(float));
-    f->router_scores = alloc(T * E, sizeof(float));
-    f->topk_ids = alloc(M, sizeof(int32_t));
-    f->topk_weights = alloc(M, sizeof(float));
-    f->tie_margin = alloc(T, sizeof(float));
-    f->sort_perm = alloc(M, sizeof(int32_t));
-    f->inv_perm = alloc(M, sizeof(int32_t));
-    f->group_sizes = alloc(E, sizeof(int64_t));
-    f->group_offsets = alloc(E + 1, sizeof(int64_t));
-    f->x_sorted = alloc(M * d, sizeof(float));
-    f->y_sorted = alloc(M * d, sizeof(float));
-    f->out = alloc(T * d, sizeof(float));
-    if (swiglu) {
-        f->h_gate = alloc(M * ff, sizeof(float));
-        f->h_up = alloc(M * ff, sizeof(float));
-        f->h_act = alloc(M * ff, sizeof(float));
-    }
-    if (!f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights ||
-        !f->tie_margin || !f->sort_perm || !f->inv_perm || !f->group_sizes ||
-        !f->group_offsets || !f->x_sorted || !f->y_sorted || !f->out ||
-        (swiglu && (!f->h_gate || !f->h_up || !f->h_act)))
+    if (dl__moe_arrays_alloc(c, f, NULL))
         return DL_ENOMEM;
 
     const int64_t all_rows[2] = {0, T};
@@ -185,19 +145,7 @@ void dl_moe_backward_free(dl_moe_backward_t *b)
 {
     if (!b)
         return;
-    free(b->d_topk_weights);
-    free(b->d_y_sorted);
-    free(b->d_h_act);
-    free(b->d_w_down);
-    free(b->d_h_gate);
-    free(b->d_h_up);
-    free(b->d_x_sorted);
-    free(b->d_w_gate);
-    free(b->d_w_up);
-    free(b->d_router_scores);
-    free(b->d_router_logits);
-    free(b->d_router_weight);
-    free(b->d_x);
+    dl__moe_arrays_free(NULL, b);
     memset(b, 0, sizeof *b);
 }
 
@@ -216,24 +164,7 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
     const int64_t *off = f->group_offsets;
 
-    b->d_topk_weights = alloc(M, sizeof(float));
-    b->d_y_sorted = alloc(M * d, sizeof(float));
-    b->d_x_sorted = alloc(M * d, sizeof(float));
-    b->d_w_down = alloc(E * ff * d, sizeof(float));
-    b->d_router_scores = alloc(T * E, sizeof(float));
-    b->d_router_logits = alloc(T * E, sizeof(float));
-    b->d_router_weight = alloc(d * E, sizeof(float));
-    b->d_x = alloc(T * d, sizeof(float));
-    if (swiglu) {
-        b->d_h_act = alloc(M * ff, sizeof(float));
-        b->d_h_gate = alloc(M * ff, sizeof(float));
-        b->d_h_up = alloc(M * ff, sizeof(float));
-        b->d_w_gate = alloc(E * d * ff, sizeof(float));
-        b->d_w_up = alloc(E * d * ff, sizeof(float));
-    }
-    if (!b->d_topk_weights || !b->d_y_sorted || !b->d_x_sorted || !b->d_w_down ||
-        !b->d_router_scores || !b->d_router_logits || !b->d_router_weight || !b->d_x ||
-        (swiglu && (!b->d_h_act || !b->d_h_gate || !b->d_h_up || !b->d_w_gate || !b->d_w_up)))
+    if (dl__moe_arrays_alloc(c, NULL, b))
         return DL_ENOMEM;
 
     /* combine: out[t] = sum_j w[t,j] y[pos(t,j)] */

@@ -8,6 +8,7 @@
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
+#include "dropless/values.h"
 
 /* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
 #define DL__MAX_TOPK 1024
@@ -28,5 +29,15 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
 /* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
  * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
+
+/* The address of stage s's array pointer inside *f (forward values) or *b
+ * (backward values); NULL for an unknown s or when that struct is NULL. */
+void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s);
+/* Allocates every array of *f (when not NULL) and of *b (when not NULL)
+ * that exists for c, zero-filled, a zero-sized one as one element; 0 or
+ * DL_ENOMEM (the arrays that were allocated stay, for the caller's free). */
+int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b);
+/* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
+void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
 
 #endif
