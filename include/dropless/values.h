@@ -96,6 +96,37 @@ typedef enum {
     DL_COND_SWIGLU = 2 /* only with DL_FFN_SWIGLU */
 } dl_cond_t;
 
+/* Which struct an array lives in. */
+typedef enum {
+    DL_LAYOUT_INPUTS = 0,  /* dl_moe_inputs_t */
+    DL_LAYOUT_FORWARD = 1, /* dl_moe_forward_t */
+    DL_LAYOUT_BACKWARD = 2 /* dl_moe_backward_t */
+} dl_layout_group_t;
+
+/* One row of DL_VALUE_MAP. */
+typedef struct {
+    dl_layout_group_t group;
+    const char *name;  /* "x", "router_logits", ...: member and dataset name */
+    dl_value_t value;  /* DL_VALUE_NONE for inputs and tie_margin */
+    dl_store_t store;
+    const char *dims;  /* "TE", ...; the rank is its length (1 to 3) */
+    dl_cond_t cond;
+} dl_layout_row_t;
+
+/* The number of rows, the i-th (0 <= i < count; NULL otherwise), the row
+ * called `name` (NULL if none). Static data: nothing to free. */
+DL_EXTERN int dl_layout_count(void);
+DL_EXTERN const dl_layout_row_t *dl_layout_row(int i);
+DL_EXTERN const dl_layout_row_t *dl_layout_find(const char *name);
+/* The row's array in the structs (each may be NULL: then NULL). */
+DL_EXTERN const void *dl_layout_data(const dl_layout_row_t *r, const dl_moe_inputs_t *in,
+                                     const dl_moe_forward_t *f, const dl_moe_backward_t *b);
+/* The row's element count for c (0 when its condition does not hold), and
+ * its shape in dims[0..rank-1]; returns the rank. */
+DL_EXTERN int64_t dl_layout_numel(const dl_layout_row_t *r, const dl_moe_config_t *c);
+DL_EXTERN int dl_layout_shape(const dl_layout_row_t *r, const dl_moe_config_t *c,
+                              int64_t dims[3]);
+
 /* "router_logits", ..., "d_x"; "case" for DL_VALUE_NONE; NULL otherwise. */
 DL_EXTERN const char *dl_value_name(dl_value_t s);
 /* Parses a stage name. Returns 0 and sets *s, or DL_ENOTFOUND. */

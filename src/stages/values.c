@@ -1,6 +1,7 @@
-/* The stage values of the layer, generated from DL_VALUE_MAP: their names,
- * struct slots, storage rules and shapes, and the allocation and release of
- * the forward and backward structs. Nothing here lists a value by hand. */
+/* The layer's arrays and stage values, generated from DL_VALUE_MAP: their
+ * names, struct slots, storage rules and shapes, and the allocation and
+ * release of the forward and backward structs. Nothing here lists an array
+ * by hand. */
 #include "config.h"
 #include <stddef.h>
 #include <stdlib.h>
@@ -8,100 +9,75 @@
 #include "stages/stages_priv.h"
 
 typedef struct {
-    const char *name;
-    int backward;
-    size_t off; /* of the array pointer inside dl_moe_forward_t or dl_moe_backward_t */
-    dl_store_t store;
-    const char *dims;
-    dl_cond_t cond;
-} vrow_t;
+    dl_layout_row_t pub;
+    size_t off; /* of the array pointer inside its struct */
+} row_t;
 
-#define VROW_IN(n, st, dims, cond)
-#define VROW_AUX(n, st, dims, cond)
-#define VROW_FW(n, st, dims, cond) \
-    {#n, 0, offsetof(dl_moe_forward_t, n), DL_STORE_##st, dims, DL_COND_##cond},
-#define VROW_BW(n, st, dims, cond) \
-    {#n, 1, offsetof(dl_moe_backward_t, n), DL_STORE_##st, dims, DL_COND_##cond},
-#define VROW(g, E, n, st, dims, cond) VROW_##g(n, st, dims, cond)
+#define GROUP_IN DL_LAYOUT_INPUTS
+#define GROUP_FW DL_LAYOUT_FORWARD
+#define GROUP_AUX DL_LAYOUT_FORWARD
+#define GROUP_BW DL_LAYOUT_BACKWARD
+#define STRUCT_IN dl_moe_inputs_t
+#define STRUCT_FW dl_moe_forward_t
+#define STRUCT_AUX dl_moe_forward_t
+#define STRUCT_BW dl_moe_backward_t
+#define VALUE_IN(E) DL_VALUE_NONE
+#define VALUE_AUX(E) DL_VALUE_NONE
+#define VALUE_FW(E) DL_VALUE_##E
+#define VALUE_BW(E) DL_VALUE_##E
 
-static const vrow_t rows[DL_VALUE_COUNT] = {DL_VALUE_MAP(VROW)};
+#define ROW(g, E, n, st, dims, cond)                                                   \
+    {{GROUP_##g, #n, VALUE_##g(E), DL_STORE_##st, dims, DL_COND_##cond},               \
+     offsetof(STRUCT_##g, n)},
+static const row_t rows[] = {DL_VALUE_MAP(ROW)};
+#define NROWS ((int)(sizeof rows / sizeof *rows))
 
-/* Every array of the two structs, stage values or not (tie_margin), for
- * allocation and release. */
-typedef struct {
-    int backward;
-    size_t off;
-    dl_store_t store;
-    const char *dims;
-    dl_cond_t cond;
-} arow_t;
+/* The row of each stage value: its position in the map. */
+#define POS(g, E, n, st, dims, cond) POS_##E,
+enum { DL_VALUE_MAP(POS) NPOS };
+#define VPOS_IN(E)
+#define VPOS_AUX(E)
+#define VPOS_FW(E) [DL_VALUE_##E] = POS_##E,
+#define VPOS_BW(E) [DL_VALUE_##E] = POS_##E,
+#define VPOS(g, E, n, st, dims, cond) VPOS_##g(E)
+static const int value_row[DL_VALUE_COUNT] = {DL_VALUE_MAP(VPOS)};
 
-#define AROW_IN(n, st, dims, cond)
-#define AROW_FW(n, st, dims, cond) \
-    {0, offsetof(dl_moe_forward_t, n), DL_STORE_##st, dims, DL_COND_##cond},
-#define AROW_AUX AROW_FW
-#define AROW_BW(n, st, dims, cond) \
-    {1, offsetof(dl_moe_backward_t, n), DL_STORE_##st, dims, DL_COND_##cond},
-#define AROW(g, E, n, st, dims, cond) AROW_##g(n, st, dims, cond)
-
-static const arow_t arrays[] = {DL_VALUE_MAP(AROW)};
-#define NARRAYS (sizeof arrays / sizeof *arrays)
-
-static int known(dl_value_t s)
+static const row_t *of_value(dl_value_t s)
 {
-    return (int)s >= 0 && s < DL_VALUE_COUNT;
+    return (int)s >= 0 && s < DL_VALUE_COUNT ? &rows[value_row[s]] : NULL;
 }
 
-const char *dl_value_name(dl_value_t s)
+/* ---------------------------------------------------------------- rows */
+
+int dl_layout_count(void) { return NROWS; }
+
+const dl_layout_row_t *dl_layout_row(int i)
 {
-    if (s == DL_VALUE_NONE)
-        return "case";
-    return known(s) ? rows[s].name : NULL;
+    return i >= 0 && i < NROWS ? &rows[i].pub : NULL;
 }
 
-int dl_value_parse(const char *name, dl_value_t *s)
+const dl_layout_row_t *dl_layout_find(const char *name)
 {
-    for (int i = 0; name && i < DL_VALUE_COUNT; i++)
-        if (!strcmp(name, rows[i].name)) {
-            *s = (dl_value_t)i;
-            return 0;
-        }
-    return DL_ENOTFOUND;
+    for (int i = 0; name && i < NROWS; i++)
+        if (!strcmp(rows[i].pub.name, name))
+            return &rows[i].pub;
+    return NULL;
 }
 
-int dl_value_is_backward(dl_value_t s)
+static void **slot(const row_t *r, const void *in, const void *f, const void *b)
 {
-    return known(s) && rows[s].backward;
+    const void *base = r->pub.group == DL_LAYOUT_INPUTS ? in
+                       : r->pub.group == DL_LAYOUT_FORWARD ? f : b;
+    return base ? (void **)((char *)(uintptr_t)base + r->off) : NULL;
 }
 
-void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s)
+const void *dl_layout_data(const dl_layout_row_t *r, const dl_moe_inputs_t *in,
+                           const dl_moe_forward_t *f, const dl_moe_backward_t *b)
 {
-    if (!known(s))
+    if (!r)
         return NULL;
-    char *base = rows[s].backward ? (char *)b : (char *)f;
-    return base ? (void **)(base + rows[s].off) : NULL;
-}
-
-const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_value_t s)
-{
-    /* the slot is only read here */
-    void **p = dl__value_slot((dl_moe_forward_t *)f, (dl_moe_backward_t *)b, s);
+    void **p = slot((const row_t *)(const void *)r, in, f, b);
     return p ? *p : NULL;
-}
-
-dl_store_t dl_value_store(dl_value_t s)
-{
-    return known(s) ? rows[s].store : DL_STORE_F32;
-}
-
-const char *dl_value_dims(dl_value_t s)
-{
-    return known(s) ? rows[s].dims : "";
-}
-
-dl_dtype_t dl_value_dtype(const dl_moe_config_t *c, dl_value_t s)
-{
-    return known(s) && rows[s].store == DL_STORE_ACT ? c->dtype : DL_F32;
 }
 
 int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
@@ -128,51 +104,107 @@ int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
     }
 }
 
-/* Elements of an array with these dimension symbols for c; 0 when its
- * condition does not hold. */
-static int64_t numel_of(const dl_moe_config_t *c, const char *dims, dl_cond_t cond)
+int dl_layout_shape(const dl_layout_row_t *r, const dl_moe_config_t *c, int64_t dims[3])
 {
-    if (!dl_cond_applies(cond, c))
+    if (!r)
         return 0;
-    int64_t n = 1;
-    for (const char *p = dims; *p; p++)
-        n *= dl_value_dim(c, *p);
+    int rank = (int)strlen(r->dims);
+    for (int i = 0; i < rank; i++)
+        dims[i] = dl_value_dim(c, r->dims[i]);
+    return rank;
+}
+
+int64_t dl_layout_numel(const dl_layout_row_t *r, const dl_moe_config_t *c)
+{
+    if (!r || !dl_cond_applies(r->cond, c))
+        return 0;
+    int64_t dims[3], n = 1;
+    int rank = dl_layout_shape(r, c, dims);
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
     return n;
+}
+
+/* -------------------------------------------------------- stage values */
+
+const char *dl_value_name(dl_value_t s)
+{
+    if (s == DL_VALUE_NONE)
+        return "case";
+    const row_t *r = of_value(s);
+    return r ? r->pub.name : NULL;
+}
+
+int dl_value_parse(const char *name, dl_value_t *s)
+{
+    const dl_layout_row_t *r = dl_layout_find(name);
+    if (!r || r->value == DL_VALUE_NONE)
+        return DL_ENOTFOUND;
+    *s = r->value;
+    return 0;
+}
+
+int dl_value_is_backward(dl_value_t s)
+{
+    const row_t *r = of_value(s);
+    return r && r->pub.group == DL_LAYOUT_BACKWARD;
+}
+
+void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s)
+{
+    const row_t *r = of_value(s);
+    return r ? slot(r, NULL, f, b) : NULL;
+}
+
+const void *dl_value_array(const dl_moe_forward_t *f, const dl_moe_backward_t *b, dl_value_t s)
+{
+    const row_t *r = of_value(s);
+    return r ? dl_layout_data(&r->pub, NULL, f, b) : NULL;
+}
+
+dl_store_t dl_value_store(dl_value_t s)
+{
+    const row_t *r = of_value(s);
+    return r ? r->pub.store : DL_STORE_F32;
+}
+
+const char *dl_value_dims(dl_value_t s)
+{
+    const row_t *r = of_value(s);
+    return r ? r->pub.dims : "";
+}
+
+dl_dtype_t dl_value_dtype(const dl_moe_config_t *c, dl_value_t s)
+{
+    return dl_value_store(s) == DL_STORE_ACT ? c->dtype : DL_F32;
 }
 
 int dl_value_shape(const dl_moe_config_t *c, dl_value_t s, int64_t dims[3])
 {
-    if (!known(s))
-        return 0;
-    int rank = (int)strlen(rows[s].dims);
-    for (int i = 0; i < rank; i++)
-        dims[i] = dl_value_dim(c, rows[s].dims[i]);
-    return rank;
+    const row_t *r = of_value(s);
+    return r ? dl_layout_shape(&r->pub, c, dims) : 0;
 }
 
 int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)
 {
-    return known(s) ? numel_of(c, rows[s].dims, rows[s].cond) : 0;
+    const row_t *r = of_value(s);
+    return r ? dl_layout_numel(&r->pub, c) : 0;
 }
 
 /* ------------------------------------------------- the structs' arrays */
 
-static void **array_slot(const arow_t *a, dl_moe_forward_t *f, dl_moe_backward_t *b)
-{
-    char *base = a->backward ? (char *)b : (char *)f;
-    return base ? (void **)(base + a->off) : NULL;
-}
-
 int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b)
 {
     int rc = 0;
-    for (size_t i = 0; i < NARRAYS; i++) {
-        void **p = array_slot(&arrays[i], f, b);
-        if (!p || !dl_cond_applies(arrays[i].cond, c))
+    for (int i = 0; i < NROWS; i++) {
+        if (rows[i].pub.group == DL_LAYOUT_INPUTS || !dl_cond_applies(rows[i].pub.cond, c))
             continue;
-        int64_t n = numel_of(c, arrays[i].dims, arrays[i].cond);
+        void **p = slot(&rows[i], NULL, f, b);
+        if (!p)
+            continue;
+        int64_t n = dl_layout_numel(&rows[i].pub, c);
         /* a zero-sized array is still allocated, so NULL means no memory */
-        *p = calloc(n > 0 ? (size_t)n : 1, arrays[i].store == DL_STORE_I64 ? 8 : 4);
+        *p = calloc(n > 0 ? (size_t)n : 1, rows[i].pub.store == DL_STORE_I64 ? 8 : 4);
         if (!*p)
             rc = DL_ENOMEM;
     }
@@ -181,8 +213,8 @@ int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_b
 
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b)
 {
-    for (size_t i = 0; i < NARRAYS; i++) {
-        void **p = array_slot(&arrays[i], f, b);
+    for (int i = 0; i < NROWS; i++) {
+        void **p = rows[i].pub.group == DL_LAYOUT_INPUTS ? NULL : slot(&rows[i], NULL, f, b);
         if (p) {
             free(*p);
             *p = NULL;
