@@ -30,6 +30,16 @@ DL_EXTERN int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
 DL_EXTERN int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
                          int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out);
 
+/* Gradient of dl_combine for the upstream gradient d_out [T, d]:
+ *   d_w[t, j]                      = RN_f32( <d_out[t, :], y_sorted[p, :]> )
+ *   d_y_sorted[p, :]               = RN_t( w[t, j] * d_out[t, :] )
+ * with p = inv_perm[t*k + j]; each an exact value rounded once. Either
+ * output may be NULL (not computed). Errors: DL_EINVAL, DL_ERANGE,
+ * DL_ENONFINITE (a NaN or infinity in a dot product). */
+DL_EXTERN int dl_combine_backward(const float *d_out, const float *y_sorted, const float *w,
+                                  const int32_t *inv_perm, int64_t T, int64_t k, int64_t d,
+                                  dl_dtype_t t, float *d_w, float *d_y_sorted);
+
 /* Gradient of dl_permute (un-permute): d_x[t, :] = RN_t(sum_j d_x_sorted[inv_perm[t*k+j], :]). */
 DL_EXTERN int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,
                                int64_t k, int64_t d, dl_dtype_t t, float *d_x);

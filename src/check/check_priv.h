@@ -144,6 +144,28 @@ int dl__ck_tokens(dl__ck_t *ck);
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out);
 int dl__ck_zero_drops(dl__ck_t *ck);
 
+/* desc.c: one descriptor per stage value. */
+#define DL__CK_COPY 1u      /* a permutation of an input: compared bitwise */
+#define DL__CK_DW 2u        /* a weight gradient: empty experts' rows must be zero */
+#define DL__CK_DRIFT 4u     /* an end result: drift against the golden is reported */
+#define DL__CK_DROPS 8u     /* the layer's output: zero drops are proven on it */
+#define DL__CK_WITH_SORT 16u /* checked with sort_perm by the token accounting */
+typedef struct {
+    uint64_t up;       /* the stages whose stored values this one is a function of */
+    uint64_t up_plain; /* the same for DL_FFN_PLAIN where it differs, else 0 */
+    /* The exact value on the effective upstream, into out (n floats). */
+    int (*exact)(dl__ck_t *ck, dl_value_t s, float *out);
+    /* The comparison's M provider and constants (cmp->mp preset to mp, with
+     * mp zeroed but for the effective group offsets and E). */
+    int (*setup)(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
+    unsigned flags;
+    /* A value checked by its own routine (routing ids, token accounting). */
+    int (*check)(dl__ck_t *ck);
+} dl__ck_desc_t;
+const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
+/* The upstream mask of s for the case's FFN kind. */
+uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
+
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
 
