@@ -66,6 +66,30 @@ DL_EXTERN int dl_route_topk(const dl_route_config_t *c, const float *scores,
                             const float *bias, int64_t T, int32_t *ids, float *weights,
                             float *margin);
 
+/* The weights of a given selection, as dl_route_topk computes them for
+ * its own: w[j] = RN_fp32(scaling * s[ids[j]] / (renormalize ? sum_j'
+ * s[ids[j']] : 1)), exact then rounded once, an exact zero +0. s is one
+ * token's row of E scores, ids its k experts (distinct, in [0, E)), w [k].
+ * Errors: DL_EINVAL (also an expert listed twice), DL_ERANGE (an id outside
+ * [0, E)), DL_ENONFINITE (a NaN/Inf score, or renormalisation by an exactly
+ * zero sum). */
+DL_EXTERN int dl_route_weights(const dl_route_config_t *c, const float *s, const int32_t *ids,
+                               float *w);
+
+/* The number of keys a group score adds up under c->group_score (1 for
+ * max, 2 for top2_sum, top_k / topk_group for topk_sum), at least 1 and at
+ * most the group size E / n_group; 1 without group-limited routing. The
+ * one definition the selection, its tie margin and the runner use. */
+DL_EXTERN int64_t dl_route_group_terms(const dl_route_config_t *c);
+
+/* The VJP of the score function alone, for any stored d_scores [T, E] (not
+ * only zero off the selection): d_logits[t, e] = RN_fp32(softmax: s_e (ds_e
+ * - sum_j s_j ds_j); sigmoid: ds_e s_e (1 - s_e)) at the stored scores s,
+ * exact then rounded once. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE
+ * (a NaN/Inf product). */
+DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,
+                                       const float *d_scores, int64_t T, float *d_logits);
+
 /* Backward of dl_route_topk's weights and of dl_route_scores, for stored
  * (rounded) forward values: given d_weights [T, k], writes
  * d_scores[t, e] = RN_fp32(exact d weights/d scores contracted with d_weights)

@@ -129,12 +129,10 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
                           int64_t e, int warn);
 /* M for scores: [T, E]. */
 void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m);
-/* The exact routing weights of the given ids on the given scores. */
-int dl__ck_weights_for_ids(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
-                           int64_t t, int64_t k, float *w);
-/* d_logits = exact VJP of the score function at stored scores and d_scores. */
-int dl__ck_score_vjp(const dl_route_config_t *rc, const float *scores, const float *d_scores,
-                     int64_t T, float *d_logits, double *m);
+/* M of the score VJP (dl_route_scores_backward) at stored scores and
+ * d_scores: [T, E]. */
+void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const float *d_scores,
+                        int64_t T, double *m);
 void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
                       const float *d_w, int64_t T, double *m);
 

@@ -107,8 +107,10 @@ static int ex_topk_weights(dl__ck_t *ck, dl_value_t s, float *out)
     for (int64_t t = 0; t < ck->T; t++) {
         if (!memcmp(ids + t * k, ck->exact_ids + t * k, (size_t)k * sizeof *ids))
             memcpy(out + t * k, ck->exact_weights + t * k, (size_t)k * sizeof *out);
-        else
-            dl__ck_weights_for_ids(&ck->c->route, EF(ROUTER_SCORES), ids, t, k, out);
+        else if (dl_route_weights(&ck->c->route, EF(ROUTER_SCORES) + t * ck->E, ids + t * k,
+                                  out + t * k))
+            for (int64_t j = 0; j < k; j++) /* 0/0: no weight exists to compare with */
+                out[t * k + j] = NAN;
     }
     return 0;
 }
@@ -396,10 +398,8 @@ static int m_d_router_scores(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mpr
 
 static int ex_d_router_logits(dl__ck_t *ck, dl_value_t s, float *out)
 {
-    double *m = dl__ck_alloc(ck, ck->T * ck->E, sizeof *m);
-    if (!m)
-        return DL_ENOMEM;
-    return dl__ck_score_vjp(&ck->c->route, EF(ROUTER_SCORES), EF(D_ROUTER_SCORES), ck->T, out, m);
+    return dl_route_scores_backward(&ck->c->route, EF(ROUTER_SCORES), EF(D_ROUTER_SCORES), ck->T,
+                                    out);
 }
 
 static int m_d_router_logits(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
@@ -407,7 +407,7 @@ static int m_d_router_logits(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mpr
     double *m = m_array(ck, mp, ck->numel[s]);
     if (!m)
         return DL_ENOMEM;
-    dl__ck_score_vjp(&ck->c->route, EF(ROUTER_SCORES), EF(D_ROUTER_SCORES), ck->T, NULL, m);
+    dl__ck_score_vjp_m(&ck->c->route, EF(ROUTER_SCORES), EF(D_ROUTER_SCORES), ck->T, m);
     /* softmax: sigma = sum of E products (E), the difference, the product;
      * sigmoid: 1 - s, two products */
     cmp->K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? ck->E + 2 : 3;

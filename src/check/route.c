@@ -3,7 +3,6 @@
  * stage-local definition of d_router_logits). */
 #include "config.h"
 #include <math.h>
-#include <mpfr.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check/check_priv.h"
@@ -58,47 +57,6 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
 
 /* ------------------------------------------------------------- weights */
 
-/* RN_fp32 of an MPFR value computed exactly or with its ternary value. */
-static double mp_to_f32(mpfr_t r, int inex)
-{
-    mpfr_exp_t emin = mpfr_get_emin(), emax = mpfr_get_emax();
-    mpfr_set_emin(-148);
-    mpfr_set_emax(128);
-    inex = mpfr_check_range(r, inex, MPFR_RNDN);
-    mpfr_subnormalize(r, inex, MPFR_RNDN);
-    double d = mpfr_get_d(r, MPFR_RNDN);
-    mpfr_set_emin(emin);
-    mpfr_set_emax(emax);
-    return d;
-}
-
-int dl__ck_weights_for_ids(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
-                           int64_t t, int64_t k, float *w)
-{
-    const int64_t E = rc->experts;
-    mpfr_t sum, num, q;
-    mpfr_init2(sum, 400); /* every float in [2^-149, 2^128) with 11 bits of carries: exact */
-    mpfr_init2(num, 80);  /* double * float: exact */
-    mpfr_init2(q, 24);
-    mpfr_set_zero(sum, 1);
-    for (int64_t j = 0; j < k; j++)
-        mpfr_add_d(sum, sum, scores[t * E + ids[t * k + j]], MPFR_RNDN);
-    for (int64_t j = 0; j < k; j++) {
-        mpfr_set_d(num, rc->scaling, MPFR_RNDN);
-        mpfr_mul_d(num, num, scores[t * E + ids[t * k + j]], MPFR_RNDN);
-        int inex;
-        if (rc->renormalize)
-            inex = mpfr_div(q, num, sum, MPFR_RNDN);
-        else
-            inex = mpfr_set(q, num, MPFR_RNDN);
-        w[t * k + j] = (float)mp_to_f32(q, inex);
-    }
-    mpfr_clear(sum);
-    mpfr_clear(num);
-    mpfr_clear(q);
-    return 0;
-}
-
 /* ---------------------------------------------------- routing backward */
 
 void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
@@ -125,87 +83,24 @@ void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const in
     }
 }
 
-int dl__ck_score_vjp(const dl_route_config_t *rc, const float *scores, const float *d_scores,
-                     int64_t T, float *d_logits, double *m)
+void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const float *d_scores,
+                        int64_t T, double *m)
 {
     const int64_t E = rc->experts;
     const int softmax = rc->score_fn == DL_SCORE_SOFTMAX;
-    int bad = 0;
-#pragma omp parallel for schedule(dynamic, 4) reduction(| : bad)
+#pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; t++) {
         const float *s = scores + t * E, *ds = d_scores + t * E;
-        dl_acc_t acc;
-        if (!d_logits) { /* M only */
-            double asig = 0.0;
-            for (int64_t j = 0; softmax && j < E; j++)
-                asig += fabs((double)s[j] * (double)ds[j]);
-            for (int64_t e = 0; e < E; e++)
-                m[t * E + e] = softmax ? fabs((double)s[e]) * (fabs((double)ds[e]) + asig)
-                                       : fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]));
-            continue;
-        }
-        if (!softmax) {
-            /* ds s (1 - s) = ds s - (ds s) s; ds s is exact in binary64 */
-            for (int64_t e = 0; e < E; e++) {
-                const double p = (double)ds[e] * (double)s[e];
-                dl_acc_clear(&acc);
-                dl_acc_add(&acc, p);
-                dl_acc_add_prod(&acc, -p, s[e]);
-                d_logits[t * E + e] = (float)dl_acc_round(&acc, DL_F32);
-                m[t * E + e] = fabs(p) * (1.0 + fabs((double)s[e]));
-                if (!isfinite(p))
-                    bad = 1;
-            }
-            continue;
-        }
-        /* s_e (ds_e - sigma), sigma = sum_j s_j ds_j: certified from a
-         * binary64 evaluation, else the exact accumulator */
-        double sig = 0.0, asig = 0.0;
-        for (int64_t j = 0; j < E; j++) {
-            double p = (double)s[j] * (double)ds[j];
-            sig += p;
-            asig += fabs(p);
-        }
-        const double nu = (double)E * 0x1p-53;
-        const double sig_err = nu / (1.0 - nu) * asig * (1.0 + 0x1p-40);
-        if (!isfinite(asig))
-            bad = 1;
-        for (int64_t e = 0; e < E; e++) {
-            const double se = s[e];
-            const double a = se * (double)ds[e]; /* exact */
-            const double b = se * sig;
-            const double y = a - b;
-            /* b rounded (u|b|), sigma's own error times s_e, the subtraction (u|y|) */
-            const double err = (fabs(b) + fabs(y)) * 0x1p-53 + se * sig_err + 0x1p-1074;
-            m[t * E + e] = fabs(se) * (fabs((double)ds[e]) + asig);
-            double r;
-            if (dl__certify(y, err * (1.0 + 0x1p-40), DL_F32, &r)) {
-                d_logits[t * E + e] = (float)r;
-                continue;
-            }
-            dl_acc_clear(&acc);
-            dl_acc_add(&acc, a);
-            for (int64_t j = 0; j < E; j++)
-                dl_acc_add_prod(&acc, -se * (double)s[j], ds[j]); /* s_e s_j: exact */
-            d_logits[t * E + e] = (float)dl_acc_round(&acc, DL_F32);
-        }
+        double asig = 0.0;
+        for (int64_t j = 0; softmax && j < E; j++)
+            asig += fabs((double)s[j] * (double)ds[j]);
+        for (int64_t e = 0; e < E; e++)
+            m[t * E + e] = softmax ? fabs((double)s[e]) * (fabs((double)ds[e]) + asig)
+                                   : fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]));
     }
-    return bad ? DL_ENONFINITE : 0;
 }
 
 /* ------------------------------------------------------- the ids check */
-
-/* Number of keys one group score adds up: its tie margin scales with it. */
-static double group_terms(const dl_route_config_t *rc)
-{
-    if (rc->n_group <= 1)
-        return 1.0;
-    switch (rc->group_score) {
-    case DL_GROUP_TOP2_SUM: return 2.0;
-    case DL_GROUP_TOPK_SUM: return (double)(rc->top_k / rc->topk_group > 0 ? rc->top_k / rc->topk_group : 1);
-    default: return 1.0;
-    }
-}
 
 static double key_of(const dl__ck_t *ck, const float *s, int64_t e)
 {
@@ -251,7 +146,7 @@ int dl__ck_route_ids(dl__ck_t *ck)
         dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
         if (!r)
             return DL_ENOMEM;
-        const double gt = group_terms(&ck->c->route);
+        const double gt = (double)dl_route_group_terms(&ck->c->route);
         int64_t n_range = 0, n_dup = 0, n_tie = 0, n_fail = 0, first_fail = -1, first_tie = -1;
         double worst_ratio = 0.0;
         for (int64_t t = 0; t < T; t++) {

@@ -155,10 +155,11 @@ static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
     return oracle;
 }
 
-int dl__ck_tokens(dl__ck_t *ck)
+/* The exact dispatch of the effective ids: the golden's when they are
+ * bitwise its ids, else recomputed by the stage. */
+static int exact_dispatch(dl__ck_t *ck)
 {
     const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
-    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
     int32_t *sort_o, *inv_o;
     int64_t *size_o, *off_o;
     const int gold = ck->eff_golden[DL_VALUE_TOPK_IDS];
@@ -174,7 +175,8 @@ int dl__ck_tokens(dl__ck_t *ck)
         off_o = dl__ck_alloc(ck, E + 1, sizeof *off_o);
         if (!sort_o || !inv_o || !size_o || !off_o)
             return DL_ENOMEM;
-        int rc = dl_sort_assignments(ids, T, k, E, sort_o, inv_o, size_o, off_o);
+        int rc = dl_sort_assignments(ck->eff[DL_VALUE_TOPK_IDS], T, k, E, sort_o, inv_o, size_o,
+                                     off_o);
         if (rc)
             return rc;
     }
@@ -184,210 +186,278 @@ int dl__ck_tokens(dl__ck_t *ck)
         ck->exact[s] = ck->eff[s] = orc[i];
         ck->exact_golden[s] = ck->eff_golden[s] = gold;
     }
+    return 0;
+}
 
+/* The candidate's permutation from its inv_perm alone (rows claimed twice
+ * hold neither assignment). */
+static const int32_t *perm_from_inv(dl__ck_t *ck, const int32_t *ci)
+{
+    const int64_t M = ck->M;
+    int32_t *p = dl__ck_alloc(ck, M, sizeof *p);
+    if (!p)
+        return NULL;
+    for (int64_t i = 0; i < M; i++)
+        p[i] = -1;
+    for (int64_t fl = 0; fl < M; fl++)
+        if (ci[fl] >= 0 && ci[fl] < M) {
+            if (p[ci[fl]] < 0)
+                p[ci[fl]] = (int32_t)fl;
+            else
+                p[ci[fl]] = INT32_MAX; /* two assignments in one row: neither is there */
+        }
+    return p;
+}
+
+/* What the scan of a candidate permutation found. */
+typedef struct {
+    int64_t n_range, n_dup, n_miss, n_place, first;
+} scan_t;
+
+/* Scans the candidate's permutation cp row by row against its own group
+ * layout: where[fl] gets the row of assignment fl (-1: nowhere), miss the
+ * assignments dispatched nowhere (each also noted as a drop). */
+static int scan_perm(dl__ck_t *ck, const int32_t *cp, const int64_t *lay, int32_t *where,
+                     int32_t *miss, scan_t *sc)
+{
+    const int64_t M = ck->M, E = ck->E;
+    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
+    memset(sc, 0, sizeof *sc);
+    sc->first = -1;
+    for (int64_t fl = 0; fl < M; fl++)
+        where[fl] = -1;
+    int64_t e = 0;
+    for (int64_t p = 0; p < M; p++) {
+        while (e < E && p >= lay[e + 1])
+            e++;
+        const int64_t fl = cp[p];
+        if (fl < 0 || fl >= M) {
+            /* padding past the candidate's last group is no finding by
+             * itself: the missing assignment is */
+            if (p < lay[E]) {
+                sc->n_range++;
+                if (sc->first < 0)
+                    sc->first = p;
+            }
+            continue;
+        }
+        if (where[fl] >= 0) {
+            sc->n_dup++;
+            if (sc->first < 0)
+                sc->first = p;
+            continue;
+        }
+        where[fl] = (int32_t)p;
+        if (e >= E || ids[fl] != e) {
+            sc->n_place++;
+            if (sc->first < 0)
+                sc->first = p;
+        }
+    }
+    for (int64_t fl = 0; fl < M; fl++)
+        if (where[fl] < 0) {
+            miss[sc->n_miss++] = (int32_t)fl;
+            int rc = dl__ck_add_drop(ck, fl);
+            if (rc)
+                return rc;
+        }
+    return 0;
+}
+
+static void bijection_verdict(dl__ck_t *ck, dl_check_result_t *r, const scan_t *sc,
+                              const int32_t *miss, int same)
+{
+    const int64_t M = ck->M;
+    r->n_checked = M;
+    r->n_over_warn = sc->n_range + sc->n_dup + sc->n_miss + sc->n_place;
+    r->n_over_pass = r->n_over_warn;
+    r->worst_index = sc->first;
+    if (r->n_over_warn) {
+        r->verdict = DL_VERDICT_FAIL;
+        if (sc->n_miss) {
+            dl__ck_msg(r, "%lld assignments dispatched nowhere (dropped):", (long long)sc->n_miss);
+            list_pairs(ck, r, miss, sc->n_miss);
+            dl__ck_msg_append(r, "; ");
+        }
+        if (sc->n_range)
+            dl__ck_msg_append(r, "%lld entries outside [0,T*k); ", (long long)sc->n_range);
+        if (sc->n_dup)
+            dl__ck_msg_append(r, "%lld duplicate entries; ", (long long)sc->n_dup);
+        if (sc->n_place)
+            dl__ck_msg_append(r, "%lld rows in another expert's segment", (long long)sc->n_place);
+    } else if (!same) {
+        r->verdict = DL_VERDICT_WARN;
+        r->n_over_warn = 0;
+        dl__ck_msg(r, "a valid dispatch in another order than the stable sort by expert "
+                      "(rows are compared in the candidate's order)");
+    } else {
+        r->verdict = DL_VERDICT_PASS;
+        r->n_over_pass = 0;
+        dl__ck_msg(r, "every one of %lld assignments dispatched exactly once, stable order",
+                   (long long)M);
+    }
+}
+
+/* The candidate's dispatch cp as a bijection onto the assignments; where it
+ * is not the oracle's order, the row map for the sorted-row stages. */
+static int check_bijection(dl__ck_t *ck, const int32_t *cp, int from_inv)
+{
+    const int64_t M = ck->M;
+    const int32_t *sort_o = ck->exact[DL_VALUE_SORT_PERM];
+    dl_check_result_t *r = dl__ck_result(ck, from_inv ? DL_VALUE_INV_PERM : DL_VALUE_SORT_PERM,
+                                         "bijection");
+    int32_t *where = dl__ck_alloc(ck, M, sizeof *where); /* flat -> candidate row */
+    int32_t *miss = dl__ck_alloc(ck, M, sizeof *miss);
+    const int64_t *lay = layout_offsets(ck, ck->exact[DL_VALUE_GROUP_OFFSETS]);
+    if (!r || !where || !miss || !lay)
+        return DL_ENOMEM;
+    scan_t sc;
+    int rc = scan_perm(ck, cp, lay, where, miss, &sc);
+    if (rc)
+        return rc;
+    int same = !sc.n_range && !sc.n_dup && !sc.n_miss && !sc.n_place;
+    for (int64_t p = 0; p < M && same; p++)
+        same = cp[p] == sort_o[p];
+    bijection_verdict(ck, r, &sc, miss, same);
+    if (same)
+        return 0;
+    int32_t *map = dl__ck_alloc(ck, M, sizeof *map);
+    uint8_t *gone = dl__ck_alloc(ck, M, sizeof *gone);
+    if (!map || !gone)
+        return DL_ENOMEM;
+    for (int64_t q = 0; q < M; q++) {
+        map[q] = where[sort_o[q]];
+        gone[q] = map[q] < 0;
+        ck->n_row_missing += gone[q];
+    }
+    ck->row_map = map;
+    ck->row_missing = ck->n_row_missing ? gone : NULL;
+    return 0;
+}
+
+/* inv_perm must invert the candidate's own sort_perm. */
+static int check_inverse(dl__ck_t *ck, const int32_t *ci, const int32_t *cp)
+{
+    const int64_t M = ck->M;
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_INV_PERM, "inverse");
+    if (!r)
+        return DL_ENOMEM;
+    int64_t bad = 0, first = -1;
+    for (int64_t fl = 0; fl < M; fl++) {
+        const int64_t p = ci[fl];
+        int ok = p >= 0 && p < M && cp[p] == fl;
+        if (!ok) {
+            bad++;
+            if (first < 0)
+                first = cand_flat(ck, fl);
+        }
+    }
+    r->n_checked = M;
+    r->n_over_pass = r->n_over_warn = bad;
+    r->worst_index = first;
+    r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+    if (bad)
+        dl__ck_msg(r, "%lld entries do not invert sort_perm (first at flat index %lld)",
+                   (long long)bad, (long long)first);
+    else
+        dl__ck_msg(r, "inverts sort_perm");
+    return 0;
+}
+
+static int check_sizes(dl__ck_t *ck, const int64_t *cs)
+{
+    const int64_t E = ck->E, M = ck->M;
+    const int64_t *size_o = ck->exact[DL_VALUE_GROUP_SIZES];
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_SIZES, "exact");
+    if (!r)
+        return DL_ENOMEM;
+    int64_t bad = 0, first = -1;
+    int over = 0;
+    int64_t sum = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (cs[e] != size_o[e]) {
+            bad++;
+            if (first < 0)
+                first = e;
+        }
+        if (cs[e] < 0 || cs[e] > M)
+            over = 1;
+        else if (!over)
+            sum += cs[e];
+    }
+    r->n_checked = E;
+    r->n_over_pass = r->n_over_warn = bad;
+    r->worst_index = first;
+    if (first >= 0) {
+        r->worst_cand = (double)cs[first];
+        r->worst_exact = (double)size_o[first];
+    }
+    r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+    if (over)
+        dl__ck_msg(r, "sizes outside [0,T*k]; ");
+    else if (sum != M)
+        dl__ck_msg(r, "sizes sum to %lld, not T*k = %lld; ", (long long)sum, (long long)M);
+    if (bad)
+        dl__ck_msg_append(r, "%lld of %lld experts differ (first: expert %lld, %lld vs %lld)",
+                          (long long)bad, (long long)E, (long long)first,
+                          (long long)cs[first], (long long)size_o[first]);
+    else
+        dl__ck_msg(r, "all %lld group sizes exact, sum T*k = %lld", (long long)E, (long long)M);
+    return 0;
+}
+
+static int check_offsets(dl__ck_t *ck, const int64_t *co)
+{
+    const int64_t E = ck->E, M = ck->M;
+    const int64_t *off_o = ck->exact[DL_VALUE_GROUP_OFFSETS];
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_OFFSETS, "exact");
+    if (!r)
+        return DL_ENOMEM;
+    int64_t bad = 0, first = -1;
+    for (int64_t e = 0; e <= E; e++)
+        if (co[e] != off_o[e]) {
+            bad++;
+            if (first < 0)
+                first = e;
+        }
+    r->n_checked = E + 1;
+    r->n_over_pass = r->n_over_warn = bad;
+    r->worst_index = first;
+    if (first >= 0) {
+        r->worst_cand = (double)co[first];
+        r->worst_exact = (double)off_o[first];
+    }
+    r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+    if (bad)
+        dl__ck_msg(r, "%lld of %lld offsets differ (first: [%lld] %lld vs %lld; end %lld vs T*k %lld)",
+                   (long long)bad, (long long)(E + 1), (long long)first, (long long)co[first],
+                   (long long)off_o[first], (long long)co[E], (long long)M);
+    else
+        dl__ck_msg(r, "all %lld offsets exact", (long long)(E + 1));
+    return 0;
+}
+
+int dl__ck_tokens(dl__ck_t *ck)
+{
+    int rc = exact_dispatch(ck);
+    if (rc)
+        return rc;
     /* the candidate's permutation: its sort_perm, else the inverse of its inv_perm */
     const int32_t *cp = ck->cand_arr[DL_VALUE_SORT_PERM];
     const int32_t *ci = ck->cand_arr[DL_VALUE_INV_PERM];
-    int from_inv = 0;
-    if (!cp && ci) {
-        int32_t *p = dl__ck_alloc(ck, M, sizeof *p);
-        if (!p)
-            return DL_ENOMEM;
-        for (int64_t i = 0; i < M; i++)
-            p[i] = -1;
-        for (int64_t fl = 0; fl < M; fl++)
-            if (ci[fl] >= 0 && ci[fl] < M) {
-                if (p[ci[fl]] < 0)
-                    p[ci[fl]] = (int32_t)fl;
-                else
-                    p[ci[fl]] = INT32_MAX; /* two assignments in one row: neither is there */
-            }
-        cp = p;
-        from_inv = 1;
-    }
-    if (cp) {
-        dl_check_result_t *r = dl__ck_result(ck, from_inv ? DL_VALUE_INV_PERM : DL_VALUE_SORT_PERM,
-                                             "bijection");
-        int32_t *where = dl__ck_alloc(ck, M, sizeof *where); /* flat -> candidate row */
-        int32_t *miss = dl__ck_alloc(ck, M, sizeof *miss);
-        const int64_t *lay = layout_offsets(ck, off_o);
-        if (!r || !where || !miss || !lay)
-            return DL_ENOMEM;
-        for (int64_t fl = 0; fl < M; fl++)
-            where[fl] = -1;
-        int64_t n_range = 0, n_dup = 0, n_miss = 0, n_place = 0, first = -1;
-        int64_t e = 0;
-        for (int64_t p = 0; p < M; p++) {
-            while (e < E && p >= lay[e + 1])
-                e++;
-            const int64_t fl = cp[p];
-            if (fl < 0 || fl >= M) {
-                /* padding past the candidate's last group is no finding by
-                 * itself: the missing assignment is */
-                if (p < lay[E]) {
-                    n_range++;
-                    if (first < 0)
-                        first = p;
-                }
-                continue;
-            }
-            if (where[fl] >= 0) {
-                n_dup++;
-                if (first < 0)
-                    first = p;
-                continue;
-            }
-            where[fl] = (int32_t)p;
-            if (e >= E || ids[fl] != e) {
-                n_place++;
-                if (first < 0)
-                    first = p;
-            }
-        }
-        for (int64_t fl = 0; fl < M; fl++)
-            if (where[fl] < 0) {
-                miss[n_miss++] = (int32_t)fl;
-                int rc = dl__ck_add_drop(ck, fl);
-                if (rc)
-                    return rc;
-            }
-        int same = !n_range && !n_dup && !n_miss && !n_place;
-        for (int64_t p = 0; p < M && same; p++)
-            same = cp[p] == sort_o[p];
-        r->n_checked = M;
-        r->n_over_warn = n_range + n_dup + n_miss + n_place;
-        r->n_over_pass = r->n_over_warn;
-        r->worst_index = first;
-        if (r->n_over_warn) {
-            r->verdict = DL_VERDICT_FAIL;
-            if (n_miss) {
-                dl__ck_msg(r, "%lld assignments dispatched nowhere (dropped):", (long long)n_miss);
-                list_pairs(ck, r, miss, n_miss);
-                dl__ck_msg_append(r, "; ");
-            }
-            if (n_range)
-                dl__ck_msg_append(r, "%lld entries outside [0,T*k); ", (long long)n_range);
-            if (n_dup)
-                dl__ck_msg_append(r, "%lld duplicate entries; ", (long long)n_dup);
-            if (n_place)
-                dl__ck_msg_append(r, "%lld rows in another expert's segment", (long long)n_place);
-        } else if (!same) {
-            r->verdict = DL_VERDICT_WARN;
-            r->n_over_warn = 0;
-            dl__ck_msg(r, "a valid dispatch in another order than the stable sort by expert "
-                          "(rows are compared in the candidate's order)");
-        } else {
-            r->verdict = DL_VERDICT_PASS;
-            r->n_over_pass = 0;
-            dl__ck_msg(r, "every one of %lld assignments dispatched exactly once, stable order",
-                       (long long)M);
-        }
-        if (!same) {
-            int32_t *map = dl__ck_alloc(ck, M, sizeof *map);
-            uint8_t *gone = dl__ck_alloc(ck, M, sizeof *gone);
-            if (!map || !gone)
-                return DL_ENOMEM;
-            for (int64_t q = 0; q < M; q++) {
-                map[q] = where[sort_o[q]];
-                gone[q] = map[q] < 0;
-                ck->n_row_missing += gone[q];
-            }
-            ck->row_map = map;
-            ck->row_missing = ck->n_row_missing ? gone : NULL;
-        }
-    }
-
-    if (ci && !from_inv) {
-        /* inv_perm must invert the candidate's own sort_perm */
-        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_INV_PERM, "inverse");
-        if (!r)
-            return DL_ENOMEM;
-        int64_t bad = 0, first = -1;
-        for (int64_t fl = 0; fl < M; fl++) {
-            const int64_t p = ci[fl];
-            int ok = p >= 0 && p < M && cp[p] == fl;
-            if (!ok) {
-                bad++;
-                if (first < 0)
-                    first = cand_flat(ck, fl);
-            }
-        }
-        r->n_checked = M;
-        r->n_over_pass = r->n_over_warn = bad;
-        r->worst_index = first;
-        r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
-        if (bad)
-            dl__ck_msg(r, "%lld entries do not invert sort_perm (first at flat index %lld)",
-                       (long long)bad, (long long)first);
-        else
-            dl__ck_msg(r, "inverts sort_perm");
-    }
-
+    const int from_inv = !cp && ci;
+    if (from_inv && !(cp = perm_from_inv(ck, ci)))
+        return DL_ENOMEM;
+    if (cp && (rc = check_bijection(ck, cp, from_inv)))
+        return rc;
+    if (ci && !from_inv && (rc = check_inverse(ck, ci, cp)))
+        return rc;
     const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
-    if (cs) {
-        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_SIZES, "exact");
-        if (!r)
-            return DL_ENOMEM;
-        int64_t bad = 0, first = -1;
-        int over = 0;
-        int64_t sum = 0;
-        for (int64_t e = 0; e < E; e++) {
-            if (cs[e] != size_o[e]) {
-                bad++;
-                if (first < 0)
-                    first = e;
-            }
-            if (cs[e] < 0 || cs[e] > M)
-                over = 1;
-            else if (!over)
-                sum += cs[e];
-        }
-        r->n_checked = E;
-        r->n_over_pass = r->n_over_warn = bad;
-        r->worst_index = first;
-        if (first >= 0) {
-            r->worst_cand = (double)cs[first];
-            r->worst_exact = (double)size_o[first];
-        }
-        r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
-        if (over)
-            dl__ck_msg(r, "sizes outside [0,T*k]; ");
-        else if (sum != M)
-            dl__ck_msg(r, "sizes sum to %lld, not T*k = %lld; ", (long long)sum, (long long)M);
-        if (bad)
-            dl__ck_msg_append(r, "%lld of %lld experts differ (first: expert %lld, %lld vs %lld)",
-                              (long long)bad, (long long)E, (long long)first,
-                              (long long)cs[first], (long long)size_o[first]);
-        else
-            dl__ck_msg(r, "all %lld group sizes exact, sum T*k = %lld", (long long)E, (long long)M);
-    }
+    if (cs && (rc = check_sizes(ck, cs)))
+        return rc;
     const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
-    if (co) {
-        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_OFFSETS, "exact");
-        if (!r)
-            return DL_ENOMEM;
-        int64_t bad = 0, first = -1;
-        for (int64_t e = 0; e <= E; e++)
-            if (co[e] != off_o[e]) {
-                bad++;
-                if (first < 0)
-                    first = e;
-            }
-        r->n_checked = E + 1;
-        r->n_over_pass = r->n_over_warn = bad;
-        r->worst_index = first;
-        if (first >= 0) {
-            r->worst_cand = (double)co[first];
-            r->worst_exact = (double)off_o[first];
-        }
-        r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
-        if (bad)
-            dl__ck_msg(r, "%lld of %lld offsets differ (first: [%lld] %lld vs %lld; end %lld vs T*k %lld)",
-                       (long long)bad, (long long)(E + 1), (long long)first, (long long)co[first],
-                       (long long)off_o[first], (long long)co[E], (long long)M);
-        else
-            dl__ck_msg(r, "all %lld offsets exact", (long long)(E + 1));
-    }
+    if (co && (rc = check_offsets(ck, co)))
+        return rc;
     return 0;
 }
 

@@ -208,76 +208,26 @@ typedef struct {
     unsigned char *kept;
 } topk_work_t;
 
-/* The keys a group is scored by, per c->group_score. */
-static int64_t group_terms(const dl_route_config_t *c, int64_t G)
+int64_t dl_route_group_terms(const dl_route_config_t *c)
 {
+    if (c->n_group <= 1 || c->topk_group < 1)
+        return 1;
     int64_t nb = 1;
     if (c->group_score == DL_GROUP_TOP2_SUM)
         nb = 2;
     else if (c->group_score == DL_GROUP_TOPK_SUM)
         nb = c->top_k / c->topk_group;
+    const int64_t G = c->experts / c->n_group;
     if (nb < 1)
         nb = 1;
     return nb < G ? nb : G;
 }
 
-static int topk_token(const dl_route_config_t *c, const float *s, const float *bias,
-                      int32_t *ids, float *w, float *margin, topk_work_t *wk)
+/* The weights of one token's selection (dl_route_weights without the
+ * argument checks). */
+static int weights_of(const dl_route_config_t *c, const float *s, const int32_t *ids, float *w)
 {
-    const int64_t E = c->experts, k = c->top_k, ng = c->n_group, tg = c->topk_group;
-    const int64_t G = E / ng;
-    kv_t *kv = wk->kv;
-    for (int64_t e = 0; e < E; e++) {
-        /* a float addition is the exact sum rounded once to fp32 */
-        float key = c->has_bias ? s[e] + bias[e] : s[e];
-        if (!isfinite(key))
-            return DL_ENONFINITE;
-        kv[e].key = key;
-        kv[e].idx = (int32_t)e;
-    }
-    float gap = INFINITY;
-    int64_t nsel = E;
-    if (ng > 1 && tg < ng) {
-        int64_t nb = group_terms(c, G);
-        for (int64_t g = 0; g < ng; g++) {
-            memcpy(wk->grp, kv + g * G, (size_t)G * sizeof(kv_t));
-            qsort(wk->grp, (size_t)G, sizeof(kv_t), kv_cmp);
-            float gs = wk->grp[0].key;
-            if (nb > 1) {
-                dl_acc_t acc;
-                dl_acc_clear(&acc);
-                for (int64_t i = 0; i < nb; i++)
-                    dl_acc_add(&acc, wk->grp[i].key);
-                gs = (float)dl_acc_round(&acc, DL_F32);
-                if (!isfinite(gs))
-                    return DL_ENONFINITE;
-            }
-            wk->gkv[g].key = gs;
-            wk->gkv[g].idx = (int32_t)g;
-        }
-        qsort(wk->gkv, (size_t)ng, sizeof(kv_t), kv_cmp);
-        gap = wk->gkv[tg - 1].key - wk->gkv[tg].key;
-        memset(wk->kept, 0, (size_t)ng);
-        for (int64_t g = 0; g < tg; g++)
-            wk->kept[wk->gkv[g].idx] = 1;
-        nsel = 0;
-        for (int64_t e = 0; e < E; e++)
-            if (wk->kept[e / G])
-                kv[nsel++] = kv[e];
-    }
-    qsort(kv, (size_t)nsel, sizeof(kv_t), kv_cmp);
-    for (int64_t j = 0; j < k; j++)
-        ids[j] = kv[j].idx;
-    if (nsel > k) {
-        float eg = kv[k - 1].key - kv[k].key;
-        if (eg < gap)
-            gap = eg;
-    }
-    if (margin)
-        *margin = gap == 0.0f ? 0.0f : gap; /* +0 for a tie */
-
-    if (!w)
-        return 0;
+    const int64_t k = c->top_k;
     if (!c->renormalize) {
         for (int64_t j = 0; j < k; j++)
             w[j] = scale_round(c->scaling, s[ids[j]]);
@@ -323,6 +273,64 @@ static int topk_token(const dl_route_config_t *c, const float *s, const float *b
         w[j] = (float)r;
     }
     return 0;
+}
+
+static int topk_token(const dl_route_config_t *c, const float *s, const float *bias,
+                      int32_t *ids, float *w, float *margin, topk_work_t *wk)
+{
+    const int64_t E = c->experts, k = c->top_k, ng = c->n_group, tg = c->topk_group;
+    const int64_t G = E / ng;
+    kv_t *kv = wk->kv;
+    for (int64_t e = 0; e < E; e++) {
+        /* a float addition is the exact sum rounded once to fp32 */
+        float key = c->has_bias ? s[e] + bias[e] : s[e];
+        if (!isfinite(key))
+            return DL_ENONFINITE;
+        kv[e].key = key;
+        kv[e].idx = (int32_t)e;
+    }
+    float gap = INFINITY;
+    int64_t nsel = E;
+    if (ng > 1 && tg < ng) {
+        int64_t nb = dl_route_group_terms(c);
+        for (int64_t g = 0; g < ng; g++) {
+            memcpy(wk->grp, kv + g * G, (size_t)G * sizeof(kv_t));
+            qsort(wk->grp, (size_t)G, sizeof(kv_t), kv_cmp);
+            float gs = wk->grp[0].key;
+            if (nb > 1) {
+                dl_acc_t acc;
+                dl_acc_clear(&acc);
+                for (int64_t i = 0; i < nb; i++)
+                    dl_acc_add(&acc, wk->grp[i].key);
+                gs = (float)dl_acc_round(&acc, DL_F32);
+                if (!isfinite(gs))
+                    return DL_ENONFINITE;
+            }
+            wk->gkv[g].key = gs;
+            wk->gkv[g].idx = (int32_t)g;
+        }
+        qsort(wk->gkv, (size_t)ng, sizeof(kv_t), kv_cmp);
+        gap = wk->gkv[tg - 1].key - wk->gkv[tg].key;
+        memset(wk->kept, 0, (size_t)ng);
+        for (int64_t g = 0; g < tg; g++)
+            wk->kept[wk->gkv[g].idx] = 1;
+        nsel = 0;
+        for (int64_t e = 0; e < E; e++)
+            if (wk->kept[e / G])
+                kv[nsel++] = kv[e];
+    }
+    qsort(kv, (size_t)nsel, sizeof(kv_t), kv_cmp);
+    for (int64_t j = 0; j < k; j++)
+        ids[j] = kv[j].idx;
+    if (nsel > k) {
+        float eg = kv[k - 1].key - kv[k].key;
+        if (eg < gap)
+            gap = eg;
+    }
+    if (margin)
+        *margin = gap == 0.0f ? 0.0f : gap; /* +0 for a tie */
+
+    return w ? weights_of(c, s, ids, w) : 0;
 }
 
 int dl_route_topk(const dl_route_config_t *c, const float *scores,
@@ -372,6 +380,25 @@ int dl_route_topk(const dl_route_config_t *c, const float *scores,
 }
 
 /* --------------------------------------------------------------- backward */
+
+int dl_route_weights(const dl_route_config_t *c, const float *s, const int32_t *ids, float *w)
+{
+    int rc = dl_route_config_validate(c);
+    if (rc)
+        return rc;
+    if (!s || !ids || !w)
+        return DL_EINVAL;
+    for (int64_t j = 0; j < c->top_k; j++) {
+        if (ids[j] < 0 || ids[j] >= c->experts)
+            return DL_ERANGE;
+        for (int64_t i = 0; i < j; i++)
+            if (ids[i] == ids[j])
+                return DL_EINVAL;
+        if (!isfinite(s[ids[j]]))
+            return DL_ENONFINITE;
+    }
+    return weights_of(c, s, ids, w);
+}
 
 /* d_score of the j-th selected expert with renormalisation:
  * c / S^2 (dw_j S - sum_i dw_i s_i) = c N_j / S^2, N_j = sum_i s_i (dw_j - dw_i). */
@@ -493,66 +520,82 @@ static int dscores_token(const dl_route_config_t *c, const float *s, const int32
     return 0;
 }
 
-/* d_logits of one token from stored scores s and stored d_scores ds (a
- * full row, zero off the selection). */
-static void dlogits_token(const dl_route_config_t *c, const float *s, const int32_t *ids,
-                          const float *ds, float *dl)
+/* d_logits of one token from stored scores s and any stored d_scores ds
+ * (a full row of E); 0 or DL_ENONFINITE. */
+static int scores_vjp_row(const dl_route_config_t *c, const float *s, const float *ds, float *dl)
 {
-    const int64_t E = c->experts, k = c->top_k;
+    const int64_t E = c->experts;
+    dl_acc_t acc;
     if (c->score_fn == DL_SCORE_SIGMOID) {
-        for (int64_t e = 0; e < E; e++)
-            dl[e] = 0.0f;
-        for (int64_t j = 0; j < k; j++) {
-            int64_t e = ids[j];
-            double p1 = (double)ds[e] * s[e], r; /* exact */
-            double om = 1.0 - s[e];
-            if (p1 == 0.0 || om == 0.0) { /* om is 0 only for s = 1 exactly */
-                dl[e] = 0.0f;
-                continue;
-            }
-            /* |1 - s| >= 2^-24 and |p1| >= 2^-298: no underflow; two roundings */
-            double v = p1 * om;
-            if (dl__certify(v, fabs(v) * 0x1p-51, DL_F32, &r)) {
-                dl[e] = (float)r;
-                continue;
-            }
-            dl_acc_t acc;
+        /* ds s (1 - s) = ds s - (ds s) s; ds s is exact in binary64 */
+        for (int64_t e = 0; e < E; e++) {
+            const double p = (double)ds[e] * (double)s[e];
+            if (!isfinite(p))
+                return DL_ENONFINITE;
             dl_acc_clear(&acc);
-            dl_acc_add(&acc, p1);
-            dl_acc_add_prod(&acc, -p1, s[e]);
+            dl_acc_add(&acc, p);
+            dl_acc_add_prod(&acc, -p, s[e]);
             dl[e] = (float)dl_acc_round(&acc, DL_F32);
         }
-        return;
+        return 0;
     }
-    /* softmax: s_e ds_e - s_e A, A = sum_j s_j ds_j over the selection */
-    dl_acc_t aa;
-    dl_acc_clear(&aa);
-    for (int64_t j = 0; j < k; j++)
-        dl_acc_add(&aa, (double)s[ids[j]] * ds[ids[j]]);
-    double A = dl_acc_round(&aa, DL_F64); /* 0 only if A is exactly 0 */
+    /* s_e (ds_e - sigma), sigma = sum_j s_j ds_j: certified from a binary64
+     * evaluation, else the exact accumulator */
+    double sig = 0.0, asig = 0.0;
+    for (int64_t j = 0; j < E; j++) {
+        double p = (double)s[j] * (double)ds[j];
+        sig += p;
+        asig += fabs(p);
+    }
+    if (!isfinite(asig))
+        return DL_ENONFINITE;
+    const double nu = (double)E * 0x1p-53;
+    const double sig_err = nu / (1.0 - nu) * asig * (1.0 + 0x1p-40);
     for (int64_t e = 0; e < E; e++) {
-        double se = s[e], p1 = se * ds[e], r;
-        if (se == 0.0) {
-            dl[e] = 0.0f;
-            continue;
-        }
-        /* |p2| >= 2^-447 unless A = 0, so no underflow: errors u |p2| (A),
-         * u |p2| (product), u |v| (subtraction) */
-        double p2 = se * A, v = p1 - p2;
-        double err = (2 * fabs(p2) + fabs(v)) * U * 1.01;
-        if (dl__certify(v, err, DL_F32, &r)) {
+        const double se = s[e];
+        const double a = se * (double)ds[e]; /* exact */
+        const double b = se * sig;
+        const double y = a - b;
+        /* b rounded (u|b|), sigma's own error times s_e, the subtraction (u|y|) */
+        const double err = (fabs(b) + fabs(y)) * 0x1p-53 + se * sig_err + 0x1p-1074;
+        double r;
+        if (dl__certify(y, err * (1.0 + 0x1p-40), DL_F32, &r)) {
             dl[e] = (float)r;
             continue;
         }
-        dl_acc_t acc;
         dl_acc_clear(&acc);
-        dl_acc_add(&acc, p1);
-        for (int64_t j = 0; j < k; j++) {
-            double sj = s[ids[j]];
-            dl_acc_add_prod(&acc, -(se * sj), ds[ids[j]]); /* se sj is exact */
-        }
+        dl_acc_add(&acc, a);
+        for (int64_t j = 0; j < E; j++)
+            dl_acc_add_prod(&acc, -se * (double)s[j], ds[j]); /* s_e s_j: exact */
         dl[e] = (float)dl_acc_round(&acc, DL_F32);
     }
+    return 0;
+}
+
+int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,
+                             const float *d_scores, int64_t T, float *d_logits)
+{
+    int rc = dl_route_config_validate(c);
+    if (rc)
+        return rc;
+    int64_t n;
+    if (T < 0)
+        return DL_EINVAL;
+    if (dl_mul_size(T, c->experts, &n))
+        return DL_EOVERFLOW;
+    if (T == 0)
+        return 0;
+    if (!scores || !d_scores || !d_logits)
+        return DL_EINVAL;
+    int err = 0;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t t = 0; t < T; t++) {
+        int e = scores_vjp_row(c, scores + t * c->experts, d_scores + t * c->experts,
+                               d_logits + t * c->experts);
+        if (e)
+            set_err(&err, e);
+    }
+    return err;
 }
 
 int dl_route_backward(const dl_route_config_t *c, const float *scores,
@@ -620,8 +663,8 @@ int dl_route_backward(const dl_route_config_t *c, const float *scores,
                 ds[i] = 0.0f;
             for (int64_t j = 0; j < k; j++)
                 ds[id[j]] = sel[j];
-            if (d_logits)
-                dlogits_token(c, s, id, ds, d_logits + t * E);
+            if (d_logits && (e = scores_vjp_row(c, s, ds, d_logits + t * E)))
+                set_err(&err, e);
         }
         free(row);
         free(sel);
