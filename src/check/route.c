@@ -109,13 +109,11 @@ static double key_of(const dl__ck_t *ck, const float *s, int64_t e)
     return s[e];
 }
 
-int dl__ck_route_ids(dl__ck_t *ck)
+/* The exact selection on the effective scores: the golden's when they are
+ * bitwise its scores, else recomputed by the stage. */
+static int exact_selection(dl__ck_t *ck)
 {
-    const int64_t T = ck->T, E = ck->E, k = ck->k, M = ck->M;
-    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
-    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
-    int rc;
-    /* the exact selection on the effective scores */
+    const int64_t T = ck->T, M = ck->M;
     if (ck->eff_golden[DL_VALUE_ROUTER_SCORES] && ck->gf->tie_margin && !ck->opt.recompute_all) {
         ck->exact_ids = ck->gf->topk_ids;
         ck->exact_weights = ck->gf->topk_weights;
@@ -127,7 +125,9 @@ int dl__ck_route_ids(dl__ck_t *ck)
         float *mg = dl__ck_alloc(ck, T, sizeof *mg);
         if (!ids || !w || !mg)
             return DL_ENOMEM;
-        if ((rc = dl_route_topk(&ck->c->route, scores, ck->in->expert_bias, T, ids, w, mg)))
+        int rc = dl_route_topk(&ck->c->route, ck->eff[DL_VALUE_ROUTER_SCORES], ck->in->expert_bias,
+                               T, ids, w, mg);
+        if (rc)
             return rc;
         ck->exact_ids = ids;
         ck->exact_weights = w;
@@ -135,107 +135,140 @@ int dl__ck_route_ids(dl__ck_t *ck)
         ck->exact_golden[DL_VALUE_TOPK_IDS] = !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
     }
     ck->exact[DL_VALUE_TOPK_IDS] = ck->exact_ids;
+    return 0;
+}
 
-    if ((rc = dl__ck_canonicalise(ck)))
-        return rc;
+/* Tally of the ids check. */
+typedef struct {
+    int64_t n_range, n_dup, n_tie, n_fail, first_fail, first_tie;
+    double worst_ratio;
+} ids_tally_t;
 
-    const int32_t *cid = dl_value_array(&ck->cand->fwd, NULL, DL_VALUE_TOPK_IDS);
-    if (!ck->cand_arr[DL_VALUE_TOPK_IDS])
-        cid = NULL;
-    if (cid) {
-        dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
-        if (!r)
-            return DL_ENOMEM;
-        const double gt = (double)dl_route_group_terms(&ck->c->route);
-        int64_t n_range = 0, n_dup = 0, n_tie = 0, n_fail = 0, first_fail = -1, first_tie = -1;
-        double worst_ratio = 0.0;
-        for (int64_t t = 0; t < T; t++) {
-            const int32_t *c = cid + t * k, *x = ck->exact_ids + t * k;
-            int bad = 0;
-            for (int64_t j = 0; j < k && !bad; j++) {
-                if (c[j] < 0 || c[j] >= E) {
-                    n_range++;
-                    bad = 1;
-                }
-                for (int64_t i = 0; i < j && !bad; i++)
-                    if (c[i] == c[j]) {
-                        n_dup++;
-                        bad = 1;
-                    }
-            }
-            if (bad) {
-                n_fail++;
-                if (first_fail < 0)
-                    first_fail = t;
-                continue;
-            }
-            int64_t nmiss = 0;
-            for (int64_t j = 0; j < k; j++) {
-                int found = 0;
-                for (int64_t i = 0; i < k && !found; i++)
-                    found = c[j] == x[i];
-                nmiss += !found;
-            }
-            if (!nmiss)
-                continue;
-            /* a different set: a WARN only inside the tie margin, judged with
-             * the score tolerance at the competing keys */
-            const float *s = scores + t * E;
-            double tau = 0.0, kth = INFINITY;
-            for (int64_t j = 0; j < k; j++) {
-                double b1 = dl__ck_score_bound(ck, logits, scores, t, c[j], 1);
-                double b2 = dl__ck_score_bound(ck, logits, scores, t, x[j], 1);
-                tau = fmax(tau, fmax(b1, b2));
-                kth = fmin(kth, key_of(ck, s, x[j]));
-            }
-            if (ck->c->route.has_bias)
-                tau += 2.0 * 0x1p-24 * fabs(kth); /* the key's own rounding */
-            tau *= 2.0 * gt;
-            const double margin = ck->tie_margin[t];
-            int tie = margin <= tau;
-            if (tie && ck->c->route.n_group <= 1)
-                for (int64_t j = 0; j < k; j++)
-                    if (key_of(ck, s, c[j]) < kth - tau)
-                        tie = 0;
-            double ratio = tau > 0 ? margin / tau : INFINITY;
-            if (tie) {
-                n_tie++;
-                if (first_tie < 0)
-                    first_tie = t;
-            } else {
-                n_fail++;
-                if (first_fail < 0 || ratio > worst_ratio)
-                    worst_ratio = ratio;
-                if (first_fail < 0)
-                    first_fail = t;
-            }
+/* 1 when token t's ids c are invalid (counted into n_range / n_dup). */
+static int bad_ids(const int32_t *c, int64_t k, int64_t E, ids_tally_t *y)
+{
+    for (int64_t j = 0; j < k; j++) {
+        if (c[j] < 0 || c[j] >= E) {
+            y->n_range++;
+            return 1;
         }
-        r->n_checked = T;
-        r->n_over_pass = n_tie + n_fail;
-        r->n_over_warn = n_fail;
-        r->worst_index = first_fail >= 0 ? first_fail : first_tie;
-        if (n_fail) {
-            r->verdict = DL_VERDICT_FAIL;
-            if (n_range || n_dup)
-                dl__ck_msg(r, "%lld tokens with ids out of [0,%lld), %lld with repeated ids; ",
-                           (long long)n_range, (long long)E, (long long)n_dup);
-            dl__ck_msg_append(r, "%lld of %lld tokens select other experts outside the tie margin "
-                                 "(first: token %lld)",
-                              (long long)(n_fail - n_range - n_dup), (long long)T,
-                              (long long)first_fail);
-            if (n_tie)
-                dl__ck_msg_append(r, "; %lld more inside it", (long long)n_tie);
-        } else if (n_tie) {
-            r->verdict = DL_VERDICT_WARN;
-            dl__ck_msg(r, "%lld of %lld tokens select other experts inside the tie margin "
-                          "(first: token %lld)",
-                       (long long)n_tie, (long long)T, (long long)first_tie);
-        } else {
-            r->verdict = DL_VERDICT_PASS;
-            dl__ck_msg(r, "all %lld tokens select the exact expert sets", (long long)T);
-        }
+        for (int64_t i = 0; i < j; i++)
+            if (c[i] == c[j]) {
+                y->n_dup++;
+                return 1;
+            }
     }
+    return 0;
+}
 
+/* A different expert set for token t is a WARN only inside the tie margin,
+ * judged with the score tolerance at the competing keys. */
+static void judge_other_set(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x,
+                            ids_tally_t *y)
+{
+    const int64_t E = ck->E, k = ck->k;
+    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
+    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
+    const float *s = scores + t * E;
+    double tau = 0.0, kth = INFINITY;
+    for (int64_t j = 0; j < k; j++) {
+        double b1 = dl__ck_score_bound(ck, logits, scores, t, c[j], 1);
+        double b2 = dl__ck_score_bound(ck, logits, scores, t, x[j], 1);
+        tau = fmax(tau, fmax(b1, b2));
+        kth = fmin(kth, key_of(ck, s, x[j]));
+    }
+    if (ck->c->route.has_bias)
+        tau += 2.0 * 0x1p-24 * fabs(kth); /* the key's own rounding */
+    tau *= 2.0 * (double)dl_route_group_terms(&ck->c->route);
+    const double margin = ck->tie_margin[t];
+    int tie = margin <= tau;
+    if (tie && ck->c->route.n_group <= 1)
+        for (int64_t j = 0; j < k; j++)
+            if (key_of(ck, s, c[j]) < kth - tau)
+                tie = 0;
+    double ratio = tau > 0 ? margin / tau : INFINITY;
+    if (tie) {
+        y->n_tie++;
+        if (y->first_tie < 0)
+            y->first_tie = t;
+    } else {
+        y->n_fail++;
+        if (y->first_fail < 0 || ratio > y->worst_ratio)
+            y->worst_ratio = ratio;
+        if (y->first_fail < 0)
+            y->first_fail = t;
+    }
+}
+
+static void ids_verdict(const dl__ck_t *ck, dl_check_result_t *r, const ids_tally_t *y)
+{
+    const int64_t T = ck->T;
+    r->n_checked = T;
+    r->n_over_pass = y->n_tie + y->n_fail;
+    r->n_over_warn = y->n_fail;
+    r->worst_index = y->first_fail >= 0 ? y->first_fail : y->first_tie;
+    if (y->n_fail) {
+        r->verdict = DL_VERDICT_FAIL;
+        if (y->n_range || y->n_dup)
+            dl__ck_msg(r, "%lld tokens with ids out of [0,%lld), %lld with repeated ids; ",
+                       (long long)y->n_range, (long long)ck->E, (long long)y->n_dup);
+        dl__ck_msg_append(r, "%lld of %lld tokens select other experts outside the tie margin "
+                             "(first: token %lld)",
+                          (long long)(y->n_fail - y->n_range - y->n_dup), (long long)T,
+                          (long long)y->first_fail);
+        if (y->n_tie)
+            dl__ck_msg_append(r, "; %lld more inside it", (long long)y->n_tie);
+    } else if (y->n_tie) {
+        r->verdict = DL_VERDICT_WARN;
+        dl__ck_msg(r, "%lld of %lld tokens select other experts inside the tie margin "
+                      "(first: token %lld)",
+                   (long long)y->n_tie, (long long)T, (long long)y->first_tie);
+    } else {
+        r->verdict = DL_VERDICT_PASS;
+        dl__ck_msg(r, "all %lld tokens select the exact expert sets", (long long)T);
+    }
+}
+
+/* The candidate's ids token by token against the exact selection. */
+static int check_ids(dl__ck_t *ck, const int32_t *cid)
+{
+    const int64_t k = ck->k;
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
+    if (!r)
+        return DL_ENOMEM;
+    ids_tally_t y = {0, 0, 0, 0, -1, -1, 0.0};
+    for (int64_t t = 0; t < ck->T; t++) {
+        const int32_t *c = cid + t * k, *x = ck->exact_ids + t * k;
+        if (bad_ids(c, k, ck->E, &y)) {
+            y.n_fail++;
+            if (y.first_fail < 0)
+                y.first_fail = t;
+            continue;
+        }
+        int64_t nmiss = 0;
+        for (int64_t j = 0; j < k; j++) {
+            int found = 0;
+            for (int64_t i = 0; i < k && !found; i++)
+                found = c[j] == x[i];
+            nmiss += !found;
+        }
+        if (nmiss)
+            judge_other_set(ck, t, c, x, &y);
+    }
+    ids_verdict(ck, r, &y);
+    return 0;
+}
+
+int dl__ck_route_ids(dl__ck_t *ck)
+{
+    int rc;
+    if ((rc = exact_selection(ck)) || (rc = dl__ck_canonicalise(ck)))
+        return rc;
+    const int32_t *cid = ck->cand_arr[DL_VALUE_TOPK_IDS]
+                             ? dl_value_array(&ck->cand->fwd, NULL, DL_VALUE_TOPK_IDS)
+                             : NULL;
+    if (cid && (rc = check_ids(ck, cid)))
+        return rc;
     /* the ids downstream stages are recomputed on */
     if (ck->cand_arr[DL_VALUE_TOPK_IDS] && ck->ids_cand_valid) {
         ck->eff[DL_VALUE_TOPK_IDS] = ck->cand_arr[DL_VALUE_TOPK_IDS];
@@ -244,6 +277,6 @@ int dl__ck_route_ids(dl__ck_t *ck)
         ck->eff[DL_VALUE_TOPK_IDS] = ck->exact_ids;
     }
     ck->eff_golden[DL_VALUE_TOPK_IDS] =
-        !memcmp(ck->eff[DL_VALUE_TOPK_IDS], ck->gf->topk_ids, (size_t)M * sizeof(int32_t));
+        !memcmp(ck->eff[DL_VALUE_TOPK_IDS], ck->gf->topk_ids, (size_t)ck->M * sizeof(int32_t));
     return 0;
 }

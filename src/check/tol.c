@@ -378,29 +378,97 @@ static void merge(rowstat_t *acc, const rowstat_t *s)
         acc->abs = s->abs;
 }
 
+/* The comparison runs in blocks of rows: one per group (grouped GEMM), one
+ * per expert (ragged), else chunks of 4096 rows. */
+static int64_t n_blocks(const dl__cmp_t *cmp)
+{
+    const dl__mprov_t *mp = cmp->mp;
+    if (mp && (mp->kind == DL__M_GROUPED || mp->kind == DL__M_RAGGED))
+        return mp->E;
+    return cmp->rows > 0 ? (cmp->rows + 4095) / 4096 : 0;
+}
+
+static void block_rows(const dl__cmp_t *cmp, int64_t b, int64_t *r0, int64_t *r1)
+{
+    const dl__mprov_t *mp = cmp->mp;
+    if (mp && mp->kind == DL__M_GROUPED) {
+        *r0 = mp->off[b];
+        *r1 = mp->off[b + 1];
+    } else if (mp && mp->kind == DL__M_RAGGED) {
+        *r0 = b * mp->I;
+        *r1 = (b + 1) * mp->I;
+    } else {
+        *r0 = b * 4096;
+        *r1 = *r0 + 4096 < cmp->rows ? *r0 + 4096 : cmp->rows;
+    }
+}
+
+/* Compares rows [r0, r1) into st, with M in bulk (a dgemm) when many
+ * elements differ, else element by element. */
+static int compare_block(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, rowstat_t *st)
+{
+    const dl__mprov_t *mp = cmp->mp;
+    double *Mb = NULL;
+    if (mp && mp->kind != DL__M_ARRAY && mp->kind != DL__M_ABS_G) {
+        int64_t nd = count_diff(cmp, r0, r1);
+        if (nd * 16 > (r1 - r0) * cmp->cols) {
+            Mb = malloc((size_t)((r1 - r0) * cmp->cols) * sizeof *Mb);
+            if (!Mb)
+                return DL_ENOMEM;
+            int rc = m_block(mp, r0, r1, Mb);
+            if (rc) {
+                free(Mb);
+                return rc;
+            }
+        }
+    }
+    compare_rows(ck, cmp, r0, r1, Mb, st);
+    free(Mb);
+    return 0;
+}
+
+/* The verdict and its one-line message from the merged statistics. */
+static void verdict_of(const dl__cmp_t *cmp, const rowstat_t *tot, dl_check_result_t *res)
+{
+    if (cmp->info) {
+        res->verdict = DL_VERDICT_INFO;
+        res->err_pass = res->err_warn = NAN;
+        if (tot->nonfinite)
+            dl__ck_msg(res, "%lld non-finite; ", (long long)tot->nonfinite);
+        dl__ck_msg_append(res, "end-to-end drift against the golden: max %.3g ulp, max |c-g| %.3g",
+                          tot->ulp, tot->abs);
+        return;
+    }
+    if (tot->nonfinite || tot->over_warn)
+        res->verdict = DL_VERDICT_FAIL;
+    else if (tot->over_pass)
+        res->verdict = DL_VERDICT_WARN;
+    else
+        res->verdict = DL_VERDICT_PASS;
+    if (tot->nonfinite)
+        dl__ck_msg_append(res, "%lld NaN/Inf; ", (long long)tot->nonfinite);
+    if (tot->over_warn)
+        dl__ck_msg_append(res, "%lld of %lld beyond the worst-case bound; ",
+                          (long long)tot->over_warn, (long long)tot->checked);
+    if (tot->over_pass)
+        dl__ck_msg_append(res, "%lld of %lld beyond the probabilistic bound; ",
+                          (long long)tot->over_pass, (long long)tot->checked);
+    if (res->verdict == DL_VERDICT_PASS)
+        dl__ck_msg_append(res, "%lld elements within the PASS bound (max %.3g of it, %.3g ulp)",
+                          (long long)tot->checked, tot->err_pass, tot->ulp);
+    else
+        dl__ck_msg_append(res, "worst at %lld: %.9g vs exact %.9g (%.3g x PASS bound)",
+                          (long long)tot->worst, tot->wc, tot->we, tot->err_pass);
+}
+
 int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res)
 {
-    const int64_t R = cmp->rows, C = cmp->cols;
-    /* blocks: one per group (grouped), one per expert (ragged), else chunks */
-    int64_t nb;
-    const dl__mprov_t *mp = cmp->mp;
-    if (mp && mp->kind == DL__M_GROUPED)
-        nb = mp->E;
-    else if (mp && mp->kind == DL__M_RAGGED)
-        nb = mp->E;
-    else
-        nb = R > 0 ? (R + 4095) / 4096 : 0;
+    const int64_t nb = n_blocks(cmp);
     rowstat_t tot;
     row_stat_init(&tot);
-    int64_t maxrows = 0;
+    int64_t maxrows = 0, r0, r1;
     for (int64_t b = 0; b < nb; b++) {
-        int64_t r0, r1;
-        if (mp && mp->kind == DL__M_GROUPED)
-            r0 = mp->off[b], r1 = mp->off[b + 1];
-        else if (mp && mp->kind == DL__M_RAGGED)
-            r0 = b * mp->I, r1 = (b + 1) * mp->I;
-        else
-            r0 = b * 4096, r1 = r0 + 4096 < R ? r0 + 4096 : R;
+        block_rows(cmp, b, &r0, &r1);
         if (r1 - r0 > maxrows)
             maxrows = r1 - r0;
     }
@@ -409,33 +477,9 @@ int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res)
         return DL_ENOMEM;
     int rc = 0;
     for (int64_t b = 0; b < nb && !rc; b++) {
-        int64_t r0, r1;
-        if (mp && mp->kind == DL__M_GROUPED)
-            r0 = mp->off[b], r1 = mp->off[b + 1];
-        else if (mp && mp->kind == DL__M_RAGGED)
-            r0 = b * mp->I, r1 = (b + 1) * mp->I;
-        else
-            r0 = b * 4096, r1 = r0 + 4096 < R ? r0 + 4096 : R;
-        if (r1 <= r0)
+        block_rows(cmp, b, &r0, &r1);
+        if (r1 <= r0 || (rc = compare_block(ck, cmp, r0, r1, st)))
             continue;
-        double *Mb = NULL;
-        if (mp && mp->kind != DL__M_ARRAY && mp->kind != DL__M_ABS_G) {
-            /* bulk M (a dgemm) only when many elements differ; else per element */
-            int64_t nd = count_diff(cmp, r0, r1);
-            if (nd * 16 > (r1 - r0) * C) {
-                Mb = malloc((size_t)((r1 - r0) * C) * sizeof *Mb);
-                if (!Mb) {
-                    rc = DL_ENOMEM;
-                    break;
-                }
-                if ((rc = m_block(mp, r0, r1, Mb))) {
-                    free(Mb);
-                    break;
-                }
-            }
-        }
-        compare_rows(ck, cmp, r0, r1, Mb, st);
-        free(Mb);
         for (int64_t r = r0; r < r1; r++)
             merge(&tot, &st[r - r0]);
     }
@@ -453,43 +497,10 @@ int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res)
     res->worst_index = tot.worst;
     res->worst_cand = tot.worst >= 0 ? tot.wc : NAN;
     res->worst_exact = tot.worst >= 0 ? tot.we : NAN;
-    if (cmp->row_K) {
-        int64_t mk = 0;
-        for (int64_t r = 0; r < R; r++)
-            if (cmp->row_K[r] > mk)
-                mk = cmp->row_K[r];
-        res->K = mk;
-    } else {
-        res->K = cmp->K;
-    }
-    if (cmp->info) {
-        res->verdict = DL_VERDICT_INFO;
-        res->err_pass = res->err_warn = NAN;
-        if (tot.nonfinite)
-            dl__ck_msg(res, "%lld non-finite; ", (long long)tot.nonfinite);
-        dl__ck_msg_append(res, "end-to-end drift against the golden: max %.3g ulp, max |c-g| %.3g",
-                          tot.ulp, tot.abs);
-        return 0;
-    }
-    if (tot.nonfinite || tot.over_warn)
-        res->verdict = DL_VERDICT_FAIL;
-    else if (tot.over_pass)
-        res->verdict = DL_VERDICT_WARN;
-    else
-        res->verdict = DL_VERDICT_PASS;
-    if (tot.nonfinite)
-        dl__ck_msg_append(res, "%lld NaN/Inf; ", (long long)tot.nonfinite);
-    if (tot.over_warn)
-        dl__ck_msg_append(res, "%lld of %lld beyond the worst-case bound; ",
-                          (long long)tot.over_warn, (long long)tot.checked);
-    if (tot.over_pass)
-        dl__ck_msg_append(res, "%lld of %lld beyond the probabilistic bound; ",
-                          (long long)tot.over_pass, (long long)tot.checked);
-    if (res->verdict == DL_VERDICT_PASS)
-        dl__ck_msg_append(res, "%lld elements within the PASS bound (max %.3g of it, %.3g ulp)",
-                          (long long)tot.checked, tot.err_pass, tot.ulp);
-    else
-        dl__ck_msg_append(res, "worst at %lld: %.9g vs exact %.9g (%.3g x PASS bound)",
-                          (long long)tot.worst, tot.wc, tot.we, tot.err_pass);
+    res->K = cmp->row_K ? 0 : cmp->K; /* per-row K: the longest */
+    for (int64_t r = 0; cmp->row_K && r < cmp->rows; r++)
+        if (cmp->row_K[r] > res->K)
+            res->K = cmp->row_K[r];
+    verdict_of(cmp, &tot, res);
     return 0;
 }
