@@ -14,6 +14,7 @@
  *   moe      the whole layer: configuration, forward, backward
  *   golden   golden files (HDF5): the case catalogue, write, read
  *   check    the conformance runner
+ *   capacity capacity-factor routing and its cost: the legacy baseline
  * The plugin ABI for backends is dropless/backend.h, which depends on DLPack
  * alone and is not included here.
  */
@@ -28,5 +29,6 @@
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"
+#include "dropless/capacity.h"
 
 #endif
