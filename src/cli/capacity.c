@@ -173,18 +173,22 @@ static int add_item(opts_t *o, int opt, char *v)
     }
 }
 
-/* A comma-separated list of items for option opt. */
+/* A comma-separated list of items for option opt; an empty item is an error. */
 static int add_list(opts_t *o, int opt, const char *list)
 {
     char buf[4096];
     if (strlen(list) >= sizeof buf)
         return bad("option value too long", "...");
     strcpy(buf, list);
-    if (!*buf || buf[strlen(buf) - 1] == ',')
-        return bad("empty list item", list);
-    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save))
+    for (char *it = buf, *next; it; it = next) {
+        next = strchr(it, ',');
+        if (next)
+            *next++ = 0;
+        if (!*it)
+            return bad("empty item in the list", list);
         if (add_item(o, opt, it))
             return DL_EXIT_USAGE;
+    }
     return 0;
 }
 
