@@ -137,7 +137,8 @@ typedef struct {
  * router GEMM, dl_route_scores and dl_route_topk): the topk_ids a golden
  * file of c holds. Only x and the router are drawn (c's FFN is never
  * allocated), so memory is O(T*d + T*E) whatever f. Uniform and Zipf(s)
- * popularity are cases with inputs DL_INPUTS_ZIPF and zipf_s 0 or s.
+ * popularity are cases with inputs DL_INPUTS_ZIPF and zipf_s 0 or s
+ * (`dropless capacity` also switches a selection bias off for them).
  * Free r with dl_capacity_routing_free, also after an error. Errors: those
  * of dl_case_inputs and the routing stages, DL_ENOMEM. */
 DL_EXTERN int dl_capacity_route_case(const dl_case_t *c, dl_capacity_routing_t *r);

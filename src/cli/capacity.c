@@ -317,8 +317,11 @@ static int route(const input_t *in, const routing_opt_t *how, int64_t T, series_
     dl_case_t c = in->c;
     c.config.tokens = T;
     if (strcmp(how->kind, "case") != 0) {
+        /* popularity from the offsets alone: a random selection bias is a
+         * popularity skew of its own (DeepSeek-V3's tunes it to balance) */
         c.inputs = DL_INPUTS_ZIPF;
         c.zipf_s = how->s;
+        c.config.route.has_bias = 0;
     }
     return dl_capacity_route_case(&c, &s->r);
 }
