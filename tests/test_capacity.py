@@ -253,6 +253,15 @@ def t_table():
     assert "padding reaches 30%" in out
 
 
+def t_help():
+    for args in (["capacity", "--help"], ["help", "capacity"]):
+        p = subprocess.run([DL] + args, capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.startswith("usage: dropless capacity"), p.stdout
+    p = subprocess.run([DL, "help"], capture_output=True, text=True)
+    assert re.search(r"^  capacity ", p.stdout, re.M), p.stdout
+
+
+check("dropless capacity --help, dropless help capacity, listed by dropless help", t_help)
 check("a case name and its golden file give the same routing and numbers", t_case_is_golden)
 check("cf large enough: nothing drops, every expert padded to C", t_cf_large_nothing_drops)
 check("routing choices and T sweeps: uniform, Zipf(2), T = 0, 64, 512", t_sweep)

@@ -688,7 +688,9 @@ static int save_plot(const opts_t *o, const input_t *in, const series_t *s, int 
                         "DROPLESS_PYTHON)\n", py);
         return DL_EXIT_FAIL;
     }
-    char jpath[] = "/tmp/dropless-capacity-XXXXXX";
+    const char *tdir = getenv("TMPDIR");
+    char jpath[4096];
+    snprintf(jpath, sizeof jpath, "%s/dropless-capacity-XXXXXX", tdir && *tdir ? tdir : "/tmp");
     int jfd = mkstemp(jpath);
     FILE *jf = jfd < 0 ? NULL : fdopen(jfd, "w");
     char *tmp = NULL;
