@@ -15,6 +15,7 @@
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
  *   golden   golden files (HDF5): the case catalogue, write, read
  *   check    the conformance runner
+ *   capacity capacity-factor routing and its cost: the legacy baseline
  * The plugin ABI for backends is dropless/backend.h, which depends on DLPack
  * alone and is not included here.
  */
@@ -30,5 +31,6 @@
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"
+#include "dropless/capacity.h"
 
 #endif

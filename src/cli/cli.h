@@ -13,4 +13,5 @@ int dl_cli_cases(int argc, char **argv); /* gen.c */
 int dl_cli_info(int argc, char **argv);  /* gen.c */
 int dl_cli_check(int argc, char **argv); /* check.c */
 int dl_cli_run(int argc, char **argv);   /* check.c */
+int dl_cli_capacity(int argc, char **argv); /* capacity.c */
 #endif

@@ -4,35 +4,34 @@
  * Capacity factor 1.0: each expert takes at most C = ceil(T*k / E)
  * assignments. Assignments are admitted in priority order, all top-1
  * choices first (j = 0, tokens left to right), then all top-2 choices, and
- * so on; an assignment whose expert is full is dropped. Dropped assignments
- * are missing from dispatch (group sizes count kept ones only, sort_perm
- * lists the kept ones and is -1 beyond them) and contribute nothing to
- * combine (nor get a gradient in combine_backward).
+ * so on (DL_DROP_SLOT); an assignment whose expert is full is dropped.
+ * Dropped assignments are missing from dispatch (group sizes count kept
+ * ones only, sort_perm lists the kept ones and is -1 beyond them) and
+ * contribute nothing to combine (nor get a gradient in combine_backward).
  * Expected verdict: FAIL, with exactly the number of dropped assignments.
+ *
+ * Unlike the other example backends this plugin links libdropless: the
+ * capacity rule and the drop order are the library's dl_capacity and
+ * dl_capacity_keep, so the drops the runner finds here are, by
+ * construction, the ones `dropless capacity --cf 1 --policy slot` counts
+ * (one implementation of the rule, not a copy that could drift). A real
+ * backend needs dropless/backend.h alone.
  */
 #include <dropless/backend.h>
+#include <dropless/capacity.h>
 #include "kernels.h"
 
 /* keep[t*k+j] = 1 if the assignment survives the capacity limit. */
 static uint8_t *capacity_keep(const dl_backend_config_t *c, const int32_t *ids)
 {
     const int64_t T = c->tokens, k = c->top_k, E = c->experts;
-    const int64_t cap = (T * k + E - 1) / E;
+    int64_t cap;
     uint8_t *keep = malloc((size_t)(T * k > 0 ? T * k : 1));
-    int64_t *load = calloc((size_t)E, sizeof *load);
-    if (!keep || !load) {
-        free(keep), free(load);
+    if (!keep || dl_capacity(DL_CAPACITY_GSHARD, 1.0, T, k, E, &cap) ||
+        dl_capacity_keep(ids, NULL, T, k, E, cap, DL_DROP_SLOT, keep)) {
+        free(keep);
         return NULL;
     }
-    for (int64_t j = 0; j < k; j++)
-        for (int64_t t = 0; t < T; t++) {
-            int32_t e = ids[t * k + j];
-            int ok = e >= 0 && e < E && load[e] < cap;
-            keep[t * k + j] = (uint8_t)ok;
-            if (ok)
-                load[e]++;
-        }
-    free(load);
     return keep;
 }
 
