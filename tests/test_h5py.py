@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Golden files as a Python user sees them: h5py reads what `dropless gen`
 writes, the h5py example of doc/format.md runs as printed, and the inputs
 re-derived in pure Python from the PRNG text of doc/format.md match every

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the fuzz seed corpus: small, unsealed candidate files for the
 catalogue case "tiny" (the harness's configuration), from vectors/tiny.h5.
 Unsealed on purpose: a sealed seed would stop every mutation at the seal.
