@@ -93,7 +93,7 @@ typedef struct {
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
 } dl__ck_t;
 
-/* check.c */
+/* result.c */
 void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size);
 dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check);
 void dl__ck_msg(dl_check_result_t *r, const char *fmt, ...)
@@ -107,7 +107,8 @@ void dl__ck_msg_append(dl_check_result_t *r, const char *fmt, ...)
 #endif
     ;
 int dl__ck_add_drop(dl__ck_t *ck, int64_t canon_flat);
-dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
+/* The worst verdict of r's results, INFO aside; SKIP when there are none. */
+dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);
 
 /* tol.c */
 double dl__ck_ulp(double g, dl_dtype_t t);
@@ -163,12 +164,12 @@ typedef struct {
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
+/* The storage type of stage s in this case. */
+dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
 
 
-/* The worst verdict of r's results, INFO aside; SKIP when there are none. */
-dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);
 
 #endif

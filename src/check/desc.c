@@ -522,3 +522,8 @@ uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
         return 0;
     return !ck->swiglu && d->up_plain ? d->up_plain : d->up;
 }
+
+dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
+{
+    return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
+}
