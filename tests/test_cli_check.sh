@@ -6,7 +6,7 @@ NAME=cli_check
 V="$top_srcdir/vectors"
 B="$top_builddir/tests/backends/.libs"
 PY=""
-for p in /usr/bin/python3 python3; do
+for p in /usr/bin/python3; do
     if "$p" -c 'import json, xml.etree.ElementTree' 2>/dev/null; then PY=$p; break; fi
 done
 
@@ -67,6 +67,13 @@ check "run --out never overwrites without --force" \
 check "a capacity backend's candidate fails check with the drops" \
     'run 1 run --backend "$B/capacity.so" --out "$T/cap.h5" "$EE"; run 1 check "$EE" "$T/cap.h5" && grep -q "dropped" "$T/out"'
 
+# --- the one table of arrays, and the Python side's copy of its output
+check "info --layout --json is the committed tools/adapters/layout.json" \
+    'run 0 info --layout --json && cmp "$T/out" "$top_srcdir/tools/adapters/layout.json"'
+check "info --layout lists every array of the format, d_router_weight included" \
+    'run 0 info --layout && [ "$(grep -c -E "^(inputs|forward|backward) " "$T/out")" -eq 35 ] && grep -q "^backward  d_router_weight  f32   dE " "$T/out"'
+check "info --layout: an unexpected argument is a usage error" 'run 2 info --layout extra && one_line_err'
+
 # --- reports
 if [ -n "$PY" ]; then
     check "--json writes JSON that parses, with the documented top level" \
@@ -74,10 +81,10 @@ if [ -n "$PY" ]; then
          "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]; assert d[0][\"format\"]==\"dropless-check\"; assert d[1][\"verdict\"]==\"FAIL\"" "$T/r.json"'
     check "--junit writes JUnit XML that parses, failures included" \
         'run 1 run --backend "$B/capacity.so" --junit "$T/r.xml" "$EE" &&
-         "$PY" -c "import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); assert len(r.iter(\"failure\").__next__().attrib)>=0" "$T/r.xml"'
+         "$PY" -c "import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); f=next(r.iter(\"failure\")); assert f.get(\"message\"), f.attrib" "$T/r.xml"'
 else
     n=$((n + 1)); echo "ok $n # SKIP python3 with json/xml not available"
     n=$((n + 1)); echo "ok $n # SKIP python3 with json/xml not available"
 fi
 echo "1..$n"
-exit 0
+[ "$fails" -eq 0 ]

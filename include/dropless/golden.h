@@ -170,7 +170,8 @@ typedef struct {
 } dl_golden_file_t;
 
 /* The address of dataset ds's array pointer inside g (a float **, int32_t **
- * or int64_t ** by ds->elem). */
+ * or int64_t ** by ds->elem); g keeps owning the array. NULL when ds is not
+ * a row of the format's table (dl_golden_dataset). No error codes. */
 DL_EXTERN void **dl_golden_slot(dl_golden_file_t *g, const dl_golden_dataset_t *ds);
 
 /* Frees every array of g (whoever allocated it) and zeroes g. */

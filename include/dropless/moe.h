@@ -83,8 +83,12 @@ typedef struct {
     dl_tier_stats_t stats;
 } dl_moe_backward_t;
 
-/* Runs the backward pass for d_out = in->d_out; allocates every array of *b
- * (free with dl_moe_backward_free, also after an error). */
+/* Runs the backward pass for d_out = in->d_out at the stored forward values
+ * *f (caller-owned, from dl_moe_forward); allocates every array of *b (free
+ * with dl_moe_backward_free, also after an error). Errors: DL_EINVAL (NULL
+ * f or b; those of dl_moe_config_validate), DL_EOVERFLOW, DL_ENONFINITE and
+ * DL_EGRID (dl_moe_inputs_validate with d_out), DL_ERANGE (an invalid
+ * permutation in *f), DL_ENOMEM. */
 DL_EXTERN int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                               const dl_moe_forward_t *f, dl_moe_backward_t *b);
 DL_EXTERN void dl_moe_backward_free(dl_moe_backward_t *b);

@@ -11,6 +11,7 @@
 int dl_cli_gen(int argc, char **argv);   /* gen.c */
 int dl_cli_cases(int argc, char **argv); /* gen.c */
 int dl_cli_info(int argc, char **argv);  /* gen.c */
+int dl_cli_layout(int argc, char **argv); /* layout.c: info --layout */
 int dl_cli_check(int argc, char **argv); /* check.c */
 int dl_cli_run(int argc, char **argv);   /* check.c */
 int dl_cli_capacity(int argc, char **argv); /* capacity.c */

@@ -304,6 +304,7 @@ static void info_usage(FILE *f)
 {
     fprintf(f,
             "usage: dropless info FILE...\n"
+            "       dropless info --layout [--json]   the format's arrays (one table)\n"
             "Validates each golden file (types, shapes, dtype grids, ranges) and prints its\n"
             "case, configuration and datasets. A file that fails validation: one line on\n"
             "stderr naming the file and the dataset, exit status 2.\n");
@@ -312,6 +313,9 @@ static void info_usage(FILE *f)
 int dl_cli_info(int argc, char **argv)
 {
     int nfiles = 0, rc = DL_EXIT_OK;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--layout"))
+            return dl_cli_layout(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             info_usage(stdout);

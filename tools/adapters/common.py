@@ -3,10 +3,11 @@
 Needs numpy and h5py only: the frameworks (PyTorch, JAX) are imported by the
 adapters themselves, so this module, and the tests of it, run anywhere.
 
-The layout mirrors the format's dataset table (src/golden_format.c,
-doc/format.md): a candidate holds any subset of the /forward and /backward
-datasets, each float dataset an IEEE float32 container whose values lie on
-the grid of its storage type, named by a `dtype` attribute.
+The layout is the format's one table (layout.json, the output of `dropless
+info --layout --json`; doc/format.md): a candidate holds any subset of the
+/forward and /backward datasets, each float dataset an IEEE float32
+container whose values lie on the grid of its storage type, named by a
+`dtype` attribute.
 """
 
 import json
@@ -15,50 +16,24 @@ import tempfile
 
 import numpy as np
 
-FORMAT = "dropless-golden"
-FORMAT_VERSION = 1
 ADAPTERS_VERSION = "0.1.0"
 
+# The format's arrays, read from `dropless info --layout --json` (the C
+# library's one table, DL_VALUE_MAP), saved beside this module as
+# layout.json; tests/test_cli_check.sh fails when the two differ. As tuples
 # (group, name, elem, act, dims, cond): elem 'f' float / 'i32' / 'i64'; act 1
 # = the case's dtype, 0 = fp32; dims symbols T d f E k M (=T*k) P (=E+1);
 # cond 'always', 'bias' (has_bias only), 'swiglu' (ffn_kind swiglu only).
-LAYOUT = [
-    ("inputs", "x", "f", 1, "Td", "always"),
-    ("inputs", "router_weight", "f", 0, "dE", "always"),
-    ("inputs", "expert_bias", "f", 0, "E", "bias"),
-    ("inputs", "w_gate", "f", 1, "Edf", "swiglu"),
-    ("inputs", "w_up", "f", 1, "Edf", "swiglu"),
-    ("inputs", "w_down", "f", 1, "Efd", "always"),
-    ("inputs", "d_out", "f", 1, "Td", "always"),
-    ("forward", "router_logits", "f", 0, "TE", "always"),
-    ("forward", "router_scores", "f", 0, "TE", "always"),
-    ("forward", "topk_ids", "i32", 0, "Tk", "always"),
-    ("forward", "topk_weights", "f", 0, "Tk", "always"),
-    ("forward", "tie_margin", "f", 0, "T", "always"),
-    ("forward", "sort_perm", "i32", 0, "M", "always"),
-    ("forward", "inv_perm", "i32", 0, "M", "always"),
-    ("forward", "group_sizes", "i64", 0, "E", "always"),
-    ("forward", "group_offsets", "i64", 0, "P", "always"),
-    ("forward", "x_sorted", "f", 1, "Md", "always"),
-    ("forward", "h_gate", "f", 1, "Mf", "swiglu"),
-    ("forward", "h_up", "f", 1, "Mf", "swiglu"),
-    ("forward", "h_act", "f", 1, "Mf", "swiglu"),
-    ("forward", "y_sorted", "f", 1, "Md", "always"),
-    ("forward", "out", "f", 1, "Td", "always"),
-    ("backward", "d_topk_weights", "f", 0, "Tk", "always"),
-    ("backward", "d_y_sorted", "f", 1, "Md", "always"),
-    ("backward", "d_h_act", "f", 1, "Mf", "swiglu"),
-    ("backward", "d_w_down", "f", 0, "Efd", "always"),
-    ("backward", "d_h_gate", "f", 1, "Mf", "swiglu"),
-    ("backward", "d_h_up", "f", 1, "Mf", "swiglu"),
-    ("backward", "d_x_sorted", "f", 1, "Md", "always"),
-    ("backward", "d_w_gate", "f", 0, "Edf", "swiglu"),
-    ("backward", "d_w_up", "f", 0, "Edf", "swiglu"),
-    ("backward", "d_router_scores", "f", 0, "TE", "always"),
-    ("backward", "d_router_logits", "f", 0, "TE", "always"),
-    ("backward", "d_router_weight", "f", 0, "dE", "always"),
-    ("backward", "d_x", "f", 1, "Td", "always"),
-]
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "layout.json")) as _fh:
+    _LAYOUT_JSON = json.load(_fh)
+FORMAT = _LAYOUT_JSON["format"]
+FORMAT_VERSION = _LAYOUT_JSON["format_version"]
+LAYOUT = [(r["group"], r["name"], "f" if r["store"] in ("act", "f32") else r["store"],
+           1 if r["store"] == "act" else 0, r["dims"], r["cond"])
+          for r in _LAYOUT_JSON["arrays"]]
+# The stage values in the runner's order (dl_value_t).
+STAGE_VALUES = [r["name"] for r in sorted((r for r in _LAYOUT_JSON["arrays"]
+                                           if r["value"] is not None), key=lambda r: r["value"])]
 SPEC = {g + "/" + n: (g, n, e, a, dims, c) for g, n, e, a, dims, c in LAYOUT}
 
 CONFIG_INT = ("tokens", "hidden", "ffn", "experts", "top_k", "n_group", "topk_group",

@@ -9,13 +9,16 @@ it occurred.
 import json
 import sys
 from collections import defaultdict
+import os
 
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2}
-STAGES = ["router_logits", "router_scores", "topk_ids", "topk_weights", "sort_perm", "inv_perm",
-          "group_sizes", "group_offsets", "x_sorted", "h_gate", "h_up", "h_act", "y_sorted", "out",
-          "case", "d_topk_weights", "d_y_sorted", "d_h_act", "d_w_down", "d_h_gate", "d_h_up",
-          "d_x_sorted", "d_w_gate", "d_w_up", "d_router_scores", "d_router_logits",
-          "d_router_weight", "d_x"]
+# The runner's stage order (layout.json: `dropless info --layout --json`),
+# with the whole-case checks (token accounting) after the forward pass, as
+# the runner reports them.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "layout.json")) as _fh:
+    STAGES = [r["name"] for r in sorted((r for r in json.load(_fh)["arrays"]
+                                         if r["value"] is not None), key=lambda r: r["value"])]
+STAGES.insert(STAGES.index("out") + 1, "case")
 
 
 def dtype_of(case):
