@@ -106,29 +106,8 @@ static void copy_all(const gcase_t *g, dl_moe_forward_t *f, dl_moe_backward_t *b
         const void *src = dl_value_array(&g->f, &g->b, (dl_value_t)s);
         if (!src || !n)
             continue;
-        size_t sz = (s == DL_VALUE_GROUP_SIZES || s == DL_VALUE_GROUP_OFFSETS) ? 8 : 4;
-        void *p = dupm(src, (size_t)n * sz);
-        switch (s) {
-#define F(S, m) case S: f->m = p; break;
-#define G(S, m) case S: b->m = p; break;
-            F(DL_VALUE_ROUTER_LOGITS, router_logits) F(DL_VALUE_ROUTER_SCORES, router_scores)
-            F(DL_VALUE_TOPK_IDS, topk_ids) F(DL_VALUE_TOPK_WEIGHTS, topk_weights)
-            F(DL_VALUE_SORT_PERM, sort_perm) F(DL_VALUE_INV_PERM, inv_perm)
-            F(DL_VALUE_GROUP_SIZES, group_sizes) F(DL_VALUE_GROUP_OFFSETS, group_offsets)
-            F(DL_VALUE_X_SORTED, x_sorted) F(DL_VALUE_H_GATE, h_gate) F(DL_VALUE_H_UP, h_up)
-            F(DL_VALUE_H_ACT, h_act) F(DL_VALUE_Y_SORTED, y_sorted) F(DL_VALUE_OUT, out)
-            G(DL_VALUE_D_TOPK_WEIGHTS, d_topk_weights) G(DL_VALUE_D_Y_SORTED, d_y_sorted)
-            G(DL_VALUE_D_H_ACT, d_h_act) G(DL_VALUE_D_W_DOWN, d_w_down)
-            G(DL_VALUE_D_H_GATE, d_h_gate) G(DL_VALUE_D_H_UP, d_h_up)
-            G(DL_VALUE_D_X_SORTED, d_x_sorted) G(DL_VALUE_D_W_GATE, d_w_gate)
-            G(DL_VALUE_D_W_UP, d_w_up) G(DL_VALUE_D_ROUTER_SCORES, d_router_scores)
-            G(DL_VALUE_D_ROUTER_LOGITS, d_router_logits)
-            G(DL_VALUE_D_ROUTER_WEIGHT, d_router_weight) G(DL_VALUE_D_X, d_x)
-#undef F
-#undef G
-        default:
-            free(p);
-        }
+        size_t sz = dl_value_store((dl_value_t)s) == DL_STORE_I64 ? 8 : 4;
+        *dl__value_slot(f, b, (dl_value_t)s) = dupm(src, (size_t)n * sz);
     }
 }
 

@@ -36,6 +36,16 @@ STAGE_VALUES = [r["name"] for r in sorted((r for r in _LAYOUT_JSON["arrays"]
                                            if r["value"] is not None), key=lambda r: r["value"])]
 SPEC = {g + "/" + n: (g, n, e, a, dims, c) for g, n, e, a, dims, c in LAYOUT}
 
+def group_terms(cfg):
+    """The keys a group score adds up: the rule of dl_route_group_terms
+    (1 for max, 2 for top2_sum, top_k / topk_group for topk_sum; at least 1,
+    at most the group size E / n_group)."""
+    if cfg["n_group"] <= 1:
+        return 1
+    nb = {"max": 1, "top2_sum": 2}.get(cfg["group_score"], cfg["top_k"] // cfg["topk_group"])
+    return min(max(nb, 1), cfg["experts"] // cfg["n_group"])
+
+
 CONFIG_INT = ("tokens", "hidden", "ffn", "experts", "top_k", "n_group", "topk_group",
               "renormalize", "has_bias")
 CONFIG_STR = ("score_function", "group_score", "ffn_kind", "dtype")

@@ -111,12 +111,7 @@ def select(scores, bias, cfg):
     if ng > 1:
         G = E // ng
         kk = key.reshape(T, ng, G)
-        if cfg["group_score"] == "max":
-            gs = kk.max(-1)
-        elif cfg["group_score"] == "top2_sum":
-            gs = lax.top_k(kk, min(2, G))[0].sum(-1)
-        else:
-            gs = lax.top_k(kk, min(max(k // kg, 1), G))[0].sum(-1)
+        gs = lax.top_k(kk, common.group_terms(cfg))[0].sum(-1)
         gidx = lax.top_k(gs, kg)[1]
         gmask = jnp.zeros((T, ng), bool).at[jnp.arange(T)[:, None], gidx].set(True)
         key = jnp.where(jnp.repeat(gmask, G, axis=1), key, -jnp.inf)

@@ -31,13 +31,7 @@ def select(scores, bias, cfg):
         G = E // ng
         kgrp = key.reshape(T, ng, G)
         srt = -np.sort(-kgrp, axis=-1)
-        if cfg["group_score"] == "max":
-            gs = srt[..., 0]
-        elif cfg["group_score"] == "top2_sum":
-            gs = srt[..., :min(2, G)].sum(-1).astype(np.float32)
-        else:
-            nb = min(max(k // kg, 1), G)
-            gs = srt[..., :nb].sum(-1).astype(np.float32)
+        gs = srt[..., :common.group_terms(cfg)].sum(-1).astype(np.float32)
         keep = np.argsort(-gs, axis=-1, kind="stable")[:, :kg]
         mask = np.zeros((T, ng), bool)
         np.put_along_axis(mask, keep, True, axis=-1)

@@ -177,12 +177,7 @@ def select(scores, bias, cfg):
         if ng > 1:
             G = E // ng
             kk = key.view(T, ng, G)
-            if cfg["group_score"] == "max":
-                gs = kk.max(-1).values
-            elif cfg["group_score"] == "top2_sum":
-                gs = kk.topk(min(2, G), dim=-1).values.sum(-1)
-            else:
-                gs = kk.topk(min(max(k // kg, 1), G), dim=-1).values.sum(-1)
+            gs = kk.topk(common.group_terms(cfg), dim=-1).values.sum(-1)
             gidx = gs.topk(kg, dim=-1).indices
             gmask = torch.zeros_like(gs, dtype=torch.bool).scatter_(1, gidx, True)
             emask = gmask.unsqueeze(-1).expand(T, ng, G).reshape(T, E)
