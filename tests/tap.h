@@ -52,6 +52,60 @@ static inline int dl_test_run(Suite **suites, int n)
     return failed || !f ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+/* One row of a test program's table: the suite and test case it belongs to
+ * (each created on first use, in table order), the Check test (a
+ * START_TEST name), a loop range [lo, hi) for tcase_add_loop_test (hi = 0:
+ * run once) and the test case's timeout in seconds (0: Check's default).
+ * Every test program registers its tests this one way. */
+typedef struct {
+    const char *suite, *tcase;
+    const TTest *test;
+    int lo, hi;
+    double timeout;
+} dl_test_t;
+#define DL_TEST(suite, tcase, fn, timeout) {suite, tcase, fn, 0, 0, timeout}
+#define DL_TEST_LOOP(suite, tcase, fn, lo, hi, timeout) {suite, tcase, fn, lo, hi, timeout}
+#define DL_TEST_MAX_SUITES 32
+#define DL_TEST_MAX_TCASES 128
+
+/* Builds the suites from the table and runs them (dl_test_run). */
+static inline int dl_test_main(const dl_test_t *t, int n)
+{
+    Suite *su[DL_TEST_MAX_SUITES];
+    const char *su_name[DL_TEST_MAX_SUITES];
+    TCase *tc[DL_TEST_MAX_TCASES];
+    const char *tc_name[DL_TEST_MAX_TCASES];
+    int tc_suite[DL_TEST_MAX_TCASES], ns = 0, nt = 0;
+    for (int i = 0; i < n; i++) {
+        int s = 0, c = 0;
+        while (s < ns && strcmp(su_name[s], t[i].suite))
+            s++;
+        if (s == ns) {
+            if (ns == DL_TEST_MAX_SUITES)
+                return EXIT_FAILURE;
+            su_name[ns] = t[i].suite;
+            su[ns++] = suite_create(t[i].suite);
+        }
+        while (c < nt && (tc_suite[c] != s || strcmp(tc_name[c], t[i].tcase)))
+            c++;
+        if (c == nt) {
+            if (nt == DL_TEST_MAX_TCASES)
+                return EXIT_FAILURE;
+            tc_name[nt] = t[i].tcase;
+            tc_suite[nt] = s;
+            tc[nt] = tcase_create(t[i].tcase);
+            suite_add_tcase(su[s], tc[nt++]);
+        }
+        if (t[i].timeout > 0)
+            tcase_set_timeout(tc[c], t[i].timeout);
+        if (t[i].hi > 0)
+            tcase_add_loop_test(tc[c], t[i].test, t[i].lo, t[i].hi);
+        else
+            tcase_add_test(tc[c], t[i].test);
+    }
+    return ns ? dl_test_run(su, ns) : EXIT_FAILURE;
+}
+
 /* splitmix64: a tiny reproducible generator for test inputs. */
 typedef struct { uint64_t s; } dl_test_rng_t;
 static inline uint64_t dl_test_next(dl_test_rng_t *r)

@@ -457,46 +457,17 @@ START_TEST(mpfr_round_helper)
 }
 END_TEST
 
-static Suite *exp_suite(void)
-{
-    Suite *s = suite_create("exp");
-    TCase *tc = tcase_create("bound");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, exp_error_bound);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("mpfr_round");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, mpfr_round_helper);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-static Suite *swiglu_suite(void)
-{
-    Suite *s = suite_create("swiglu");
-    TCase *tc = tcase_create("random");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, swiglu_random_vs_mpfr);
-    tcase_add_test(tc, swiglu_fallback_share);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("edges");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, swiglu_edges);
-    tcase_add_test(tc, swiglu_errors);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("adversarial");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, swiglu_adversarial_midpoints);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("threads");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, swiglu_threads_same_bits);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    Suite *s[] = {exp_suite(), swiglu_suite()};
-    return dl_test_run(s, 2);
+    const dl_test_t tests[] = {
+        DL_TEST("exp", "bound", exp_error_bound, 120),
+        DL_TEST("exp", "mpfr_round", mpfr_round_helper, 60),
+        DL_TEST("swiglu", "random", swiglu_random_vs_mpfr, 120),
+        DL_TEST("swiglu", "random", swiglu_fallback_share, 120),
+        DL_TEST("swiglu", "edges", swiglu_edges, 60),
+        DL_TEST("swiglu", "edges", swiglu_errors, 60),
+        DL_TEST("swiglu", "adversarial", swiglu_adversarial_midpoints, 60),
+        DL_TEST("swiglu", "threads", swiglu_threads_same_bits, 60),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -2,6 +2,7 @@
  * arithmetic, each drop policy against its definition on random routings
  * and by hand, the costs by hand, the 30% threshold against a scan, and the
  * case router against the committed golden files' topk_ids. */
+#include "config.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,30 +406,21 @@ START_TEST(route_zipf)
 }
 END_TEST
 
-#define TC(suite, fn)                              \
-    do {                                           \
-        TCase *tc_ = tcase_create(#fn);            \
-        tcase_set_timeout(tc_, 120);               \
-        tcase_add_test(tc_, fn);                   \
-        suite_add_tcase(suite, tc_);               \
-    } while (0)
-
 int main(void)
 {
-    Suite *ru = suite_create("rule"), *dr = suite_create("drop"), *co = suite_create("cost"),
-          *ro = suite_create("routing");
-    TC(ru, rule_dyadic_exact);
-    TC(ru, rule_decimal);
-    TC(ru, rule_errors);
-    TC(ru, names);
-    TC(dr, keep_by_hand);
-    TC(dr, keep_properties);
-    TC(co, analyze_by_hand);
-    TC(co, analyze_edges);
-    TC(co, dropless_tiles);
-    TC(co, threshold_scan);
-    TC(ro, route_case_is_golden);
-    TC(ro, route_zipf);
-    Suite *all[] = {ru, dr, co, ro};
-    return dl_test_run(all, 4);
+    const dl_test_t tests[] = {
+        DL_TEST("rule", "rule_dyadic_exact", rule_dyadic_exact, 120),
+        DL_TEST("rule", "rule_decimal", rule_decimal, 120),
+        DL_TEST("rule", "rule_errors", rule_errors, 120),
+        DL_TEST("rule", "names", names, 120),
+        DL_TEST("drop", "keep_by_hand", keep_by_hand, 120),
+        DL_TEST("drop", "keep_properties", keep_properties, 120),
+        DL_TEST("cost", "analyze_by_hand", analyze_by_hand, 120),
+        DL_TEST("cost", "analyze_edges", analyze_edges, 120),
+        DL_TEST("cost", "dropless_tiles", dropless_tiles, 120),
+        DL_TEST("cost", "threshold_scan", threshold_scan, 120),
+        DL_TEST("routing", "route_case_is_golden", route_case_is_golden, 120),
+        DL_TEST("routing", "route_zipf", route_zipf, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

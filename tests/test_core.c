@@ -347,28 +347,19 @@ END_TEST
 
 int main(void)
 {
-    Suite *round = suite_create("round");
-    TCase *tc = tcase_create("rounding");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, round_random_vs_mpfr);
-    tcase_add_test(tc, round_adversarial);
-    tcase_add_test(tc, bits_round_trip);
-    tcase_add_test(tc, dtype_names);
-    tcase_add_test(tc, on_grid_matches_rounding);
-    tcase_add_test(tc, certify_interval);
-    suite_add_tcase(round, tc);
-
-    Suite *acc = suite_create("accumulator");
-    TCase *ta = tcase_create("exact-sums");
-    tcase_set_timeout(ta, 300);
-    tcase_add_test(ta, acc_random_grids);
-    tcase_add_test(ta, acc_cancellation);
-    tcase_add_test(ta, acc_ties);
-    tcase_add_test(ta, acc_extremes);
-    tcase_add_test(ta, acc_f64_products);
-    tcase_add_test(ta, acc_long);
-    suite_add_tcase(acc, ta);
-
-    Suite *all[] = {round, acc};
-    return dl_test_run(all, 2);
+    const dl_test_t tests[] = {
+        DL_TEST("round", "rounding", round_random_vs_mpfr, 120),
+        DL_TEST("round", "rounding", round_adversarial, 120),
+        DL_TEST("round", "rounding", bits_round_trip, 120),
+        DL_TEST("round", "rounding", dtype_names, 120),
+        DL_TEST("round", "rounding", on_grid_matches_rounding, 120),
+        DL_TEST("round", "rounding", certify_interval, 120),
+        DL_TEST("accumulator", "exact-sums", acc_random_grids, 300),
+        DL_TEST("accumulator", "exact-sums", acc_cancellation, 300),
+        DL_TEST("accumulator", "exact-sums", acc_ties, 300),
+        DL_TEST("accumulator", "exact-sums", acc_extremes, 300),
+        DL_TEST("accumulator", "exact-sums", acc_f64_products, 300),
+        DL_TEST("accumulator", "exact-sums", acc_long, 300),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

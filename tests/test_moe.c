@@ -444,26 +444,16 @@ END_TEST
 
 int main(void)
 {
-    Suite *dense = suite_create("vjp-dense");
-    TCase *td = tcase_create("dense-formulation");
-    tcase_set_timeout(td, 300);
-    tcase_add_test(td, dense_softmax_swiglu);
-    tcase_add_test(td, dense_sigmoid_grouped);
-    tcase_add_test(td, dense_plain);
-    tcase_add_test(td, dense_edges);
-    tcase_add_test(td, empty_expert_grads_zero);
-    suite_add_tcase(dense, td);
-    Suite *fd = suite_create("vjp-finite-differences");
-    TCase *tf = tcase_create("central-differences");
-    tcase_set_timeout(tf, 300);
-    tcase_add_test(tf, fd_softmax);
-    tcase_add_test(tf, fd_sigmoid_scaled);
-    suite_add_tcase(fd, tf);
-    Suite *layer = suite_create("layer");
-    TCase *tl = tcase_create("determinism-and-errors");
-    tcase_add_test(tl, threads_same_bits);
-    tcase_add_test(tl, bad_inputs);
-    suite_add_tcase(layer, tl);
-    Suite *all[] = {dense, fd, layer};
-    return dl_test_run(all, 3);
+    const dl_test_t tests[] = {
+        DL_TEST("vjp-dense", "dense-formulation", dense_softmax_swiglu, 300),
+        DL_TEST("vjp-dense", "dense-formulation", dense_sigmoid_grouped, 300),
+        DL_TEST("vjp-dense", "dense-formulation", dense_plain, 300),
+        DL_TEST("vjp-dense", "dense-formulation", dense_edges, 300),
+        DL_TEST("vjp-dense", "dense-formulation", empty_expert_grads_zero, 300),
+        DL_TEST("vjp-finite-differences", "central-differences", fd_softmax, 300),
+        DL_TEST("vjp-finite-differences", "central-differences", fd_sigmoid_scaled, 300),
+        DL_TEST("layer", "determinism-and-errors", threads_same_bits, 0),
+        DL_TEST("layer", "determinism-and-errors", bad_inputs, 0),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -1016,32 +1016,23 @@ START_TEST(threads_same_bits)
 }
 END_TEST
 
-#define TC(suite, name, fn, timeout)                                         \
-    do {                                                                       \
-        TCase *tc_ = tcase_create(name);                                       \
-        tcase_set_timeout(tc_, timeout);                                       \
-        tcase_add_test(tc_, fn);                                               \
-        suite_add_tcase(suite, tc_);                                           \
-    } while (0)
-
 int main(void)
 {
-    Suite *cf = suite_create("config"), *sc = suite_create("scores"), *tk = suite_create("topk"),
-          *bw = suite_create("backward"), *th = suite_create("threads");
-    TC(cf, "validate", config_validate, 30);
-    TC(sc, "softmax_random", softmax_random_vs_mpfr, 120);
-    TC(sc, "sigmoid_random", sigmoid_random_vs_mpfr, 120);
-    TC(sc, "fallback_share", scores_fallback_share, 120);
-    TC(sc, "adversarial", scores_adversarial_midpoints, 120);
-    TC(sc, "errors", scores_errors, 30);
-    TC(tk, "random", topk_random_vs_reference, 120);
-    TC(tk, "edges", topk_edges, 30);
-    TC(tk, "groups", topk_groups, 30);
-    TC(tk, "bias_weights", topk_bias_and_weights, 30);
-    TC(bw, "mpfr", backward_vs_mpfr, 120);
-    TC(bw, "finite_differences", backward_vs_finite_differences, 120);
-    TC(bw, "edges", backward_errors_and_edges, 30);
-    TC(th, "same_bits", threads_same_bits, 120);
-    Suite *s[] = {cf, sc, tk, bw, th};
-    return dl_test_run(s, 5);
+    const dl_test_t tests[] = {
+        DL_TEST("config", "validate", config_validate, 30),
+        DL_TEST("scores", "softmax_random", softmax_random_vs_mpfr, 120),
+        DL_TEST("scores", "sigmoid_random", sigmoid_random_vs_mpfr, 120),
+        DL_TEST("scores", "fallback_share", scores_fallback_share, 120),
+        DL_TEST("scores", "adversarial", scores_adversarial_midpoints, 120),
+        DL_TEST("scores", "errors", scores_errors, 30),
+        DL_TEST("topk", "random", topk_random_vs_reference, 120),
+        DL_TEST("topk", "edges", topk_edges, 30),
+        DL_TEST("topk", "groups", topk_groups, 30),
+        DL_TEST("topk", "bias_weights", topk_bias_and_weights, 30),
+        DL_TEST("backward", "mpfr", backward_vs_mpfr, 120),
+        DL_TEST("backward", "finite_differences", backward_vs_finite_differences, 120),
+        DL_TEST("backward", "edges", backward_errors_and_edges, 30),
+        DL_TEST("threads", "same_bits", threads_same_bits, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }
