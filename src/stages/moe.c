@@ -237,19 +237,9 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return DL_ENOMEM;
 
     /* combine: out[t] = sum_j w[t,j] y[pos(t,j)] */
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (int64_t fl = 0; fl < M; fl++) {
-        const float *y = f->y_sorted + (int64_t)f->inv_perm[fl] * d;
-        const float *g = in->d_out + (fl / k) * d;
-        b->d_topk_weights[fl] = (float)dl__dot_cert(g, 1, y, 1, d, DL_F32, &bad);
-        double w = f->topk_weights[fl];
-        float *dy = b->d_y_sorted + (int64_t)f->inv_perm[fl] * d;
-        for (int64_t i = 0; i < d; i++) /* one product of floats: exact, then rounded once */
-            dy[i] = (float)dl_round(w * (double)g[i], t);
-    }
-    if (bad)
-        return DL_ENONFINITE;
+    if ((rc = dl__combine_backward(f->y_sorted, f->topk_weights, f->inv_perm, in->d_out, T, k, d,
+                                   t, 0, M, b->d_topk_weights, b->d_y_sorted)))
+        return rc;
 
     if (swiglu) {
         /* y = h_act Wd: d_h_act = d_y Wd^T, d_Wd = h_act^T d_y */

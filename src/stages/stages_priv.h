@@ -25,6 +25,14 @@ int dl__gemm_check_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
 int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
                           const int64_t *offsets, int64_t E, const float *out,
                           int64_t *io_out);
+/* The combine's backward over the sorted rows [r0, r1): d_y[p - r0, :] =
+ * RN_t(w[fl] d_out[fl / k, :]) for the assignment fl at p = inv_perm[fl],
+ * and, if d_w is not NULL (it needs every row of y_sorted),
+ * d_w[fl] = RN_fp32(<d_out[fl / k], y_sorted[p]>). inv_perm must be a
+ * valid permutation of [0, T*k). 0 or DL_ENONFINITE. */
+int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *inv_perm,
+                         const float *d_out, int64_t T, int64_t k, int64_t d, dl_dtype_t t,
+                         int64_t r0, int64_t r1, float *d_w, float *d_y);
 /* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
  * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
