@@ -118,6 +118,53 @@ static int hdf5_matches(const char *srcdir)
     return ok;
 }
 
+typedef struct {
+    const char *dl, *dir, *manifest;
+    int pinned, write, nt, nth[8];
+    double total, worst_s, worst_mb;
+} tier_run_t;
+
+/* Generates case c once per thread count, prints a line each; returns 1
+ * if any run failed, broke a limit or gave other bytes; the first digest
+ * goes into first. */
+static int run_case(tier_run_t *r, const dl_case_t *c, char first[65])
+{
+    char path[4096], want[65];
+    int bad = 0;
+    first[0] = '\0';
+    snprintf(path, sizeof path, "%s/%s.h5", r->dir, c->name);
+    manifest_lookup(r->manifest, c->name, want);
+    for (int t = 0; t < r->nt; t++) {
+        double secs = 0, mb = 0;
+        char hex[65] = "?";
+        int rc = gen_one(r->dl, c->name, path, r->nth[t], &secs, &mb);
+        struct stat st;
+        double gb = rc == 0 && stat(path, &st) == 0 ? (double)st.st_size / 1e9 : 0;
+        if (rc == 0)
+            rc = sha256_file(path, hex);
+        unlink(path);
+        const char *verdict = "ok";
+        if (rc)
+            verdict = "FAILED";
+        else if (secs > LIMIT_S || mb > LIMIT_MB)
+            verdict = "OVER LIMIT";
+        else if (first[0] && strcmp(first, hex))
+            verdict = "DIFFERS between thread counts";
+        else if (r->pinned && !r->write && strcmp(want, hex))
+            verdict = want[0] ? "DIFFERS from the manifest" : "not in the manifest";
+        bad |= strcmp(verdict, "ok") != 0;
+        if (!first[0])
+            snprintf(first, 65, "%s", hex);
+        r->total += secs;
+        r->worst_s = secs > r->worst_s ? secs : r->worst_s;
+        r->worst_mb = mb > r->worst_mb ? mb : r->worst_mb;
+        printf("%-20s %7d %9.2f %11.0f %8.2f  %.16s... %s\n", c->name, r->nth[t], secs, mb, gb,
+               hex, verdict);
+        fflush(stdout);
+    }
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     const char *dl = "./dropless", *dir = NULL, *write_to = NULL, *threads = "2 1";
@@ -155,13 +202,13 @@ int main(int argc, char **argv)
         perror(write_to);
         return 1;
     }
-    int nth[8], nt = 0;
-    for (const char *p = threads; *p && nt < 8;) {
+    tier_run_t r = {dl, dir, manifest, pinned, write_to != NULL, 0, {0}, 0, 0, 0};
+    for (const char *p = threads; *p && r.nt < 8;) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p)
             break;
-        nth[nt++] = (int)v;
+        r.nth[r.nt++] = (int)v;
         p = end;
     }
     printf("# kernel tier: dropless gen per case, threads %s; limits %.0f s, %.0f MiB; "
@@ -169,7 +216,6 @@ int main(int argc, char **argv)
            pinned ? "" : " (bytes not compared: another HDF5 version)");
     printf("%-20s %7s %9s %11s %8s  %s\n", "case", "threads", "time_s", "peak_MiB", "GB",
            "sha256");
-    double total = 0, worst_s = 0, worst_mb = 0;
     for (int i = 0; i < dl_case_count(); i++) {
         const dl_case_t *c = dl_case_get(i);
         if (c->tier != DL_TIER_KERNEL)
@@ -180,37 +226,8 @@ int main(int argc, char **argv)
         if (!want_it)
             continue;
         ncase++;
-        char path[4096], first[65] = "", want[65];
-        snprintf(path, sizeof path, "%s/%s.h5", dir, c->name);
-        manifest_lookup(manifest, c->name, want);
-        for (int t = 0; t < nt; t++) {
-            double secs = 0, mb = 0;
-            char hex[65] = "?";
-            int rc = gen_one(dl, c->name, path, nth[t], &secs, &mb);
-            struct stat st;
-            double gb = rc == 0 && stat(path, &st) == 0 ? (double)st.st_size / 1e9 : 0;
-            if (rc == 0)
-                rc = sha256_file(path, hex);
-            unlink(path);
-            const char *verdict = "ok";
-            if (rc)
-                verdict = "FAILED";
-            else if (secs > LIMIT_S || mb > LIMIT_MB)
-                verdict = "OVER LIMIT";
-            else if (first[0] && strcmp(first, hex))
-                verdict = "DIFFERS between thread counts";
-            else if (pinned && !write_to && strcmp(want, hex))
-                verdict = want[0] ? "DIFFERS from the manifest" : "not in the manifest";
-            bad |= strcmp(verdict, "ok") != 0;
-            if (!first[0])
-                snprintf(first, sizeof first, "%s", hex);
-            total += secs;
-            worst_s = secs > worst_s ? secs : worst_s;
-            worst_mb = mb > worst_mb ? mb : worst_mb;
-            printf("%-20s %7d %9.2f %11.0f %8.2f  %.16s... %s\n", c->name, nth[t], secs, mb, gb,
-                   hex, verdict);
-            fflush(stdout);
-        }
+        char first[65];
+        bad |= run_case(&r, c, first);
         if (out && first[0])
             fprintf(out, "%s  %s.h5\n", first, c->name);
     }
@@ -219,6 +236,6 @@ int main(int argc, char **argv)
     if (dir == tmpl)
         rmdir(tmpl);
     printf("# %d cases, %.1f s in all; slowest generation %.1f s, largest peak RSS %.0f MiB: %s\n",
-           ncase, total, worst_s, worst_mb, bad ? "FAILED" : "ok");
+           ncase, r.total, r.worst_s, r.worst_mb, bad ? "FAILED" : "ok");
     return bad || ncase == 0;
 }

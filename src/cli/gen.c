@@ -166,6 +166,55 @@ static int parse_experts(const char *s, int64_t *a, int64_t *b)
     return 0;
 }
 
+/* gen's long options without a short form */
+enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM };
+
+/* The options of issue 13: --tier, --stream, --experts, --ignore-memory. */
+typedef struct {
+    int tier; /* -1: none */
+    int stream, ignore_memory;
+    int64_t ex_a, ex_b; /* ex_b > 0: --experts ex_a:ex_b */
+} scale_opts_t;
+
+/* 0, or 1 after printing why arg is not a valid value of option ch. */
+static int scale_option(int ch, const char *arg, scale_opts_t *sc)
+{
+    dl_case_tier_t t;
+    switch (ch) {
+    case O_STREAM: sc->stream = 1; return 0;
+    case O_IGNMEM: sc->ignore_memory = 1; return 0;
+    case O_TIER:
+        if (dl_case_tier_parse(arg, &t)) {
+            fprintf(stderr, "dropless gen: --tier must be vectors, kernel or layer, not '%s'\n", arg);
+            return 1;
+        }
+        sc->tier = (int)t;
+        return 0;
+    case O_EXPERTS:
+        if (parse_experts(arg, &sc->ex_a, &sc->ex_b)) {
+            fprintf(stderr, "dropless gen: --experts needs A:B with 0 <= A < B, not '%s'\n", arg);
+            return 1;
+        }
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+/* DIR/NAME.h5, DIR/NAME.experts-A-B.h5 for a slice, or the --output path;
+ * 1 if it does not fit. */
+static int output_path(const char *output, const char *dir, const char *name,
+                       const scale_opts_t *sc, char *path, size_t n)
+{
+    char suffix[64] = "";
+    if (sc->ex_b > 0)
+        snprintf(suffix, sizeof suffix, ".experts-%lld-%lld", (long long)sc->ex_a,
+                 (long long)sc->ex_b);
+    int w = output ? snprintf(path, n, "%s", output)
+                   : snprintf(path, n, "%s/%s%s.h5", dir, name, suffix);
+    return w < 0 || (size_t)w >= n;
+}
+
 static int exit_for(int rc)
 {
     return rc == DL_EEXIST || rc == DL_EINVAL || rc == DL_ENOTFOUND || rc == DL_EFORMAT
@@ -175,7 +224,6 @@ static int exit_for(int rc)
 
 int dl_cli_gen(int argc, char **argv)
 {
-    enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'}, {"dir", required_argument, NULL, 'd'},
         {"force", no_argument, NULL, 'f'},        {"config", required_argument, NULL, 'c'},
@@ -191,8 +239,7 @@ int dl_cli_gen(int argc, char **argv)
     int force = 0, all = 0, quiet = 0, no_backward = 0, have_dtype = 0, have_seed = 0;
     dl_dtype_t dtype = DL_F32;
     uint64_t seed = 0;
-    int tier = -1, stream = 0, ignore_memory = 0;
-    int64_t ex_a = 0, ex_b = 0;
+    scale_opts_t sc = {-1, 0, 0, 0, 0};
     opterr = 0;
     optind = 1;
     int ch;
@@ -213,24 +260,12 @@ int dl_cli_gen(int argc, char **argv)
         case 'h': gen_usage(stdout); return DL_EXIT_OK;
         case O_ALL: all = 1; break;
         case O_NOBACK: no_backward = 1; break;
-        case O_STREAM: stream = 1; break;
-        case O_IGNMEM: ignore_memory = 1; break;
-        case O_TIER: {
-            dl_case_tier_t t;
-            if (dl_case_tier_parse(optarg, &t)) {
-                fprintf(stderr, "dropless gen: --tier must be vectors, kernel or layer, not '%s'\n",
-                        optarg);
-                return DL_EXIT_USAGE;
-            }
-            tier = (int)t;
-            break;
-        }
+        case O_STREAM:
+        case O_IGNMEM:
+        case O_TIER:
         case O_EXPERTS:
-            if (parse_experts(optarg, &ex_a, &ex_b)) {
-                fprintf(stderr, "dropless gen: --experts needs A:B with 0 <= A < B, not '%s'\n",
-                        optarg);
+            if (scale_option(ch, optarg, &sc))
                 return DL_EXIT_USAGE;
-            }
             break;
         case O_DTYPE:
             if (dl_dtype_parse(optarg, &dtype) || dtype == DL_F64) {
@@ -288,9 +323,9 @@ int dl_cli_gen(int argc, char **argv)
         for (int i = 0; i < ncat; i++)
             if (!dl_case_get(i)->large)
                 cases[n++] = *dl_case_get(i);
-    if (tier >= 0)
+    if (sc.tier >= 0)
         for (int i = 0; i < ncat && n < cap; i++)
-            if ((int)dl_case_get(i)->tier == tier)
+            if ((int)dl_case_get(i)->tier == sc.tier)
                 cases[n++] = *dl_case_get(i);
     if (n == 0) {
         fprintf(stderr, "dropless gen: no case given (try 'dropless gen --help')\n");
@@ -322,20 +357,15 @@ int dl_cli_gen(int argc, char **argv)
         goto done;
     }
     for (int i = 0; i < n; i++) {
-        char path[4096], suffix[64] = "";
-        if (ex_b > 0)
-            snprintf(suffix, sizeof suffix, ".experts-%lld-%lld", (long long)ex_a, (long long)ex_b);
-        if (output)
-            snprintf(path, sizeof path, "%s", output);
-        else if ((size_t)snprintf(path, sizeof path, "%s/%s%s.h5", dir, cases[i].name, suffix) >=
-                 sizeof path) {
+        char path[4096];
+        if (output_path(output, dir, cases[i].name, &sc, path, sizeof path)) {
             fprintf(stderr, "dropless gen: output path too long\n");
             rc = DL_EXIT_USAGE;
             goto done;
         }
         progress_t pr = {cases[i].name, 0, -1, NULL, now_s()};
-        dl_golden_gen_opts_t o = {force, no_backward, NULL, NULL, stream, ex_a, ex_b};
-        if (plan_memory(&cases[i], &o, ignore_memory)) {
+        dl_golden_gen_opts_t o = {force, no_backward, NULL, NULL, sc.stream, sc.ex_a, sc.ex_b};
+        if (plan_memory(&cases[i], &o, sc.ignore_memory)) {
             rc = DL_EXIT_USAGE;
             goto done;
         }
