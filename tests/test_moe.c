@@ -12,6 +12,7 @@
 #include <string.h>
 #include "tap.h"
 #include "mpref.h"
+#include "stages/stages_priv.h"
 
 /* Finite differences: step FD_STEP (relative to 1; inputs are O(1)) makes
  * truncation error ~h^2 |f'''| ~ 1e-10 and cancellation ~eps/h ~ 1e-11 in
@@ -442,6 +443,48 @@ START_TEST(bad_inputs)
 }
 END_TEST
 
+/* The input validation's bit test agrees with isfinite and dl_on_grid on
+ * every exponent and sign with the low bits that matter for each grid
+ * (every pattern of the top 16 bits, 24 patterns of the low 16), and on
+ * every fp16 value and its neighbours. */
+START_TEST(validation_bits_match_on_grid)
+{
+    static const uint32_t lows[] = {0, 1, 2, 0x10, 0x100, 0x800, 0xfff, 0x1000, 0x1fff,
+                                    0x2000, 0x3fff, 0x4000, 0x7fff, 0x8000, 0xc000, 0xe000,
+                                    0xf000, 0xfff0, 0xffff, 0x0400, 0x0200, 0x6000, 0xa000, 0x5555};
+    const dl_dtype_t ts[3] = {DL_F32, DL_BF16, DL_F16};
+    int64_t n = 0, bad = 0;
+    uint32_t first_bad = 0;
+    for (uint32_t hi = 0; hi < 0x10000u; hi++)
+        for (size_t l = 0; l < sizeof lows / sizeof lows[0]; l++) {
+            uint32_t b = hi << 16 | lows[l];
+            float f;
+            memcpy(&f, &b, 4);
+            for (int i = 0; i < 3; i++) {
+                int want = !isfinite(f) ? 2 : !dl_on_grid(f, ts[i]);
+                if (dl__float_verdict(b, ts[i]) != want && !bad++)
+                    first_bad = b;
+                n++;
+            }
+        }
+    for (uint32_t h = 0; h < 0x10000u; h++) { /* every fp16, as a float, and one ulp off */
+        float f = dl_f16_to_float((uint16_t)h);
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        for (int dlt = -1; dlt <= 1; dlt++) {
+            uint32_t c = b + (uint32_t)dlt;
+            float g;
+            memcpy(&g, &c, 4);
+            int want = !isfinite(g) ? 2 : !dl_on_grid(g, DL_F16);
+            if (dl__float_verdict(c, DL_F16) != want && !bad++)
+                first_bad = c;
+        }
+    }
+    ck_assert_msg(bad == 0, "%lld mismatches, first bits %08x", (long long)bad, first_bad);
+    ck_assert_int_gt(n, 4000000);
+}
+END_TEST
+
 int main(void)
 {
     Suite *dense = suite_create("vjp-dense");
@@ -461,8 +504,10 @@ int main(void)
     suite_add_tcase(fd, tf);
     Suite *layer = suite_create("layer");
     TCase *tl = tcase_create("determinism-and-errors");
+    tcase_set_timeout(tl, 120);
     tcase_add_test(tl, threads_same_bits);
     tcase_add_test(tl, bad_inputs);
+    tcase_add_test(tl, validation_bits_match_on_grid);
     suite_add_tcase(layer, tl);
     Suite *all[] = {dense, fd, layer};
     return dl_test_run(all, 3);
