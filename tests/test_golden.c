@@ -703,7 +703,8 @@ START_TEST(planted_sizes_route_as_planned)
             ck_assert(q[e] == q[8] || q[e] == q[8] - 1);
         dl_golden_file_t g;
         int berr;
-        dl_golden_gen_opts_t o = {0, 1, NULL, NULL};
+        dl_golden_gen_opts_t o = {0};
+        o.no_backward = 1;
         ck_assert_int_eq(dl_golden_generate(&cs[v], &o, &g, &berr, NULL, 0), 0);
         for (int64_t e = 0; e < E; e++)
             ck_assert_int_eq(g.fwd.group_sizes[e], q[e]);
