@@ -480,11 +480,11 @@ static void lsb_rows(const operand_t *op, const int64_t *rl, int64_t nr, int *lo
  * integer number of 2^(la+lb) below 2^53 of them: binary64 added them
  * exactly, and C is the exact value. The exponents are computed only for
  * the rows and columns that hold a miss (a few per tile: computing them for
- * all cost as much as converting the operands). Returns how many it
- * decided. */
+ * all cost as much as converting the operands); miss[i] counts row i's
+ * misses and is kept up to date. Returns how many it decided. */
 static int64_t exact_sums(const double *C, const double *na, const double *nb, int64_t mb,
                           int64_t nbc, const operand_t *A, const operand_t *B, dl_dtype_t t,
-                          float *out, int64_t ldo)
+                          float *out, int64_t ldo, int64_t *miss)
 {
     int *la = malloc((size_t)(mb + nbc) * sizeof *la);
     int64_t *rl = malloc((size_t)(mb + nbc) * sizeof *rl);
@@ -498,13 +498,13 @@ static int64_t exact_sums(const double *C, const double *na, const double *nb, i
     int *lb = la + mb;
     int64_t nr = 0, nc = 0;
     for (int64_t i = 0; i < mb; i++) {
+        if (!miss[i])
+            continue;
         const float *o = out + i * ldo;
-        int any = 0;
-        for (int64_t j = 0; j < nbc; j++)
-            if (o[j] != o[j])
-                any = colneed[j] = 1;
-        if (any)
-            rl[nr++] = i;
+#pragma omp simd
+        for (int64_t j = 0; j < nbc; j++) /* branch-free: vectorises */
+            colneed[j] |= (char)(o[j] != o[j]);
+        rl[nr++] = i;
     }
     lsb_rows(A, rl, nr, la);
     int64_t *cl = rl + nr;
@@ -523,6 +523,7 @@ static int64_t exact_sums(const double *C, const double *na, const double *nb, i
             if (na[i] * nb[j] * (1.0 + 0x1p-40) < ldexp(1.0, la[i] + lb[j] + 53)) {
                 double v = C[i * nbc + j]; /* exact; an exact zero is +0 */
                 *o = v == 0.0 ? 0.0f : (float)dl_round(v, t);
+                miss[i]--;
                 done++;
             }
         }
@@ -578,7 +579,7 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
         nfail += tb->miss[i];
     }
     if (nfail) {
-        int64_t ex = exact_sums(C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo);
+        int64_t ex = exact_sums(C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo, tb->miss);
         nfail -= ex;
     }
     cnt->fast += total - nfail;
