@@ -47,10 +47,10 @@ static int check_tensor(const float *p, int64_t n, dl_dtype_t t)
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(max : bad)
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(p[i]))
-            bad = bad > 2 ? bad : 2;
-        else if (t != DL_F32 && !dl_on_grid(p[i], t))
-            bad = bad > 1 ? bad : 1;
+        uint32_t b;
+        memcpy(&b, &p[i], 4);
+        int v = dl__float_verdict(b, t);
+        bad = v > bad ? v : bad;
     }
     return bad == 2 ? DL_ENONFINITE : bad == 1 ? DL_EGRID : 0;
 }
