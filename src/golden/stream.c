@@ -85,7 +85,7 @@ static void *alloc0(int64_t n, size_t size)
     return calloc(n > 0 ? (size_t)n : 1, size);
 }
 
-/* The router stages, the sort and x_sorted: exactly dl_moe_forward's calls. */
+/* The router stages, the sort and x_sorted: dl_moe_route, as dl_moe_forward runs it. */
 static int route(stream_t *s)
 {
     const dl_moe_config_t *c = &s->c->config;
@@ -106,16 +106,10 @@ static int route(stream_t *s)
         !f->tie_margin || !f->sort_perm || !f->inv_perm || !f->group_sizes ||
         !f->group_offsets || !f->x_sorted)
         return DL_ENOMEM;
-    const int64_t all_rows[2] = {0, T};
-    dl_gemm_term_t term = {s->in.x, d, s->in.router_weight, DL_RHS_KN};
-    int rc;
-    if ((rc = dl_gemm_grouped(&term, 1, E, all_rows, 1, DL_F32, f->router_logits, &s->stats)) ||
-        (rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)) ||
-        (rc = dl_route_topk(&c->route, f->router_scores, s->in.expert_bias, T, f->topk_ids,
-                            f->topk_weights, f->tie_margin)) ||
-        (rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
-                                  f->group_sizes, f->group_offsets)) ||
-        (rc = dl_permute(s->in.x, T, d, k, f->sort_perm, f->x_sorted)))
+    dl_moe_inputs_t view = dl_golden_inputs_view(&s->in);
+    int rc = dl_moe_route(c, &view, f);
+    s->stats = f->stats;
+    if (rc)
         return rc;
     s->r0 = f->group_offsets[s->A];
     s->r1 = f->group_offsets[s->B];

@@ -97,6 +97,29 @@ static int grouped(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_
     return dl_gemm_grouped(&term, 1, N, offsets, E, t, out, st);
 }
 
+int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
+{
+    int rc = dl_moe_config_validate(c);
+    if (rc)
+        return rc;
+    if (!in || !f || !f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights)
+        return DL_EINVAL;
+    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
+    const int64_t all_rows[2] = {0, T};
+    if ((rc = grouped(in->x, d, in->router_weight, DL_RHS_KN, E, all_rows, 1, DL_F32,
+                      f->router_logits, &f->stats)) ||
+        (rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)) ||
+        (rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, f->topk_ids,
+                            f->topk_weights, f->tie_margin)))
+        return rc;
+    if (!f->sort_perm)
+        return 0;
+    if ((rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
+                                  f->group_sizes, f->group_offsets)))
+        return rc;
+    return f->x_sorted ? dl_permute(in->x, T, d, k, f->sort_perm, f->x_sorted) : 0;
+}
+
 int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
 {
     if (!f)
@@ -113,19 +136,7 @@ int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     if (dl__moe_arrays_alloc(c, f, NULL))
         return DL_ENOMEM;
 
-    const int64_t all_rows[2] = {0, T};
-    if ((rc = grouped(in->x, d, in->router_weight, DL_RHS_KN, E, all_rows, 1, DL_F32,
-                      f->router_logits, &f->stats)))
-        return rc;
-    if ((rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)))
-        return rc;
-    if ((rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, f->topk_ids,
-                            f->topk_weights, f->tie_margin)))
-        return rc;
-    if ((rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
-                                  f->group_sizes, f->group_offsets)))
-        return rc;
-    if ((rc = dl_permute(in->x, T, d, k, f->sort_perm, f->x_sorted)))
+    if ((rc = dl_moe_route(c, in, f)))
         return rc;
     const int64_t *off = f->group_offsets;
     if (swiglu) {
