@@ -107,6 +107,16 @@ DL_EXTERN int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *i
                               const dl_moe_forward_t *f, dl_moe_backward_t *b);
 DL_EXTERN void dl_moe_backward_free(dl_moe_backward_t *b);
 
+/* The tail of dl_moe_backward, alone, into arrays of *b the caller
+ * allocated: dl_route_backward (d_router_scores, d_router_logits from the
+ * stored d_topk_weights), the router weight gradient d_router_weight =
+ * x^T d_router_logits, and dl_input_backward (d_x, from the stored
+ * d_x_sorted). The one sequence the oracle and the streaming generator run.
+ * Errors: those of dl_moe_config_validate, DL_EINVAL (a needed array NULL),
+ * and those of the stages. */
+DL_EXTERN int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                                    const dl_moe_forward_t *f, dl_moe_backward_t *b);
+
 #ifdef __cplusplus
 }
 #endif

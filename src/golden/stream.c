@@ -35,15 +35,16 @@ typedef struct {
     size_t errlen;
 } stream_t;
 
-/* Datasets that need every expert's rows: not in a slice. */
+/* Datasets that need every expert's rows, so are not in a slice: the
+ * values downstream of the experts' outputs (past y_sorted, through the
+ * combine) that are not themselves per-expert rows (M) or per-expert
+ * weights (E): out, d_topk_weights, the router gradients, d_x. */
 static int needs_all_experts(const dl_golden_dataset_t *ds)
 {
-    static const char *const names[] = {"out", "d_topk_weights", "d_router_scores",
-                                        "d_router_logits", "d_router_weight", "d_x"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(ds->name, names[i]))
-            return 1;
-    return 0;
+    dl_value_t v;
+    if (dl_value_parse(ds->name, &v) || v <= DL_VALUE_Y_SORTED)
+        return 0;
+    return !strchr("ME", dl_value_dims(v)[0]);
 }
 
 static int64_t shape_of(void *vctx, const dl_golden_dataset_t *ds, int64_t dims[3])
@@ -223,7 +224,7 @@ static int forward_rows(stream_t *s, const char *name)
 static int backward_rows(stream_t *s, const char *name)
 {
     const dl_moe_config_t *c = &s->c->config;
-    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
+    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn,
                   k = c->route.top_k, Ms = s->r1 - s->r0;
     dl_moe_forward_t *f = &s->f;
     dl_moe_backward_t *b = &s->b;
@@ -264,20 +265,13 @@ static int backward_rows(stream_t *s, const char *name)
         return per_expert_gemm(s, t, 2, d, b->d_x_sorted, name, 2.0);
     }
     if (!strcmp(name, "d_router_scores")) {
-        b->d_router_scores = alloc0(T * E, sizeof(float));
-        b->d_router_logits = alloc0(T * E, sizeof(float));
-        b->d_router_weight = alloc0(d * E, sizeof(float));
-        b->d_x = alloc0(T * d, sizeof(float));
-        if (!b->d_router_scores || !b->d_router_logits || !b->d_router_weight || !b->d_x)
+        const uint64_t tail = UINT64_C(1) << DL_VALUE_D_ROUTER_SCORES |
+                              UINT64_C(1) << DL_VALUE_D_ROUTER_LOGITS |
+                              UINT64_C(1) << DL_VALUE_D_ROUTER_WEIGHT | UINT64_C(1) << DL_VALUE_D_X;
+        if (dl__values_alloc(c, NULL, b, tail))
             return DL_ENOMEM;
-        const int64_t all_rows[2] = {0, T};
-        if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights,
-                                    T, b->d_router_scores, b->d_router_logits)) ||
-            (rc = dl_gemm_ragged_k(s->in.x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
-                                   b->d_router_weight, &s->stats)))
-            return rc;
-        return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits,
-                                 s->in.router_weight, T, k, d, E, c->dtype, b->d_x);
+        dl_moe_inputs_t view = dl_golden_inputs_view(&s->in);
+        return dl_moe_route_backward(c, &view, f, b);
     }
     return 0;
 }

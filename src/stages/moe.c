@@ -199,13 +199,25 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return rc;
     }
 
-    if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
-                                b->d_router_scores, b->d_router_logits)))
+    return dl_moe_route_backward(c, in, f, b);
+}
+
+int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                          const dl_moe_forward_t *f, dl_moe_backward_t *b)
+{
+    int rc = dl_moe_config_validate(c);
+    if (rc)
         return rc;
+    if (!in || !f || !b || !b->d_router_scores || !b->d_router_logits || !b->d_router_weight ||
+        !b->d_x)
+        return DL_EINVAL;
+    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
     const int64_t all_rows[2] = {0, T};
-    if ((rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
+    if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
+                                b->d_router_scores, b->d_router_logits)) ||
+        (rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
                                b->d_router_weight, &b->stats)))
         return rc;
     return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight, T,
-                             k, d, E, t, b->d_x);
+                             k, d, E, c->dtype, b->d_x);
 }

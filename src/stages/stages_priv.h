@@ -67,6 +67,11 @@ void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s);
  * that exists for c, zero-filled, a zero-sized one as one element; 0 or
  * DL_ENOMEM (the arrays that were allocated stay, for the caller's free). */
 int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b);
+/* Allocates, zero-filled, the arrays of the stage values in the mask
+ * (bit s for dl_value_t s) that live in *f or *b (either may be NULL); 0 or
+ * DL_ENOMEM. */
+int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b,
+                     uint64_t values);
 /* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
 
