@@ -4,7 +4,6 @@
 #include "config.h"
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "golden/golden_priv.h"
 
 int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
@@ -73,13 +72,12 @@ int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen
         *backward_err = 0;
     if (!c || !path)
         return DL_EINVAL;
-    struct stat st;
-    if (!(opts && opts->force) && stat(path, &st) == 0) {
-        dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
-        return DL_EEXIST;
-    }
+    /* refused before the work, not after it */
+    int rc = dl__out_check(path, opts && opts->force, err, errlen);
+    if (rc)
+        return rc;
     dl_golden_file_t g;
-    int rc = dl_golden_generate(c, opts, &g, backward_err, err, errlen);
+    rc = dl_golden_generate(c, opts, &g, backward_err, err, errlen);
     if (rc == 0)
         rc = dl_golden_write(path, &g, opts ? opts->force : 0, opts ? opts->progress : NULL,
                              opts ? opts->progress_ctx : NULL, err, errlen);
