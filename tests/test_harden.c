@@ -342,6 +342,41 @@ START_TEST(seal_says_appended_or_truncated)
 }
 END_TEST
 
+/* ------------------------- the case-file fuzz corpus: expected outcomes */
+
+/* tests/fuzz/cases: ok-* parse to a valid case, error-* fail with one
+ * line naming the file (and never line 0). */
+START_TEST(case_corpus_outcomes)
+{
+    const char *s = getenv("top_srcdir");
+    char d[1024];
+    snprintf(d, sizeof d, "%s/tests/fuzz/cases", s ? s : ".");
+    DIR *dp = opendir(d);
+    ck_assert_ptr_nonnull(dp);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(dp))) {
+        int ok = !strncmp(e->d_name, "ok-", 3), bad = !strncmp(e->d_name, "error-", 6);
+        if (!ok && !bad)
+            continue;
+        char p[1400], zero[1410], err[512] = "";
+        snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+        snprintf(zero, sizeof zero, "%s:0:", p);
+        dl_case_t c;
+        int rc = dl_case_parse_file(p, &c, err, sizeof err);
+        if (ok)
+            ck_assert_msg(rc == 0 && dl_moe_config_validate(&c.config) == 0, "%s: %s", p, err);
+        else
+            ck_assert_msg(rc < 0 && !strncmp(err, p, strlen(p)) && !strchr(err, '\n') &&
+                              strncmp(err, zero, strlen(zero)),
+                          "%s: rc %d, '%s'", p, rc, err);
+        n++;
+    }
+    closedir(dp);
+    ck_assert_int_ge(n, 4);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hardening");
@@ -358,6 +393,7 @@ int main(void)
     tcase_add_test(in, golden_case_attribute_must_be_a_name);
     tcase_add_test(in, group_sizes_message_does_not_clamp);
     tcase_add_test(in, seal_says_appended_or_truncated);
+    tcase_add_test(in, case_corpus_outcomes);
     suite_add_tcase(s, in);
     Suite *all[] = {s};
     return dl_test_run(all, 1);
