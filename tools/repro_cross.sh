@@ -18,16 +18,16 @@
 #
 # The one assumption this rests on: the exact-sum certificate in
 # src/stages/gemm.c trusts the BLAS's dgemm to add in genuine binary64
-# (each partial sum rounded to nearest, no extended precision, no fused
-# multiply-add that skips a rounding where the certificate needs one).
-# The certificate's products are exact, so any order of binary64 additions
-# gives the same sum there; a BLAS that summed in lower precision (e.g. a
-# GPU BLAS in TF32) would break the golden bits, and this script is how
-# one finds out.
+# (every addition or fused multiply-add rounded once, to nearest, with
+# binary64's unit roundoff). Products of floats are exact in binary64, so
+# then any order, blocking or thread split stays within the certificate's
+# error bound; a BLAS that accumulated in less (fp32, a GPU BLAS in TF32)
+# could change golden bits, and this script is how one finds out.
 #
 # Usage: tools/repro_cross.sh [WORKDIR]   (from a configured tree; needs the
 # network for apt-get download; `make check-cross` runs it). WORKDIR
 # (default ${TMPDIR:-/tmp}/dl_cross) keeps the downloads between runs.
+# REPRO_CROSS_PARTS (default "x86 blas aarch64") picks the parts to run.
 # Exit status: 0 every configuration identical (or SKIPped, saying why),
 # 1 a difference or a failure.
 set -u
@@ -46,8 +46,9 @@ same() {
     shift 2
     out="$work/out/$name"
     rm -rf "$out" && mkdir -p "$out"
+    # OpenBLAS settings of the caller's environment would pick the kernel
     # shellcheck disable=SC2086
-    if ! env "$@" $dl gen --all -q -d "$out" >"$out.log" 2>&1; then
+    if ! env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@" $dl gen --all -q -d "$out" >"$out.log" 2>&1; then
         say "$name: gen FAILED"; sed 's/^/    /' "$out.log" | head -5; status=1; return
     fi
     bad=$(cd "$out" && sha256sum -c "$top/vectors/SHA256SUMS" 2>/dev/null | grep -v ': OK$')
@@ -78,6 +79,9 @@ if [ "$want_hdf5" != "$have_hdf5" ]; then
     say "SKIP: bytes are pinned for HDF5 $want_hdf5, this build has $have_hdf5"; exit 0
 fi
 
+parts=${REPRO_CROSS_PARTS:-x86 blas aarch64}
+part() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+
 # ------------------------------------------------------- x86 OpenBLAS kernels
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
 has() { case " $flags " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -88,15 +92,19 @@ has avx && kernels="$kernels Sandybridge"
 has avx2 && kernels="$kernels Haswell Zen"
 has avx512f && kernels="$kernels SkylakeX"
 has avx512_bf16 && kernels="$kernels Cooperlake"
+part x86 || kernels=
 for k in $kernels; do
-    core=$(OPENBLAS_CORETYPE=$k OPENBLAS_VERBOSE=2 ./dropless version 2>&1 | sed -n 's/^Core: //p')
+    core=$(env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=$k OPENBLAS_VERBOSE=2 ./dropless version 2>&1 |
+           sed -n 's/^Core: //p')
     same "x86-openblas-$k${core:+ (runs $core)}" ./dropless OPENBLAS_CORETYPE=$k
 done
 
 # -------------------------------------------- reference BLAS and BLIS, x86
 debs="$work/debs-amd64" alt="$work/alt-amd64"
 mkdir -p "$debs" "$alt"
-if (cd "$debs" && apt-get download libblas3 libblis4-openmp >"$debs.log" 2>&1); then
+if ! part blas; then
+    :
+elif (cd "$debs" && apt-get download libblas3 libblis4-openmp >"$debs.log" 2>&1); then
     for d in "$debs"/*.deb; do dpkg -x "$d" "$alt"; done
     L="$alt/usr/lib/x86_64-linux-gnu"
     preloaded "x86-netlib-blas" "$L/blas/libblas.so.3"
@@ -106,6 +114,7 @@ else
 fi
 
 # ----------------------------------------------------- aarch64 under qemu-user
+part aarch64 || exit $status
 if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user \
@@ -137,7 +146,7 @@ need=$(apt-cache $APT depends --recurse --no-recommends --no-suggests --no-confl
     ls "${p}"_*.deb >/dev/null 2>&1 || apt-get $APT download "$p:arm64" >/dev/null 2>&1 || true
 done)
 for d in "$work/debs-arm64"/*.deb; do dpkg -x "$d" "$sys"; done
-ML=$sys/usr/lib/aarch64-linux-gnu
+ML=$sys/usr/lib/aarch64-linux-gnu SL=$sys/lib/aarch64-linux-gnu # bookworm's packages still use /lib
 [ -e "$ML/libopenblas.so.0" ] || ln -sf openblas-openmp/libopenblas.so.0 "$ML/libopenblas.so.0"
 b="$work/build-arm64"
 rm -rf "$b" && mkdir -p "$b"
@@ -147,17 +156,27 @@ if ! (cd "$b/src" &&
       PKG_CONFIG_LIBDIR="$ML/openblas-openmp/pkgconfig:$ML/pkgconfig:$sys/usr/share/pkgconfig" \
       ./configure -q --host=aarch64-linux-gnu --enable-static --disable-shared \
           CPPFLAGS="-I$sys/usr/include -I$sys/usr/include/aarch64-linux-gnu" \
-          LDFLAGS="-L$ML -Wl,-rpath-link,$ML -Wl,-rpath-link,$ML/openblas-openmp" \
-          PYTHON=none >"$b/configure.log" 2>&1 &&
+          LDFLAGS="-L$ML -Wl,-rpath-link,$ML -Wl,-rpath-link,$ML/openblas-openmp -Wl,-rpath-link,$SL" \
+          >"$b/configure.log" 2>&1 &&
       make -s -j"$(nproc)" dropless >"$b/build.log" 2>&1); then
     say "aarch64: cross build FAILED ($b/configure.log, $b/build.log)"
     tail -5 "$b/build.log" "$b/configure.log" 2>/dev/null | sed 's/^/    /'
     exit 1
 fi
 # the guest's library path, not qemu's own
-run="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=$ML:$ML/openblas-openmp"
-for cfg in cortex-a53: cortex-a72: neoverse-n1: max:ARMV8 max:NEOVERSEV1; do
+run="qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=$ML:$ML/openblas-openmp:$SL"
+# an emulated CPU, and the OpenBLAS kernel forced on it (none: detected);
+# max has SVE (NEOVERSEV1's kernels use it)
+for cfg in cortex-a53: cortex-a72: neoverse-n1: max:ARMV8 max:NEOVERSEV1 max:NEOVERSEN2 \
+           max:THUNDERX2T99; do
     cpu=${cfg%%:*} k=${cfg#*:}
-    same "aarch64-$cpu${k:+-openblas-$k}" "$run -cpu $cpu $b/src/dropless" ${k:+OPENBLAS_CORETYPE=$k}
+    core=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ${k:+OPENBLAS_CORETYPE=$k} OPENBLAS_VERBOSE=2 \
+           $run -cpu "$cpu" "$b/src/dropless" version 2>&1 | sed -n 's/^Core: //p')
+    if [ -n "$k" ] && [ "$(echo "$k" | tr 'A-Z' 'a-z')" != "$core" ]; then
+        say "aarch64-$cpu-openblas-$k: SKIP (this OpenBLAS runs ${core:-?} instead)"
+        continue
+    fi
+    same "aarch64-$cpu${k:+-openblas-$k} (runs ${core:-?})" "$run -cpu $cpu $b/src/dropless" \
+        ${k:+OPENBLAS_CORETYPE=$k}
 done
 exit $status
