@@ -292,8 +292,9 @@ DL_EXTERN int dl_golden_load_candidate(const char *path, const dl_moe_config_t *
  * of timeout_s seconds (0: none); a child killed by a signal, timed out or
  * ending without a verdict is DL_EFORMAT with a one-line message naming the
  * file. Only then is it loaded here. Same errors and ownership as the
- * loaders. Needs fork(): a process with threads other than OpenMP's
- * should not call it. */
+ * loaders. Needs fork() and waitpid(): a process with threads other than
+ * OpenMP's should not call it, and one that ignores SIGCHLD gets DL_EIO
+ * (the child's outcome is lost). */
 DL_EXTERN int dl_golden_load_isolated(const char *path, const dl_moe_config_t *expect,
                                       unsigned timeout_s, dl_golden_file_t *g, char *err,
                                       size_t errlen);
