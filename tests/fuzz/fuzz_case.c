@@ -9,8 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <dropless.h>
-
-static char path[64];
+#include "fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,21 +26,14 @@ static int name_ok(const char *s)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0])
-        snprintf(path, sizeof path, "/tmp/dl_fuzz_case_%ld.case", (long)getpid());
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    if (size && fwrite(data, 1, size, f) != size)
-        abort();
-    fclose(f);
+    const char *path = dl_fuzz_file("case", ".case", data, size);
     dl_case_t c;
     char err[512];
     err[0] = '\0';
     int rc = dl_case_parse_file(path, &c, err, sizeof err);
     if (rc < 0) {
         /* one line naming the file, never "FILE:0:" */
-        char zero[80];
+        char zero[110];
         snprintf(zero, sizeof zero, "%s:0:", path);
         if (strncmp(err, path, strlen(path)) || strchr(err, '\n') ||
             !strncmp(err, zero, strlen(zero)))
@@ -58,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char cfg[1024];
         if (dl_golden_config_string(&c.config, "\n", cfg, sizeof cfg) != 0)
             abort();
-        char again[80];
+        char again[110];
         snprintf(again, sizeof again, "%s.again", path);
         FILE *g = fopen(again, "w");
         if (!g)

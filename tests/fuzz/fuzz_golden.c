@@ -9,21 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 #include <dropless.h>
-
-static char path[64];
+#include "fuzz_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0])
-        snprintf(path, sizeof path, "/tmp/dl_fuzz_golden_%ld.h5", (long)getpid());
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    if (size && fwrite(data, 1, size, f) != size)
-        abort();
-    fclose(f);
+    const char *path = dl_fuzz_file("golden", ".h5", data, size);
     dl_golden_file_t g;
     char err[512];
     err[0] = '\0';
