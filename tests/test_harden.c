@@ -177,6 +177,16 @@ START_TEST(isolated_loader_names_the_file)
             ck_assert_msg(strstr(err, p) && !strchr(err, '\n'), "'%s' does not name %s", err, p);
         }
     }
+    /* a golden file that sends HDF5 into an endless loop (deterministic):
+     * the child is given up on at the time limit */
+    {
+        char p[1024], err[512] = "";
+        snprintf(p, sizeof p, "%s/tests/fuzz/corpus/hang-golden-H5HG_protect-93777a74.h5",
+                 s ? s : ".");
+        dl_golden_file_t g;
+        ck_assert_int_eq(dl_golden_load_isolated(p, NULL, 2, &g, err, sizeof err), DL_EFORMAT);
+        ck_assert_msg(strstr(err, p) && strstr(err, "hung"), "%s", err);
+    }
     /* a sealed golden skips the child, and still loads */
     dl_golden_file_t g;
     char err[512] = "";
