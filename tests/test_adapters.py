@@ -310,7 +310,7 @@ def t_runner_reads():
     for p in files:
         case = os.path.basename(p).split("--")[0]
         rj = os.path.join(TMP, "r.json")
-        r = subprocess.run([DROPLESS, "check", "--json", rj, GOLDEN[case], p],
+        r = subprocess.run([DROPLESS, "check", "--force", "--json", rj, GOLDEN[case], p],
                            capture_output=True, text=True)
         assert r.returncode in (0, 1), "%s: exit %d: %s" % (p, r.returncode, r.stderr[-500:])
         rep = json.load(open(rj))

@@ -39,7 +39,7 @@ mkdir -p out
 ./dropless gen --force --case deepseek-v3-small -o out/deepseek-v3-small.h5
 B=tests/backends/.libs
 set +e
-./dropless run --json out/main-job.json \
+./dropless run --force --json out/main-job.json \
     --backend $B/plain.so --backend $B/padded.so --backend $B/tf32.so --backend $B/nondet.so \
     --backend $B/capacity.so --backend $B/nodw.so --backend $B/crash.so \
     out/deepseek-v3-small.h5 >out/main-job.txt

@@ -10,9 +10,9 @@ if [ "$1" = --one ]; then
     dl=$2 gold=$3 out=$4 c=$5
     b=$(basename "$c" .h5)
     g="$gold/${b%%--*}.h5"
-    "$dl" check --json "$out/declared/$b.json" "$g" "$c" > "$out/declared/$b.txt" 2>&1 || true
+    "$dl" check --force --json "$out/declared/$b.json" "$g" "$c" > "$out/declared/$b.txt" 2>&1 || true
     if grep -q '"profile": *"tf32"' "$out/declared/$b.json" 2>/dev/null; then
-        "$dl" check --profile fp32 --json "$out/fp32/$b.json" "$g" "$c" > "$out/fp32/$b.txt" 2>&1 || true
+        "$dl" check --force --profile fp32 --json "$out/fp32/$b.json" "$g" "$c" > "$out/fp32/$b.txt" 2>&1 || true
     fi
     exit 0
 fi

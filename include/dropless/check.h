@@ -205,11 +205,38 @@ DL_EXTERN int dl_report_format_parse(const char *name, dl_report_format_t *fmt);
 /* Writes n reports to f in the format. Returns 0, DL_EINVAL or DL_EIO. */
 DL_EXTERN int dl_check_write(FILE *f, dl_report_format_t fmt, const dl_check_report_t *const *r,
                              size_t n, unsigned flags);
-/* The same to a file: written to a temporary name beside path, then renamed
- * over it, so a reader never sees half a report. DL_EIO on failure ("-"
- * writes to stdout). */
+/* The same to a file: dl_report_open, then dl_report_commit. An existing
+ * path is kept (DL_EEXIST) unless flags has DL_REPORT_FORCE; "-" writes to
+ * stdout. Returns 0, DL_EINVAL, DL_EEXIST, DL_ENOMEM or DL_EIO. */
 DL_EXTERN int dl_check_save(const char *path, dl_report_format_t fmt,
                             const dl_check_report_t *const *r, size_t n, unsigned flags);
+
+#define DL_REPORT_FORCE 4u   /* replace an existing report file (a regular file only) */
+
+/* A report file reserved before the work that fills it, so that a path
+ * that cannot be written is found before a long check, not after. */
+typedef struct dl_report_out dl_report_out_t;
+
+/* Reserves path ("-": stdout) for a report: refuses an empty path
+ * (DL_EINVAL), an existing one unless flags has DL_REPORT_FORCE
+ * (DL_EEXIST), anything but a regular file even then (a directory, device,
+ * FIFO or symbolic link: DL_EEXIST), a directory it cannot create a file in
+ * (DL_EIO); creates a temporary file beside path. One-line message naming
+ * path in err (errlen bytes, may be NULL). On success *out is owned by the
+ * caller until dl_report_commit or dl_report_discard. SIGINT, SIGTERM and
+ * SIGHUP remove the temporary. */
+DL_EXTERN int dl_report_open(const char *path, unsigned flags, dl_report_out_t **out,
+                             char *err, size_t errlen);
+/* Writes the n reports into o's temporary and moves it to its path (see
+ * dl_report_open; the rules are checked again), then frees o whatever
+ * happens. flags as for dl_check_write. Returns 0, DL_EINVAL, DL_EEXIST or
+ * DL_EIO (e.g. a full disk) with a one-line message; no partial report is
+ * ever left under the path. */
+DL_EXTERN int dl_report_commit(dl_report_out_t *o, dl_report_format_t fmt,
+                               const dl_check_report_t *const *r, size_t n, unsigned flags,
+                               char *err, size_t errlen);
+/* Removes o's temporary and frees o (NULL: nothing). */
+DL_EXTERN void dl_report_discard(dl_report_out_t *o);
 
 #ifdef __cplusplus
 }

@@ -176,6 +176,8 @@ typedef struct {
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
     int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified */
+    int has_case, has_seed;  /* 1: the root attribute case / seed is present (candidates
+                              * may leave them out; a golden file has both) */
     /* candidate files: datasets present but unusable (wrong shape or type,
      * a dtype attribute naming another type, values off the declared grid),
      * bit (1 << i) for dl_golden_dataset(i); their arrays stay NULL. */
@@ -210,8 +212,13 @@ typedef struct {
 /* Writes g to path: the root attributes, /config, and each group whose
  * has_* flag is set, every applicable dataset of it (all must be non-NULL).
  * Byte-reproducible. Written to a temporary name in the same directory and
- * renamed; an existing path is kept unless force (DL_EEXIST); on any error
- * no file is left behind. Errors: DL_EINVAL, DL_EEXIST, DL_EIO, DL_ENOMEM;
+ * renamed; an existing path is kept unless force (DL_EEXIST), and anything
+ * but a regular file is never replaced (DL_EEXIST); on any error, and when
+ * SIGINT, SIGTERM or SIGHUP ends the process while it writes, no file is
+ * left behind. Until sealed the file's user block says "incomplete", so a
+ * writer killed by SIGKILL leaves a temporary that no loader accepts.
+ * After a write error (a full disk) HDF5 1.10.8 may keep the file open and
+ * crash in its exit handler: a program should then leave with _exit. Errors: DL_EINVAL, DL_EEXIST, DL_EIO, DL_ENOMEM;
  * a one-line message goes to err. progress may be NULL. */
 DL_EXTERN int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
                               dl_golden_progress_fn progress, void *progress_ctx,
@@ -224,6 +231,12 @@ DL_EXTERN int dl_golden_write(const char *path, const dl_golden_file_t *g, int f
  * dl_golden_write. */
 DL_EXTERN int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int force,
                                         char *err, size_t errlen);
+
+/* Whether dl_golden_write(path, ..., force, ...) would accept path, for
+ * refusing before a long job rather than after: DL_EINVAL (empty), DL_EEXIST
+ * (exists and !force, or is not a regular file: a directory, device, FIFO
+ * or symbolic link is never replaced), DL_EIO, with a one-line message. */
+DL_EXTERN int dl_golden_check_output(const char *path, int force, char *err, size_t errlen);
 
 /* Seals the file at path: writes the SHA-256 of every byte after the first
  * 512 into that 512-byte HDF5 user block (doc/format.md, "Seal").
@@ -313,6 +326,27 @@ DL_EXTERN int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, s
  * dl_golden_free (not needed after an error). */
 DL_EXTERN int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
                                        dl_golden_file_t *g, char *err, size_t errlen);
+
+/* Loads path as dl_golden_load (expect NULL) or dl_golden_load_candidate
+ * (expect the golden's configuration) would, but survives a file that
+ * crashes or hangs HDF5's parser: unless the file's seal verifies (a sealed
+ * file is what dropless wrote), it is first loaded in a forked child
+ * process, on one OpenMP thread, with its stderr discarded and a time limit
+ * of timeout_s seconds (0: none); a child killed by a signal, timed out or
+ * ending without a verdict is DL_EFORMAT with a one-line message naming the
+ * file. Only then is it loaded here. Same errors and ownership as the
+ * loaders. Needs fork() and waitpid(): a process with threads other than
+ * OpenMP's should not call it, and one that ignores SIGCHLD gets DL_EIO
+ * (the child's outcome is lost). */
+DL_EXTERN int dl_golden_load_isolated(const char *path, const dl_moe_config_t *expect,
+                                      unsigned timeout_s, dl_golden_file_t *g, char *err,
+                                      size_t errlen);
+
+/* Turns HDF5's automatic error printing off for the rest of the process.
+ * The loaders and writers silence it while they run; this is for programs
+ * (not libraries): HDF5 1.10.8 otherwise prints its error stack when it
+ * shuts down after some damaged files. */
+DL_EXTERN void dl_golden_hdf5_quiet(void);
 
 #ifdef __cplusplus
 }

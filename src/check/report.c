@@ -377,40 +377,97 @@ int dl_check_write(FILE *f, dl_report_format_t fmt, const dl_check_report_t *con
     return fflush(f) || ferror(f) ? DL_EIO : 0;
 }
 
+/* An I/O error says what the system said, the others what they are. */
+static const char *why(int rc, int e)
+{
+    return rc == DL_EIO && e ? strerror(e) : dl_strerror(rc);
+}
+
+struct dl_report_out {
+    int to_stdout;
+    int force;
+    dl__outfile_t file;
+};
+
+int dl_report_open(const char *path, unsigned flags, dl_report_out_t **out, char *err,
+                   size_t errlen)
+{
+    if (!out)
+        return DL_EINVAL;
+    *out = NULL;
+    dl_report_out_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: out of memory", path ? path : "report");
+        return DL_ENOMEM;
+    }
+    o->force = (flags & DL_REPORT_FORCE) != 0;
+    if (path && !strcmp(path, "-")) {
+        o->to_stdout = 1;
+    } else {
+        int rc = dl__out_begin(&o->file, path, o->force, err, errlen);
+        if (rc) {
+            free(o);
+            return rc;
+        }
+    }
+    *out = o;
+    return 0;
+}
+
+int dl_report_commit(dl_report_out_t *o, dl_report_format_t fmt, const dl_check_report_t *const *r,
+                     size_t n, unsigned flags, char *err, size_t errlen)
+{
+    if (!o)
+        return DL_EINVAL;
+    int rc;
+    if (o->to_stdout) {
+        rc = dl_check_write(stdout, fmt, r, n, flags);
+        if (rc && err && errlen)
+            snprintf(err, errlen, "standard output: %s", why(rc, errno));
+        free(o);
+        return rc;
+    }
+    const char *path = o->file.path;
+    int e = 0;
+    /* the FILE owns a duplicate: dl__out_commit fsyncs and closes the original */
+    int fd = dup(o->file.fd);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        e = errno;
+        if (fd >= 0)
+            close(fd);
+        rc = DL_EIO;
+    } else {
+        rc = dl_check_write(f, fmt, r, n, flags);
+        e = errno;
+        if (fclose(f) != 0 && !rc)
+            rc = DL_EIO, e = errno;
+    }
+    if (rc) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot write the report: %s", path, why(rc, e));
+        dl__out_abort(&o->file);
+    } else {
+        rc = dl__out_commit(&o->file, o->force, err, errlen);
+    }
+    free(o);
+    return rc;
+}
+
+void dl_report_discard(dl_report_out_t *o)
+{
+    if (!o)
+        return;
+    if (!o->to_stdout)
+        dl__out_abort(&o->file);
+    free(o);
+}
+
 int dl_check_save(const char *path, dl_report_format_t fmt, const dl_check_report_t *const *r,
                   size_t n, unsigned flags)
 {
-    if (!path || !*path)
-        return DL_EINVAL;
-    if (!strcmp(path, "-"))
-        return dl_check_write(stdout, fmt, r, n, flags);
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 16);
-    if (!tmp)
-        return DL_ENOMEM;
-    snprintf(tmp, len + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        free(tmp);
-        return DL_EIO;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp makes it 0600; a report is for reading */
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return DL_EIO;
-    }
-    int rc = dl_check_write(f, fmt, r, n, flags);
-    if (!rc && fsync(fileno(f)))
-        rc = DL_EIO;
-    if (fclose(f) && !rc)
-        rc = DL_EIO;
-    if (!rc && rename(tmp, path))
-        rc = DL_EIO;
-    if (rc)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    dl_report_out_t *o;
+    int rc = dl_report_open(path, flags, &o, NULL, 0);
+    return rc ? rc : dl_report_commit(o, fmt, r, n, flags, NULL, 0);
 }

@@ -584,19 +584,23 @@ int dl__ck_zero_drops(dl__ck_t *ck)
         return 0;
     }
     const int64_t M = ck->M, E = ck->E;
-    int64_t sum = M;
+    int64_t sum = M, nbad = 0; /* sizes (or end offsets) outside [0, M] are not summed */
     const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
     const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
     if (cs) {
         sum = 0;
         for (int64_t e = 0; e < E; e++)
-            sum += cs[e] >= 0 && cs[e] <= M ? cs[e] : M + 1;
+            if (cs[e] >= 0 && cs[e] <= M)
+                sum += cs[e];
+            else
+                nbad++;
     } else if (co) {
-        sum = co[E] - co[0];
+        nbad = (co[0] < 0 || co[0] > M) + (co[E] < 0 || co[E] > M);
+        sum = nbad ? 0 : co[E] - co[0];
     }
     r->n_checked = M;
     r->n_over_pass = r->n_over_warn = rep->n_dropped;
-    if (rep->n_dropped || sum != M) {
+    if (rep->n_dropped || nbad || sum != M) {
         r->verdict = DL_VERDICT_FAIL;
         if (rep->n_dropped) {
             dl__ck_msg(r, "%lld (token, slot) pairs dropped:", (long long)rep->n_dropped);
@@ -609,7 +613,10 @@ int dl__ck_zero_drops(dl__ck_t *ck)
                 dl__ck_msg_append(r, " ...");
             r->worst_index = rep->dropped[0].token * ck->k + rep->dropped[0].slot;
         }
-        if (sum != M)
+        if (nbad)
+            dl__ck_msg_append(r, "%s%lld group %s outside [0, %lld]", rep->n_dropped ? "; " : "",
+                              (long long)nbad, cs ? "sizes" : "offsets", (long long)M);
+        else if (sum != M)
             dl__ck_msg_append(r, "%sgroup sizes account for %lld of %lld assignments",
                               rep->n_dropped ? "; " : "", (long long)sum, (long long)M);
     } else {

@@ -2,24 +2,22 @@
  * reports. All judgement lives in the library (check.h, run.h). */
 #include "config.h"
 #include <errno.h>
-#include <fcntl.h>
+#include <inttypes.h>
 #include <getopt.h>
-#include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "dropless.h"
 #include "cli.h"
 
 #define MAX_BACKENDS 32
-/* A candidate that takes HDF5 longer than this to parse is treated as
+/* An unsealed file that takes HDF5 longer than this to parse is treated as
  * hostile; DROPLESS_PREFLIGHT_SECONDS overrides it (tests use a short one). */
 #define PREFLIGHT_SECONDS 120
 
-static unsigned preflight_seconds(void)
+unsigned dl_cli_preflight_seconds(void)
 {
     const char *s = getenv("DROPLESS_PREFLIGHT_SECONDS");
     char *end;
@@ -46,8 +44,9 @@ static void check_usage(FILE *f)
     fprintf(f,
             "\n"
             "  --stages LIST    check only these stages (comma-separated dataset names)\n"
-            "  --json FILE      write the report as JSON ('-': stdout)\n"
-            "  --junit FILE     write the report as JUnit XML\n"
+            "  --json FILE      write the report as JSON ('-': stdout, instead of the table)\n"
+            "  --junit FILE     write the report as JUnit XML ('-': stdout)\n"
+            "  --force          replace existing report files\n"
             "  --all            list SKIP lines in the table too\n"
             "exit status: 0 conformant, 1 not conformant, 2 usage error or unreadable input\n");
 }
@@ -61,7 +60,7 @@ static void run_usage(FILE *f)
             "  --time-limit S   seconds per stage call (default %.0f)\n"
             "  --forward-only   run the forward stages only\n"
             "  --out FILE       write the (single) backend's outputs as a candidate file\n"
-            "  --force          overwrite --out if it exists\n"
+            "  --force          replace --out and report files if they exist\n"
             "  --json FILE, --junit FILE, --all   as for 'dropless check'\n"
             "exit status: 0 every backend conformant, 1 some backend not conformant,\n"
             "             2 usage error or unreadable input\n",
@@ -84,7 +83,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int run_only = ch == O_BACKEND || ch == O_LIMIT || ch == O_FWD || ch == O_OUT || ch == O_FORCE;
+        int run_only = ch == O_BACKEND || ch == O_LIMIT || ch == O_FWD || ch == O_OUT;
         if (run_only && !is_run)
             ch = '?';
         switch (ch) {
@@ -121,62 +120,6 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
                     argv[0], argv[optind - 1]);
             return DL_EXIT_USAGE;
         }
-    }
-    return 0;
-}
-
-/* Loads the candidate once in a child process: HDF5 1.10 can crash or hang
- * on damaged metadata, and an unsealed candidate is untrusted input. */
-static int preflight(const char *path, const dl_moe_config_t *expect, char *err, size_t n)
-{
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(err, n, "%s: cannot create a pipe: %s", path, strerror(errno));
-        return DL_EIO;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]), close(fds[1]);
-        snprintf(err, n, "%s: cannot fork: %s", path, strerror(errno));
-        return DL_EIO;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        /* whatever the C library prints if HDF5 corrupts the heap stays out of our one line */
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, STDERR_FILENO);
-        /* libgomp's thread pool does not survive fork(): stay on one thread */
-        omp_set_num_threads(1);
-        alarm(preflight_seconds());
-        dl_golden_file_t c;
-        char e[512] = "";
-        int rc = dl_golden_load_candidate(path, expect, &c, e, sizeof e);
-        if (rc && write(fds[1], e, strlen(e)) < 0)
-            _exit(3);
-        _exit(rc ? 2 : 0);
-    }
-    close(fds[1]);
-    char msg[512];
-    size_t len = 0;
-    ssize_t got;
-    while (len < sizeof msg - 1 && (got = read(fds[0], msg + len, sizeof msg - 1 - len)) > 0)
-        len += (size_t)got;
-    msg[len] = '\0';
-    close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        snprintf(err, n, "%s: %s while parsing the file (damaged HDF5 metadata?)", path,
-                 sig == SIGALRM ? "the HDF5 library hung" : "the HDF5 library crashed");
-        return DL_EFORMAT;
-    }
-    if (WEXITSTATUS(status) != 0) {
-        snprintf(err, n, "%s", len ? msg : "cannot load the candidate");
-        return DL_EFORMAT;
     }
     return 0;
 }
@@ -233,8 +176,75 @@ static int resolve_profile(const char *name, const char *cmd, const dl_check_pro
     return 0;
 }
 
-/* Prints the table and writes the requested files; returns the exit status. */
-static int emit(const opts_t *o, const char *cmd, const dl_check_report_t *const *r, size_t n)
+/* The report files, reserved before the work: a path that cannot be
+ * written is a usage error at once, not after a long check. */
+typedef struct {
+    dl_report_out_t *json, *junit;
+} reports_t;
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* An output path must be non-empty and must not be one of the inputs
+ * (--force or not): the golden file is not a scratch file. */
+static int output_ok(const char *cmd, const char *opt, const char *path, const char *const *inputs,
+                     int ninputs)
+{
+    if (!*path) {
+        fprintf(stderr, "dropless %s: %s needs a file name%s\n", cmd, opt,
+                strcmp(opt, "--out") ? " ('-' for stdout)" : "");
+        return DL_EXIT_USAGE;
+    }
+    for (int i = 0; i < ninputs; i++)
+        if (strcmp(path, "-") && same_file(path, inputs[i])) {
+            fprintf(stderr, "dropless %s: %s: is an input of this command, not replaced\n", cmd, path);
+            return DL_EXIT_USAGE;
+        }
+    return 0;
+}
+
+static int open_reports(const opts_t *o, const char *cmd, const char *const *inputs, int ninputs,
+                        reports_t *rp)
+{
+    memset(rp, 0, sizeof *rp);
+    const char *paths[2] = {o->json, o->junit}, *names[2] = {"--json", "--junit"};
+    dl_report_out_t **outs[2] = {&rp->json, &rp->junit};
+    if (o->json && o->junit && !strcmp(o->json, o->junit)) {
+        fprintf(stderr, "dropless %s: --json and --junit name the same file '%s'\n", cmd, o->json);
+        return DL_EXIT_USAGE;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!paths[i])
+            continue;
+        char err[512];
+        int rc = output_ok(cmd, names[i], paths[i], inputs, ninputs);
+        if (!rc && dl_report_open(paths[i], o->force ? DL_REPORT_FORCE : 0, outs[i], err, sizeof err)) {
+            fprintf(stderr, "dropless %s: %s\n", cmd, err);
+            rc = DL_EXIT_USAGE;
+        }
+        if (rc) {
+            dl_report_discard(rp->json);
+            rp->json = NULL;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void discard_reports(reports_t *rp)
+{
+    dl_report_discard(rp->json);
+    dl_report_discard(rp->junit);
+    rp->json = rp->junit = NULL;
+}
+
+/* Prints the table and writes the reserved files; returns the exit status:
+ * the verdicts', or 1 when a report could not be written. */
+static int emit(const opts_t *o, const char *cmd, reports_t *rp, const dl_check_report_t *const *r,
+                size_t n)
 {
     unsigned flags = o->all ? DL_REPORT_ALL : 0;
     if (isatty(STDOUT_FILENO) && !getenv("NO_COLOR"))
@@ -242,29 +252,99 @@ static int emit(const opts_t *o, const char *cmd, const dl_check_report_t *const
     int to_stdout = (o->json && strcmp(o->json, "-") == 0) || (o->junit && strcmp(o->junit, "-") == 0);
     if (!to_stdout)
         dl_check_write(stdout, DL_REPORT_TABLE, r, n, flags);
-    if (o->json && dl_check_save(o->json, DL_REPORT_JSON, r, n, 0) != 0) {
-        fprintf(stderr, "dropless %s: %s: cannot write the JSON report\n", cmd, o->json);
-        return DL_EXIT_USAGE;
+    int status = dl_check_exit_status(r, n);
+    dl_report_out_t *outs[2] = {rp->json, rp->junit};
+    const char *paths[2] = {o->json, o->junit};
+    const dl_report_format_t fmts[2] = {DL_REPORT_JSON, DL_REPORT_JUNIT};
+    rp->json = rp->junit = NULL;
+    for (int i = 0; i < 2; i++) {
+        char err[512];
+        if (outs[i] && dl_report_commit(outs[i], fmts[i], r, n, 0, err, sizeof err)) {
+            if (strcmp(paths[i], "-")) /* stdout's errors are main's to report, once */
+                fprintf(stderr, "dropless %s: %s\n", cmd, err);
+            status = DL_EXIT_FAIL;
+        }
     }
-    if (o->junit && dl_check_save(o->junit, DL_REPORT_JUNIT, r, n, 0) != 0) {
-        fprintf(stderr, "dropless %s: %s: cannot write the JUnit report\n", cmd, o->junit);
-        return DL_EXIT_USAGE;
-    }
-    return dl_check_exit_status(r, n);
+    return status;
 }
 
 static int load_golden(const char *cmd, const char *path, dl_golden_file_t *g)
 {
     char err[512];
-    int rc = dl_golden_load(path, g, err, sizeof err);
+    int rc = dl_golden_load_isolated(path, NULL, dl_cli_preflight_seconds(), g, err, sizeof err);
     if (rc) {
         fprintf(stderr, "dropless %s: %s\n", cmd, err);
         return DL_EXIT_USAGE;
     }
     if (!g->has_inputs || !g->has_forward) {
         fprintf(stderr, "dropless %s: %s: not a golden file (no /inputs or /forward)\n", cmd, path);
+        dl_golden_free(g);
         return DL_EXIT_USAGE;
     }
+    return 0;
+}
+
+/* A candidate that says it was computed for another case or seed is
+ * flagged, whatever its values say. */
+static void note_provenance(dl_check_report_t *rep, const dl_golden_file_t *g,
+                            const dl_golden_file_t *cand)
+{
+    char msg[256];
+    if (cand->has_case && strcmp(cand->case_name, g->case_name)) {
+        snprintf(msg, sizeof msg, "the candidate's case is '%s', the golden's '%s'",
+                 cand->case_name, g->case_name);
+        dl_check_report_add(rep, DL_VALUE_NONE, "provenance", DL_VERDICT_WARN, msg);
+    }
+    if (cand->has_seed && cand->seed != g->seed) {
+        snprintf(msg, sizeof msg, "the candidate's seed is %" PRIu64 ", the golden's %" PRIu64,
+                 cand->seed, g->seed);
+        dl_check_report_add(rep, DL_VALUE_NONE, "provenance", DL_VERDICT_WARN, msg);
+    }
+}
+
+/* Checks the loaded candidate against the golden file into *rep; 0 or
+ * an exit status (the message printed). */
+static int judge(const opts_t *o, const dl_check_profile_t *profile, const dl_golden_file_t *g,
+                 const dl_golden_file_t *cand, const char *gpath, const char *cpath,
+                 dl_check_report_t *rep)
+{
+    dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
+    dl_check_golden_t gold = {&g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
+                              g->case_name};
+    dl_check_candidate_t c = {cand->fwd, cand->bwd, 0, cand->backend[0] ? cand->backend : cpath,
+                              cand->backend_version[0] ? cand->backend_version : NULL,
+                              cand->compute_mode[0] ? cand->compute_mode : NULL};
+    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such */
+    for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
+        dl_value_t v;
+        if (((cand->bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0) {
+            c.bad_shape |= UINT64_C(1) << v;
+            fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
+                    cand->bad_reason[i]);
+        }
+    }
+    dl_check_options_t co;
+    dl_check_options_default(&co);
+    co.profile = profile;
+    int rc;
+    if (cand->isolated_groups[0]) {
+        /* the backend fed each group the golden inputs: judge each on golden upstream */
+        uint64_t groups[DL_VALUE_COUNT];
+        int ng = dl_check_parse_groups(cand->isolated_groups, groups, DL_VALUE_COUNT);
+        if (ng < 0) {
+            fprintf(stderr, "dropless check: %s: malformed isolated_groups attribute\n", cpath);
+            return DL_EXIT_USAGE;
+        }
+        rc = dl_check_run_isolated(&gold, &c, &co, groups, ng, rep);
+    } else {
+        rc = dl_check_run(&gold, &c, &co, rep);
+    }
+    if (rc) {
+        fprintf(stderr, "dropless check: %s: %s\n", gpath, dl_strerror(rc));
+        dl_check_report_free(rep);
+        return rc == DL_ENOMEM ? DL_EXIT_FAIL : DL_EXIT_USAGE;
+    }
+    note_provenance(rep, g, cand);
     return 0;
 }
 
@@ -279,63 +359,35 @@ int dl_cli_check(int argc, char **argv)
         return DL_EXIT_USAGE;
     }
     const char *gpath = argv[optind], *cpath = argv[optind + 1];
+    const char *inputs[2] = {gpath, cpath};
     const dl_check_profile_t *profile;
-    if ((rc = resolve_profile(o.profile, "check", &profile)))
+    reports_t reports;
+    if ((rc = resolve_profile(o.profile, "check", &profile)) ||
+        (rc = open_reports(&o, "check", inputs, 2, &reports)))
         return rc;
     dl_golden_file_t g, cand;
     memset(&cand, 0, sizeof cand);
-    if ((rc = load_golden("check", gpath, &g)))
+    if ((rc = load_golden("check", gpath, &g))) {
+        discard_reports(&reports);
         return rc;
+    }
     char err[512];
     int status = DL_EXIT_USAGE;
     void *kept[128] = {0};
-    if (preflight(cpath, &g.config, err, sizeof err) != 0 ||
-        dl_golden_load_candidate(cpath, &g.config, &cand, err, sizeof err) != 0) {
+    if (dl_golden_load_isolated(cpath, &g.config, dl_cli_preflight_seconds(), &cand, err, sizeof err)) {
         fprintf(stderr, "dropless check: %s\n", err);
         goto out;
     }
     if (o.stages && select_stages(&cand, o.stages, kept) != 0)
         goto out;
-
-    dl_moe_inputs_t in = dl_golden_inputs_view(&g.in);
-    dl_check_golden_t gold = {&g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL, g.case_name};
-    dl_check_candidate_t c = {cand.fwd, cand.bwd, 0, cand.backend[0] ? cand.backend : cpath,
-                              cand.backend_version[0] ? cand.backend_version : NULL,
-                              cand.compute_mode[0] ? cand.compute_mode : NULL};
-    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such */
-    for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
-        dl_value_t v;
-        if (((cand.bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0) {
-            c.bad_shape |= UINT64_C(1) << v;
-            fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
-                    cand.bad_reason[i]);
-        }
-    }
-    dl_check_options_t co;
-    dl_check_options_default(&co);
-    co.profile = profile;
     dl_check_report_t rep;
-    if (cand.isolated_groups[0]) {
-        /* the backend fed each group the golden inputs: judge each on golden upstream */
-        uint64_t groups[DL_VALUE_COUNT];
-        int ng = dl_check_parse_groups(cand.isolated_groups, groups, DL_VALUE_COUNT);
-        if (ng < 0) {
-            fprintf(stderr, "dropless check: %s: malformed isolated_groups attribute\n", cpath);
-            goto out;
-        }
-        rc = dl_check_run_isolated(&gold, &c, &co, groups, ng, &rep);
-    } else {
-        rc = dl_check_run(&gold, &c, &co, &rep);
-    }
-    if (rc) {
-        fprintf(stderr, "dropless check: %s: %s\n", gpath, dl_strerror(rc));
-        dl_check_report_free(&rep);
+    if ((status = judge(&o, profile, &g, &cand, gpath, cpath, &rep)))
         goto out;
-    }
     const dl_check_report_t *rp = &rep;
-    status = emit(&o, "check", &rp, 1);
+    status = emit(&o, "check", &reports, &rp, 1);
     dl_check_report_free(&rep);
 out:
+    discard_reports(&reports);
     restore_stages(&cand, kept);
     dl_golden_free(&cand);
     dl_golden_free(&g);
@@ -391,7 +443,70 @@ static int write_candidate(const opts_t *o, const dl_golden_file_t *g, const dl_
         return DL_EXIT_USAGE;
     }
     char err[512];
-    if (dl_golden_write_candidate(o->out, &cf, o->force, err, sizeof err) != 0) {
+    int rc = dl_golden_write_candidate(o->out, &cf, o->force, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "dropless run: %s\n", err);
+        return rc == DL_EEXIST || rc == DL_EINVAL ? DL_EXIT_USAGE : DL_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* Runs one backend and checks what it produced into *rep; 0 or an exit
+ * status (the message printed). */
+static int run_one(const opts_t *o, const char *backend, const dl_check_profile_t *profile,
+                   const dl_golden_file_t *g, const char *gpath, dl_check_report_t *rep)
+{
+    dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
+    dl_check_golden_t gold = {&g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
+                              g->case_name};
+    dl_run_options_t ro = {o->time_limit, o->forward_only};
+    dl_run_result_t res;
+    int rc = dl_run_backend(backend, &g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
+                            &ro, &res);
+    if (rc) {
+        fprintf(stderr, "dropless run: %s: %s\n", backend, dl_strerror(rc));
+        dl_run_result_free(&res);
+        return rc == DL_ENOMEM ? DL_EXIT_FAIL : DL_EXIT_USAGE;
+    }
+    if (o->out && (rc = write_candidate(o, g, &res))) {
+        dl_run_result_free(&res);
+        return rc;
+    }
+    dl_check_candidate_t c = {res.fwd, res.bwd, 0, res.backend.name[0] ? res.backend.name : backend,
+                              res.backend.version,
+                              res.backend.compute_mode[0] ? res.backend.compute_mode : NULL};
+    dl_check_options_t co;
+    dl_check_options_default(&co);
+    co.profile = profile;
+    /* each stage was fed golden inputs: judge each on golden upstream */
+    uint64_t groups[DL_STAGE_COUNT];
+    for (int s = 0; s < DL_STAGE_COUNT; s++)
+        groups[s] = dl_run_stage_values((dl_run_stage_t)s);
+    rc = dl_check_run_isolated(&gold, &c, &co, groups, DL_STAGE_COUNT, rep);
+    if (rc) {
+        fprintf(stderr, "dropless run: %s: %s\n", gpath, dl_strerror(rc));
+        dl_check_report_free(rep);
+        dl_run_result_free(&res);
+        return rc == DL_ENOMEM ? DL_EXIT_FAIL : DL_EXIT_USAGE;
+    }
+    add_diagnostics(rep, &res);
+    dl_run_result_free(&res);
+    return 0;
+}
+
+/* What can be refused before any plugin runs: the plugin files, --out. */
+static int run_preconditions(const opts_t *o, const char *gpath)
+{
+    for (int b = 0; b < o->nbackends; b++)
+        if (access(o->backends[b], R_OK) != 0) {
+            fprintf(stderr, "dropless run: %s: %s\n", o->backends[b], strerror(errno));
+            return DL_EXIT_USAGE;
+        }
+    char err[512];
+    int rc;
+    if (o->out && (rc = output_ok("run", "--out", o->out, &gpath, 1)))
+        return rc;
+    if (o->out && dl_golden_check_output(o->out, o->force, err, sizeof err)) {
         fprintf(stderr, "dropless run: %s\n", err);
         return DL_EXIT_USAGE;
     }
@@ -412,62 +527,29 @@ int dl_cli_run(int argc, char **argv)
         fprintf(stderr, "dropless run: --out takes exactly one --backend\n");
         return DL_EXIT_USAGE;
     }
-    const dl_check_profile_t *profile;
-    if ((rc = resolve_profile(o.profile, "run", &profile)))
-        return rc;
-    for (int b = 0; b < o.nbackends; b++)
-        if (access(o.backends[b], R_OK) != 0) {
-            fprintf(stderr, "dropless run: %s: %s\n", o.backends[b], strerror(errno));
-            return DL_EXIT_USAGE;
-        }
     const char *gpath = argv[optind];
-    dl_golden_file_t g;
-    if ((rc = load_golden("run", gpath, &g)))
+    const dl_check_profile_t *profile;
+    reports_t reports;
+    if ((rc = resolve_profile(o.profile, "run", &profile)) || (rc = run_preconditions(&o, gpath)) ||
+        (rc = open_reports(&o, "run", &gpath, 1, &reports)))
         return rc;
-    dl_moe_inputs_t in = dl_golden_inputs_view(&g.in);
-    dl_check_golden_t gold = {&g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL, g.case_name};
+    dl_golden_file_t g;
+    if ((rc = load_golden("run", gpath, &g))) {
+        discard_reports(&reports);
+        return rc;
+    }
     dl_check_report_t reps[MAX_BACKENDS];
     const dl_check_report_t *rp[MAX_BACKENDS];
     int nrep = 0, status = DL_EXIT_USAGE;
     for (int b = 0; b < o.nbackends; b++) {
-        dl_run_options_t ro = {o.time_limit, o.forward_only};
-        dl_run_result_t res;
-        rc = dl_run_backend(o.backends[b], &g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL,
-                            &ro, &res);
-        if (rc) {
-            fprintf(stderr, "dropless run: %s: %s\n", o.backends[b], dl_strerror(rc));
-            dl_run_result_free(&res);
+        if ((status = run_one(&o, o.backends[b], profile, &g, gpath, &reps[nrep])))
             goto out;
-        }
-        if (o.out && (rc = write_candidate(&o, &g, &res))) {
-            dl_run_result_free(&res);
-            goto out;
-        }
-        dl_check_candidate_t c = {res.fwd, res.bwd, 0,
-                                  res.backend.name[0] ? res.backend.name : o.backends[b],
-                                  res.backend.version,
-                                  res.backend.compute_mode[0] ? res.backend.compute_mode : NULL};
-        dl_check_options_t co;
-        dl_check_options_default(&co);
-        co.profile = profile;
-        /* each stage was fed golden inputs: judge each on golden upstream */
-        uint64_t groups[DL_STAGE_COUNT];
-        for (int s = 0; s < DL_STAGE_COUNT; s++)
-            groups[s] = dl_run_stage_values((dl_run_stage_t)s);
-        rc = dl_check_run_isolated(&gold, &c, &co, groups, DL_STAGE_COUNT, &reps[nrep]);
-        if (rc) {
-            fprintf(stderr, "dropless run: %s: %s\n", gpath, dl_strerror(rc));
-            dl_check_report_free(&reps[nrep]);
-            dl_run_result_free(&res);
-            goto out;
-        }
-        add_diagnostics(&reps[nrep], &res);
         rp[nrep] = &reps[nrep];
         nrep++;
-        dl_run_result_free(&res);
     }
-    status = emit(&o, "run", rp, (size_t)nrep);
+    status = emit(&o, "run", &reports, rp, (size_t)nrep);
 out:
+    discard_reports(&reports);
     for (int i = 0; i < nrep; i++)
         dl_check_report_free(&reps[i]);
     dl_golden_free(&g);

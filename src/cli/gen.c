@@ -1,5 +1,7 @@
 /* dropless gen | cases | info: golden files from the command line. */
 #include "config.h"
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -222,68 +224,93 @@ static int exit_for(int rc)
                : DL_EXIT_FAIL;
 }
 
-int dl_cli_gen(int argc, char **argv)
+typedef struct {
+    const char *output, *dir, *config;
+    const char *named[64];
+    int nnamed;
+    int force, all, quiet, no_backward, have_dtype, have_seed;
+    dl_dtype_t dtype;
+    uint64_t seed;
+    scale_opts_t sc; /* --tier, --stream, --experts, --ignore-memory */
+} gen_opts_t;
+
+/* An option's value that needs checking; 0 or an exit status. */
+static int gen_value(gen_opts_t *o, int ch, const char *arg)
+{
+    switch (ch) {
+    case 'o':
+    case 'd':
+        if (!*arg) {
+            fprintf(stderr, "dropless gen: %s needs a non-empty %s\n",
+                    ch == 'o' ? "--output" : "--dir", ch == 'o' ? "path" : "directory");
+            return DL_EXIT_USAGE;
+        }
+        *(ch == 'o' ? &o->output : &o->dir) = arg;
+        return 0;
+    case 'C': /* --case NAME: the same as a positional NAME */
+        if (o->nnamed == (int)(sizeof o->named / sizeof o->named[0])) {
+            fprintf(stderr, "dropless gen: too many --case options\n");
+            return DL_EXIT_USAGE;
+        }
+        o->named[o->nnamed++] = arg;
+        return 0;
+    case 'D':
+        if (dl_dtype_parse(arg, &o->dtype) || o->dtype == DL_F64) {
+            fprintf(stderr, "dropless gen: --dtype must be fp32, bf16 or fp16, not '%s'\n", arg);
+            return DL_EXIT_USAGE;
+        }
+        o->have_dtype = 1;
+        return 0;
+    default: { /* 'S': --seed */
+        char *end;
+        errno = 0;
+        o->seed = strtoull(arg, &end, 0);
+        if (!*arg || *end || *arg == '-' || isspace((unsigned char)*arg) || errno) {
+            fprintf(stderr, "dropless gen: --seed needs an unsigned 64-bit integer, not '%s'%s\n",
+                    arg, errno == ERANGE ? " (too large)" : "");
+            return DL_EXIT_USAGE;
+        }
+        o->have_seed = 1;
+        return 0;
+    }
+    }
+}
+
+/* The options; 0, -1 (--help printed) or an exit status. */
+static int gen_parse(int argc, char **argv, gen_opts_t *o)
 {
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'}, {"dir", required_argument, NULL, 'd'},
         {"force", no_argument, NULL, 'f'},        {"config", required_argument, NULL, 'c'},
-        {"all", no_argument, NULL, O_ALL},         {"dtype", required_argument, NULL, O_DTYPE},
-        {"seed", required_argument, NULL, O_SEED}, {"no-backward", no_argument, NULL, O_NOBACK},
+        {"all", no_argument, NULL, O_ALL},         {"dtype", required_argument, NULL, 'D'},
+        {"seed", required_argument, NULL, 'S'},    {"no-backward", no_argument, NULL, O_NOBACK},
         {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
         {"case", required_argument, NULL, 'C'},   {"tier", required_argument, NULL, O_TIER},
         {"stream", no_argument, NULL, O_STREAM},  {"experts", required_argument, NULL, O_EXPERTS},
         {"ignore-memory", no_argument, NULL, O_IGNMEM}, {NULL, 0, NULL, 0}};
-    const char *output = NULL, *dir = ".", *config = NULL;
-    const char *named[64];
-    int nnamed = 0;
-    int force = 0, all = 0, quiet = 0, no_backward = 0, have_dtype = 0, have_seed = 0;
-    dl_dtype_t dtype = DL_F32;
-    uint64_t seed = 0;
-    scale_opts_t sc = {-1, 0, 0, 0, 0};
+    memset(o, 0, sizeof *o);
+    o->dir = ".";
+    o->dtype = DL_F32;
+    o->sc.tier = -1;
     opterr = 0;
     optind = 1;
-    int ch;
+    int ch, rc;
     while ((ch = getopt_long(argc, argv, ":o:d:fc:qh", opts, NULL)) != -1) {
         switch (ch) {
-        case 'o': output = optarg; break;
-        case 'd': dir = optarg; break;
-        case 'f': force = 1; break;
-        case 'c': config = optarg; break;
-        case 'C': /* --case NAME: the same as a positional NAME */
-            if (nnamed == (int)(sizeof named / sizeof named[0])) {
-                fprintf(stderr, "dropless gen: too many --case options\n");
-                return DL_EXIT_USAGE;
-            }
-            named[nnamed++] = optarg;
-            break;
-        case 'q': quiet = 1; break;
-        case 'h': gen_usage(stdout); return DL_EXIT_OK;
-        case O_ALL: all = 1; break;
-        case O_NOBACK: no_backward = 1; break;
-        case O_STREAM:
-        case O_IGNMEM:
-        case O_TIER:
-        case O_EXPERTS:
-            if (scale_option(ch, optarg, &sc))
+        case 'f': o->force = 1; break;
+        case 'c': o->config = optarg; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': gen_usage(stdout); return -1;
+        case O_ALL: o->all = 1; break;
+        case O_NOBACK: o->no_backward = 1; break;
+        case O_STREAM: case O_IGNMEM: case O_TIER: case O_EXPERTS:
+            if (scale_option(ch, optarg, &o->sc))
                 return DL_EXIT_USAGE;
             break;
-        case O_DTYPE:
-            if (dl_dtype_parse(optarg, &dtype) || dtype == DL_F64) {
-                fprintf(stderr, "dropless gen: --dtype must be fp32, bf16 or fp16, not '%s'\n", optarg);
-                return DL_EXIT_USAGE;
-            }
-            have_dtype = 1;
+        case 'o': case 'd': case 'C': case 'D': case 'S':
+            if ((rc = gen_value(o, ch, optarg)))
+                return rc;
             break;
-        case O_SEED: {
-            char *end;
-            seed = strtoull(optarg, &end, 0);
-            if (!*optarg || *end || *optarg == '-') {
-                fprintf(stderr, "dropless gen: --seed needs an unsigned integer, not '%s'\n", optarg);
-                return DL_EXIT_USAGE;
-            }
-            have_seed = 1;
-            break;
-        }
         case ':':
             fprintf(stderr, "dropless gen: option '%s' needs a value\n", argv[optind - 1]);
             return DL_EXIT_USAGE;
@@ -293,104 +320,125 @@ int dl_cli_gen(int argc, char **argv)
             return DL_EXIT_USAGE;
         }
     }
+    return 0;
+}
 
-    int ncat = dl_case_count(), cap = argc + nnamed + ncat + 1, n = 0;
-    dl_case_t *cases = calloc((size_t)cap, sizeof *cases);
-    if (!cases) {
-        fprintf(stderr, "dropless gen: out of memory\n");
-        return DL_EXIT_FAIL;
-    }
-    int rc = DL_EXIT_OK;
-    char err[512];
-    if (config) {
-        if (dl_case_parse_file(config, &cases[n], err, sizeof err)) {
+/* The cases to write, in cases[] (*n of them): the case file, the names,
+ * --all; --dtype and --seed applied, duplicates dropped. 0 or an exit
+ * status. */
+static int gen_cases(const gen_opts_t *o, int argc, char **argv, dl_case_t *cases, int *n)
+{
+    char err[512] = "";
+    *n = 0;
+    if (o->config) {
+        if (dl_case_parse_file(o->config, &cases[*n], err, sizeof err)) {
             fprintf(stderr, "dropless gen: %s\n", err);
-            rc = DL_EXIT_USAGE;
-            goto done;
+            return DL_EXIT_USAGE;
         }
-        n++;
+        (*n)++;
     }
-    for (int i = 0; i < nnamed + argc - optind; i++) {
-        const char *name = i < nnamed ? named[i] : argv[optind + i - nnamed];
-        if (dl_case_find(name, &cases[n])) {
+    for (int i = 0; i < o->nnamed + argc - optind; i++) {
+        const char *name = i < o->nnamed ? o->named[i] : argv[optind + i - o->nnamed];
+        if (dl_case_find(name, &cases[*n])) {
             fprintf(stderr, "dropless gen: unknown case '%s' (see 'dropless cases')\n", name);
-            rc = DL_EXIT_USAGE;
-            goto done;
+            return DL_EXIT_USAGE;
         }
-        n++;
+        (*n)++;
     }
-    if (all)
-        for (int i = 0; i < ncat; i++)
+    if (o->all)
+        for (int i = 0; i < dl_case_count(); i++)
             if (!dl_case_get(i)->large)
-                cases[n++] = *dl_case_get(i);
-    if (sc.tier >= 0)
-        for (int i = 0; i < ncat && n < cap; i++)
-            if ((int)dl_case_get(i)->tier == sc.tier)
-                cases[n++] = *dl_case_get(i);
-    if (n == 0) {
-        fprintf(stderr, "dropless gen: no case given (try 'dropless gen --help')\n");
-        rc = DL_EXIT_USAGE;
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        if (have_dtype && dl_case_set_dtype(&cases[i], dtype)) {
+                cases[(*n)++] = *dl_case_get(i);
+    if (o->sc.tier >= 0)
+        for (int i = 0; i < dl_case_count(); i++)
+            if ((int)dl_case_get(i)->tier == o->sc.tier)
+                cases[(*n)++] = *dl_case_get(i);
+    for (int i = 0; i < *n; i++) {
+        if (o->have_dtype && dl_case_set_dtype(&cases[i], o->dtype)) {
             fprintf(stderr, "dropless gen: case name too long for --dtype: %s\n", cases[i].name);
-            rc = DL_EXIT_USAGE;
-            goto done;
+            return DL_EXIT_USAGE;
         }
-        if (have_seed)
-            cases[i].seed = seed;
+        if (o->have_seed)
+            cases[i].seed = o->seed;
     }
     /* --dtype may map two names onto one: keep the first */
     int m = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < *n; i++) {
         int dup = 0;
         for (int j = 0; j < m; j++)
             dup |= strcmp(cases[j].name, cases[i].name) == 0;
         if (!dup)
             cases[m++] = cases[i];
     }
-    n = m;
-    if (output && n > 1) {
-        fprintf(stderr, "dropless gen: --output takes one case, %d given (use --dir)\n", n);
-        rc = DL_EXIT_USAGE;
+    *n = m;
+    return 0;
+}
+
+/* Generates and writes one case to path; 0 or an exit status. */
+static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
+{
+    char err[512] = "";
+    progress_t pr = {c->name, 0, -1, NULL, now_s()};
+    dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, o->sc.stream, o->sc.ex_a,
+                               o->sc.ex_b};
+    if (plan_memory(c, &go, o->sc.ignore_memory))
+        return DL_EXIT_USAGE;
+    if (!o->quiet && isatty(2)) {
+        go.progress = progress_cb;
+        go.progress_ctx = &pr;
+    }
+    int berr = 0;
+    int r = dl_golden_gen_file(c, path, &go, &berr, err, sizeof err);
+    if (pr.shown)
+        fprintf(stderr, "\n");
+    if (r) {
+        fprintf(stderr, "dropless gen: %s\n", err[0] ? err : dl_strerror(r));
+        return exit_for(r);
+    }
+    if (berr)
+        fprintf(stderr, "dropless gen: warning: %s: backward pass failed (%s): "
+                        "written without /backward\n", c->name, dl_strerror(berr));
+    if (!o->quiet) {
+        struct stat st;
+        char sz[32];
+        human(stat(path, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
+        printf("wrote %s (%s)\n", path, sz);
+    }
+    return 0;
+}
+
+int dl_cli_gen(int argc, char **argv)
+{
+    gen_opts_t o;
+    int rc = gen_parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? DL_EXIT_OK : rc;
+    int n = 0, cap = argc + o.nnamed + 2 * dl_case_count() + 1; /* --all and --tier */
+    dl_case_t *cases = calloc((size_t)cap, sizeof *cases);
+    if (!cases) {
+        fprintf(stderr, "dropless gen: out of memory\n");
+        return DL_EXIT_FAIL;
+    }
+    if ((rc = gen_cases(&o, argc, argv, cases, &n)))
+        goto done;
+    rc = DL_EXIT_USAGE;
+    if (n == 0) {
+        fprintf(stderr, "dropless gen: no case given (try 'dropless gen --help')\n");
         goto done;
     }
-    for (int i = 0; i < n; i++) {
+    if (o.output && n > 1) {
+        fprintf(stderr, "dropless gen: --output takes one case, %d given (use --dir)\n", n);
+        goto done;
+    }
+    rc = DL_EXIT_OK;
+    for (int i = 0; i < n && rc == DL_EXIT_OK; i++) {
         char path[4096];
-        if (output_path(output, dir, cases[i].name, &sc, path, sizeof path)) {
+        if (output_path(o.output, o.dir, cases[i].name, &o.sc, path, sizeof path)) {
             fprintf(stderr, "dropless gen: output path too long\n");
             rc = DL_EXIT_USAGE;
-            goto done;
+            break;
         }
-        progress_t pr = {cases[i].name, 0, -1, NULL, now_s()};
-        dl_golden_gen_opts_t o = {force, no_backward, NULL, NULL, sc.stream, sc.ex_a, sc.ex_b};
-        if (plan_memory(&cases[i], &o, sc.ignore_memory)) {
-            rc = DL_EXIT_USAGE;
-            goto done;
-        }
-        if (!quiet && isatty(2)) {
-            o.progress = progress_cb;
-            o.progress_ctx = &pr;
-        }
-        int berr = 0;
-        int r = dl_golden_gen_file(&cases[i], path, &o, &berr, err, sizeof err);
-        if (pr.shown)
-            fprintf(stderr, "\n");
-        if (r) {
-            fprintf(stderr, "dropless gen: %s\n", err);
-            rc = exit_for(r);
-            goto done;
-        }
-        if (berr)
-            fprintf(stderr, "dropless gen: warning: %s: backward pass failed (%s): "
-                            "written without /backward\n", cases[i].name, dl_strerror(berr));
-        if (!quiet) {
-            struct stat st;
-            char sz[32];
-            human(stat(path, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
-            printf("wrote %s (%s)\n", path, sz);
-        }
+        rc = gen_one(&o, &cases[i], path);
     }
 done:
     free(cases);
@@ -503,7 +551,7 @@ int dl_cli_info(int argc, char **argv)
         nfiles++;
         dl_golden_file_t g;
         char err[512];
-        if (dl_golden_load(argv[i], &g, err, sizeof err)) {
+        if (dl_golden_load_isolated(argv[i], NULL, dl_cli_preflight_seconds(), &g, err, sizeof err)) {
             fprintf(stderr, "dropless info: %s\n", err);
             rc = DL_EXIT_USAGE;
             continue;
@@ -513,7 +561,8 @@ int dl_cli_info(int argc, char **argv)
         printf("%s\n  format: %s version %" PRId64 ", written by %s\n  seal: %s\n"
                "  case: %s (seed %" PRIu64 ")\n  config:\n    %s\n",
                argv[i], g.format, g.format_version, g.generator,
-               g.sealed ? "SHA-256 verified" : "none (the file is not protected against damage)",
+               g.sealed ? "SHA-256 verified"
+                        : "unsealed (no SHA-256 seal: the file is not protected against damage)",
                g.case_name, g.seed, cfg);
         int has[3] = {g.has_inputs, g.has_forward, g.has_backward};
         static const char *const gn[] = {"/inputs", "/forward", "/backward"};

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "golden/golden_priv.h"
 
 /* ------------------------------------------------------------ catalogue */
@@ -252,7 +253,7 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
 
 #define LINE_MAX_LEN 1024
 
-static int name_ok(const char *s)
+int dl__golden_name_ok(const char *s)
 {
     if (!*s || strlen(s) > DL_GOLDEN_NAME_MAX)
         return 0;
@@ -334,186 +335,213 @@ static const char *const keys[NKEYS] = {
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
     "ffn_kind", "dtype", "seed", "inputs", "zipf_s"};
 
+static void case_defaults(dl_case_t *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "custom");
+    c->description = "";
+    c->config.route = (dl_route_config_t){.experts = 0, .top_k = 0, .score_fn = DL_SCORE_SOFTMAX,
+                                          .n_group = 1, .topk_group = 1,
+                                          .group_score = DL_GROUP_MAX, .renormalize = 1,
+                                          .scaling = 1.0, .has_bias = 0};
+    c->config.ffn_kind = DL_FFN_SWIGLU;
+    c->config.dtype = DL_F32;
+    c->config.ffn = -1;
+    c->seed = 1;
+    c->inputs = DL_INPUTS_RANDOM;
+    c->zipf_s = 1.0;
+}
+
+#define WHY(...) do { dl__golden_msg(why, n, __VA_ARGS__); return DL_EFORMAT; } while (0)
+
+/* An integer key of the configuration. */
+static int set_int(dl_case_t *c, int key, const char *k, const char *v, char *why, size_t n)
+{
+    int64_t i64;
+    if (parse_i64(v, key == K_TOKENS ? 0 : 1, INT32_MAX, &i64))
+        WHY("%s must be an integer in [%d, 2147483647], got '%.40s'", k, key == K_TOKENS ? 0 : 1, v);
+    int64_t *dst[NKEYS] = {[K_TOKENS] = &c->config.tokens, [K_HIDDEN] = &c->config.hidden,
+                           [K_FFN] = &c->config.ffn, [K_EXPERTS] = &c->config.route.experts,
+                           [K_TOP_K] = &c->config.route.top_k, [K_NGROUP] = &c->config.route.n_group,
+                           [K_TOPKG] = &c->config.route.topk_group};
+    *dst[key] = i64;
+    return 0;
+}
+
+/* Sets key to the value v; 0 or DL_EFORMAT with the reason in why. */
+static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *why, size_t n)
+{
+    int b, e;
+    dl_dtype_t dt;
+    switch (key) {
+    case K_NAME:
+        if (!dl__golden_name_ok(v))
+            WHY("name must be 1-%d of [A-Za-z0-9._-]", DL_GOLDEN_NAME_MAX);
+        snprintf(c->name, sizeof c->name, "%s", v);
+        return 0;
+    case K_BASE:
+        if (dl_case_find(v, c))
+            WHY("unknown base case '%.60s' (see 'dropless cases')", v);
+        c->description = "";
+        c->large = 0;
+        c->tier = DL_TIER_VECTORS;
+        return 0;
+    case K_TOKENS: case K_HIDDEN: case K_FFN: case K_EXPERTS: case K_TOP_K: case K_NGROUP:
+    case K_TOPKG:
+        return set_int(c, key, k, v, why, n);
+    case K_SCORE:
+        if ((e = dl__golden_score_parse(v)) < 0)
+            WHY("score_function must be softmax or sigmoid, got '%.40s'", v);
+        c->config.route.score_fn = (dl_score_fn_t)e;
+        return 0;
+    case K_GSCORE:
+        if ((e = dl__golden_group_parse(v)) < 0)
+            WHY("group_score must be max, top2_sum or topk_sum, got '%.40s'", v);
+        c->config.route.group_score = (dl_group_score_t)e;
+        return 0;
+    case K_FFNKIND:
+        if ((e = dl__golden_ffn_parse(v)) < 0)
+            WHY("ffn_kind must be swiglu or plain, got '%.40s'", v);
+        c->config.ffn_kind = (dl_ffn_t)e;
+        return 0;
+    case K_INPUTS:
+        if ((e = dl__golden_inputs_parse(v)) < 0)
+            WHY("inputs must be random, zipf, ties, empty-experts, one-hot or sizes, "
+                "got '%.40s'", v);
+        c->inputs = (dl_inputs_kind_t)e;
+        return 0;
+    case K_RENORM:
+    case K_BIAS:
+        if (parse_bool(v, &b))
+            WHY("%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
+        *(key == K_RENORM ? &c->config.route.renormalize : &c->config.route.has_bias) = b;
+        return 0;
+    case K_SCALING:
+        if (parse_double(v, &c->config.route.scaling) || !(c->config.route.scaling > 0))
+            WHY("scaling must be a finite number > 0, got '%.40s'", v);
+        return 0;
+    case K_ZIPF:
+        if (parse_double(v, &c->zipf_s) || c->zipf_s < 0 || c->zipf_s > 16)
+            WHY("zipf_s must be a number in [0, 16], got '%.40s'", v);
+        return 0;
+    case K_DTYPE:
+        if (dl_dtype_parse(v, &dt) || dt == DL_F64)
+            WHY("dtype must be fp32, bf16 or fp16, got '%.40s'", v);
+        c->config.dtype = dt;
+        return 0;
+    default: /* K_SEED */
+        if (parse_u64(v, &c->seed))
+            WHY("seed must be an unsigned 64-bit integer, got '%.40s'", v);
+        return 0;
+    }
+}
+
+/* One line: blank, a comment or "key = value" (applied to c). */
+static int parse_line(dl_case_t *c, char *line, int lineno, int *line_of, char *why, size_t n)
+{
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = '\0';
+    char *s = trim(line);
+    if (!*s)
+        return 0;
+    char *eq = strchr(s, '=');
+    if (!eq)
+        WHY("expected 'key = value', got '%.60s'", s);
+    *eq = '\0';
+    char *k = trim(s), *v = trim(eq + 1);
+    int key = -1;
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(keys[i], k))
+            key = i;
+    if (key < 0)
+        WHY("unknown key '%.60s'", k);
+    if (line_of[key])
+        WHY("key '%s' given twice (first on line %d)", k, line_of[key]);
+    if (!*v)
+        WHY("key '%s' has no value", k);
+    for (int i = 0; i < NKEYS && key == K_BASE; i++)
+        if (line_of[i])
+            WHY("'base' must come before every other key");
+    line_of[key] = lineno;
+    return set_key(c, key, k, v, why, n);
+}
+
+/* The whole file's rules, once every line is read; 0 or an error with a
+ * message in err. */
+static int finish_case(const char *path, dl_case_t *c, const int *line_of, char *err,
+                       size_t errlen)
+{
+    if (!line_of[K_BASE]) {
+        static const int req[] = {K_TOKENS, K_HIDDEN, K_EXPERTS, K_TOP_K};
+        for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+            if (!line_of[req[i]]) {
+                dl__golden_msg(err, errlen, "%s: missing key '%s' (or a 'base' case)", path,
+                               keys[req[i]]);
+                return DL_EFORMAT;
+            }
+    }
+    if (c->config.ffn < 0)
+        c->config.ffn = c->config.hidden;
+    char why[160] = "";
+    int bad = dl__golden_config_check(&c->config, why, sizeof why) != 0;
+    if (!bad && dl_moe_config_validate(&c->config)) {
+        bad = 1;
+        snprintf(why, sizeof why, "rejected by dl_moe_config_validate");
+    }
+    if (!bad)
+        return 0;
+    /* name the line of the last key that shapes the configuration, if any */
+    int lineno = 0;
+    for (int i = K_TOKENS; i <= K_DTYPE; i++)
+        if (line_of[i] > lineno)
+            lineno = line_of[i];
+    if (!lineno)
+        lineno = line_of[K_BASE];
+    if (lineno)
+        dl__golden_msg(err, errlen, "%s:%d: invalid configuration: %s", path, lineno, why);
+    else
+        dl__golden_msg(err, errlen, "%s: invalid configuration: %s", path, why);
+    return DL_EINVAL;
+}
+
 int dl_case_parse_file(const char *path, dl_case_t *out, char *err, size_t errlen)
 {
     if (!path || !out)
         return DL_EINVAL;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        dl__golden_msg(err, errlen, "%s: is a directory, not a case file", path);
+        return DL_EIO;
+    }
     FILE *f = fopen(path, "r");
     if (!f) {
         dl__golden_msg(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return DL_EIO;
     }
     dl_case_t c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "custom");
-    c.description = "";
-    c.config.route = (dl_route_config_t){.experts = 0, .top_k = 0, .score_fn = DL_SCORE_SOFTMAX,
-                                         .n_group = 1, .topk_group = 1,
-                                         .group_score = DL_GROUP_MAX, .renormalize = 1,
-                                         .scaling = 1.0, .has_bias = 0};
-    c.config.ffn_kind = DL_FFN_SWIGLU;
-    c.config.dtype = DL_F32;
-    c.config.ffn = -1;
-    c.seed = 1;
-    c.inputs = DL_INPUTS_RANDOM;
-    c.zipf_s = 1.0;
+    case_defaults(&c);
     int line_of[NKEYS] = {0};
-    char line[LINE_MAX_LEN + 2];
-    int lineno = 0, rc = 0, last = 0;
-#define FAIL(code, ...)                                                     \
-    do {                                                                    \
-        char m_[256];                                                       \
-        snprintf(m_, sizeof m_, __VA_ARGS__);                               \
-        dl__golden_msg(err, errlen, "%s:%d: %s", path, lineno, m_);         \
-        rc = code;                                                          \
-        goto done;                                                          \
-    } while (0)
-    while (fgets(line, sizeof line, f)) {
+    char line[LINE_MAX_LEN + 2], why[256];
+    int lineno = 0, rc = 0;
+    while (!rc && fgets(line, sizeof line, f)) {
         lineno++;
         size_t len = strlen(line);
-        if (len > LINE_MAX_LEN && line[len - 1] != '\n')
-            FAIL(DL_EFORMAT, "line longer than %d characters", LINE_MAX_LEN);
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
-        char *s = trim(line);
-        if (!*s)
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq)
-            FAIL(DL_EFORMAT, "expected 'key = value', got '%.60s'", s);
-        *eq = '\0';
-        char *k = trim(s), *v = trim(eq + 1);
-        int key = -1;
-        for (int i = 0; i < NKEYS; i++)
-            if (!strcmp(keys[i], k))
-                key = i;
-        if (key < 0)
-            FAIL(DL_EFORMAT, "unknown key '%.60s'", k);
-        if (line_of[key])
-            FAIL(DL_EFORMAT, "key '%s' given twice (first on line %d)", k, line_of[key]);
-        if (!*v)
-            FAIL(DL_EFORMAT, "key '%s' has no value", k);
-        if (key == K_BASE && last)
-            FAIL(DL_EFORMAT, "'base' must come before every other key");
-        line_of[key] = lineno;
-        last = 1;
-        int64_t i64;
-        int b, e;
-        dl_dtype_t dt;
-        switch (key) {
-        case K_NAME:
-            if (!name_ok(v))
-                FAIL(DL_EFORMAT, "name must be 1-%d of [A-Za-z0-9._-]", DL_GOLDEN_NAME_MAX);
-            snprintf(c.name, sizeof c.name, "%s", v);
-            break;
-        case K_BASE: {
-            dl_case_t base;
-            if (dl_case_find(v, &base))
-                FAIL(DL_EFORMAT, "unknown base case '%.60s' (see 'dropless cases')", v);
-            c = base;
-            c.description = "";
-            c.large = 0;
-            c.tier = DL_TIER_VECTORS;
-            break;
+        if (len > LINE_MAX_LEN && line[len - 1] != '\n') {
+            dl__golden_msg(why, sizeof why, "line longer than %d characters", LINE_MAX_LEN);
+            rc = DL_EFORMAT;
+        } else {
+            rc = parse_line(&c, line, lineno, line_of, why, sizeof why);
         }
-        case K_TOKENS:
-        case K_HIDDEN:
-        case K_FFN:
-        case K_EXPERTS:
-        case K_TOP_K:
-        case K_NGROUP:
-        case K_TOPKG:
-            if (parse_i64(v, key == K_TOKENS ? 0 : 1, INT32_MAX, &i64))
-                FAIL(DL_EFORMAT, "%s must be an integer in [%d, 2147483647], got '%.40s'", k,
-                     key == K_TOKENS ? 0 : 1, v);
-            if (key == K_TOKENS) c.config.tokens = i64;
-            if (key == K_HIDDEN) c.config.hidden = i64;
-            if (key == K_FFN) c.config.ffn = i64;
-            if (key == K_EXPERTS) c.config.route.experts = i64;
-            if (key == K_TOP_K) c.config.route.top_k = i64;
-            if (key == K_NGROUP) c.config.route.n_group = i64;
-            if (key == K_TOPKG) c.config.route.topk_group = i64;
-            break;
-        case K_SCORE:
-            if ((e = dl__golden_score_parse(v)) < 0)
-                FAIL(DL_EFORMAT, "score_function must be softmax or sigmoid, got '%.40s'", v);
-            c.config.route.score_fn = (dl_score_fn_t)e;
-            break;
-        case K_GSCORE:
-            if ((e = dl__golden_group_parse(v)) < 0)
-                FAIL(DL_EFORMAT, "group_score must be max, top2_sum or topk_sum, got '%.40s'", v);
-            c.config.route.group_score = (dl_group_score_t)e;
-            break;
-        case K_FFNKIND:
-            if ((e = dl__golden_ffn_parse(v)) < 0)
-                FAIL(DL_EFORMAT, "ffn_kind must be swiglu or plain, got '%.40s'", v);
-            c.config.ffn_kind = (dl_ffn_t)e;
-            break;
-        case K_INPUTS:
-            if ((e = dl__golden_inputs_parse(v)) < 0)
-                FAIL(DL_EFORMAT, "inputs must be random, zipf, ties, empty-experts or one-hot, "
-                                 "got '%.40s'", v);
-            c.inputs = (dl_inputs_kind_t)e;
-            break;
-        case K_RENORM:
-        case K_BIAS:
-            if (parse_bool(v, &b))
-                FAIL(DL_EFORMAT, "%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
-            if (key == K_RENORM) c.config.route.renormalize = b;
-            else c.config.route.has_bias = b;
-            break;
-        case K_SCALING:
-            if (parse_double(v, &c.config.route.scaling) || !(c.config.route.scaling > 0))
-                FAIL(DL_EFORMAT, "scaling must be a finite number > 0, got '%.40s'", v);
-            break;
-        case K_ZIPF:
-            if (parse_double(v, &c.zipf_s) || c.zipf_s < 0 || c.zipf_s > 16)
-                FAIL(DL_EFORMAT, "zipf_s must be a number in [0, 16], got '%.40s'", v);
-            break;
-        case K_DTYPE:
-            if (dl_dtype_parse(v, &dt) || dt == DL_F64)
-                FAIL(DL_EFORMAT, "dtype must be fp32, bf16 or fp16, got '%.40s'", v);
-            c.config.dtype = dt;
-            break;
-        case K_SEED:
-            if (parse_u64(v, &c.seed))
-                FAIL(DL_EFORMAT, "seed must be an unsigned 64-bit integer, got '%.40s'", v);
-            break;
-        }
+        if (rc)
+            dl__golden_msg(err, errlen, "%s:%d: %s", path, lineno, why);
     }
-    if (ferror(f)) {
+    if (!rc && ferror(f)) {
         dl__golden_msg(err, errlen, "%s: read error: %s", path, strerror(errno));
         rc = DL_EIO;
-        goto done;
     }
-    lineno = 0;
-    if (!line_of[K_BASE]) {
-        static const int req[] = {K_TOKENS, K_HIDDEN, K_EXPERTS, K_TOP_K};
-        for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
-            if (!line_of[req[i]])
-                FAIL(DL_EFORMAT, "missing key '%s' (or a 'base' case)", keys[req[i]]);
-    }
-    if (c.config.ffn < 0)
-        c.config.ffn = c.config.hidden;
-    char why[160] = "";
-    int bad = dl__golden_config_check(&c.config, why, sizeof why) != 0;
-    if (!bad && dl_moe_config_validate(&c.config)) {
-        bad = 1;
-        snprintf(why, sizeof why, "rejected by dl_moe_config_validate");
-    }
-    if (bad) {
-        /* name the line of the last key that shapes the configuration */
-        for (int i = K_TOKENS; i <= K_DTYPE; i++)
-            if (line_of[i] > lineno)
-                lineno = line_of[i];
-        dl__golden_msg(err, errlen, "%s:%d: invalid configuration: %s", path, lineno, why);
-        rc = DL_EINVAL;
-        goto done;
-    }
-    *out = c;
-#undef FAIL
-done:
     fclose(f);
+    if (!rc && !(rc = finish_case(path, &c, line_of, err, errlen)))
+        *out = c;
     return rc;
 }

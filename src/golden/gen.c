@@ -4,7 +4,6 @@
 #include "config.h"
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "golden/golden_priv.h"
 
 /* Shares of the whole run reported to the progress callback: drawing the
@@ -95,13 +94,12 @@ int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen
         return DL_EINVAL;
     if (opts && (opts->stream || opts->expert_end > 0))
         return dl_golden_gen_stream(c, path, opts, err, errlen);
-    struct stat st;
-    if (!(opts && opts->force) && stat(path, &st) == 0) {
-        dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
-        return DL_EEXIST;
-    }
+    /* refused before the work, not after it */
+    int rc = dl__out_check(path, opts && opts->force, err, errlen);
+    if (rc)
+        return rc;
     dl_golden_file_t g;
-    int rc = dl_golden_generate(c, opts, &g, backward_err, err, errlen);
+    rc = dl_golden_generate(c, opts, &g, backward_err, err, errlen);
     write_progress_t wp = {opts ? opts->progress : NULL, opts ? opts->progress_ctx : NULL};
     if (rc == 0)
         rc = dl_golden_write(path, &g, opts ? opts->force : 0, wp.fn ? write_progress : NULL, &wp,

@@ -53,6 +53,12 @@ int dl__golden_sink_put(dl__golden_sink_t *s, int64_t row0, int64_t nrows, const
 int dl__golden_write_source(const char *path, const dl_golden_file_t *hdr,
                             const dl__golden_source_t *src, int force,
                             dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen);
+/* 1 if s is a valid case name: 1 to DL_GOLDEN_NAME_MAX of [A-Za-z0-9._-]. */
+int dl__golden_name_ok(const char *s);
+/* The loaders (read.c): strict for golden files, else against expect;
+ * seal_checked: the caller has just verified the file's seal. */
+int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict, int seal_checked,
+                    dl_golden_file_t *g, char *err, size_t errlen);
 /* Silences HDF5's automatic error-stack printing, restoring it after. */
 typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
 void dl__h5_quiet_on(dl__h5_quiet_t *q);
@@ -72,5 +78,8 @@ void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
 /* 0 with *sealed = 1 (seal verified) or 0 (no seal); DL_EFORMAT when the
  * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
 int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
+/* Writes the user block of a file being written (fd, at offset 0): it says
+ * "incomplete" until dl_golden_seal replaces it. 0 or DL_EIO. */
+int dl__golden_mark_incomplete(int fd, char *err, size_t errlen, const char *path);
 
 #endif

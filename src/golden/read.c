@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <hdf5.h>
 #include "golden/golden_priv.h"
@@ -300,23 +301,19 @@ static const char *elem_type_name(dl_golden_elem_t e)
         goto fail;                                                      \
     } while (0)
 
-/* Reads one dataset into a fresh array at *slot. Returns 1 read, 0 absent,
- * 2 set aside (candidates only; reason in r->why), < 0 error. */
-static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
-                        const dl_moe_config_t *c, void **slot)
+/* Opens the dataset: 1 open (*d, *t, *sp set), 0 absent, 2 set aside,
+ * < 0 error. */
+static int open_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds, hid_t *d, hid_t *t,
+                        hid_t *sp)
 {
     int rc = 0;
-    hid_t d = -1, t = -1, sp = -1;
-    void *buf = NULL;
-    int64_t *wide = NULL;
     const char *p = ds->path;
-    r->why[0] = '\0';
     htri_t ex = H5Lexists(grp, ds->name, H5P_DEFAULT);
     if (ex < 0)
         FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", p);
     if (ex == 0)
         return 0;
-    if ((d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0) {
+    if ((*d = H5Dopen2(grp, ds->name, H5P_DEFAULT)) < 0) {
         /* a group or named type in its place is the dataset's problem; an
          * object HDF5 cannot even identify is a damaged file */
         H5O_info_t oi;
@@ -325,14 +322,18 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
             FAILF(DL_EFORMAT, "%s: cannot open the dataset (damaged)", p);
         BAD(DL_EFORMAT, "not a dataset");
     }
-    if ((t = H5Dget_type(d)) < 0 || (sp = H5Dget_space(d)) < 0)
+    if ((*t = H5Dget_type(*d)) < 0 || (*sp = H5Dget_space(*d)) < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its type or shape", p);
+    return 1;
+fail:
+    return rc;
+}
 
-    /* shape */
-    int64_t dims[3];
-    int64_t n = dl_golden_dataset_shape(ds, c, dims);
-    if (n < 0)
-        FAILF(DL_EOVERFLOW, "%s: the configuration's shape overflows", p);
+/* The stored shape must be the one the configuration gives (dims, n). */
+static int check_shape(rctx_t *r, const dl_golden_dataset_t *ds, hid_t sp, const int64_t *dims)
+{
+    int rc = 0;
+    const char *p = ds->path;
     hsize_t want[3], have[H5S_MAX_RANK];
     for (int i = 0; i < ds->rank; i++)
         want[i] = (hsize_t)dims[i];
@@ -355,8 +356,16 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     for (int i = 0; i < nd; i++)
         if (have[i] != want[i])
             BAD(DL_ESHAPE, "shape %s, expected %s (%.3s)", hs, ws, ds->dims);
+fail:
+    return rc;
+}
 
-    /* type */
+/* The stored type: exact, or (candidates) any integer type, read wide
+ * (*wide_read = 1). */
+static int check_type(rctx_t *r, const dl_golden_dataset_t *ds, hid_t t, int *wide_read)
+{
+    int rc = 0;
+    const char *p = ds->path;
     char tdesc[64];
     describe_type(t, tdesc, sizeof tdesc);
     hid_t exact = ds->elem == DL_GOLDEN_FLOAT ? H5T_IEEE_F32LE
@@ -364,7 +373,7 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     htri_t eq = H5Tequal(t, exact);
     if (eq < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its type", p);
-    int wide_read = 0;
+    *wide_read = 0;
     if (!eq) {
         if (ds->elem == DL_GOLDEN_FLOAT)
             BAD(DL_EDTYPE, "stored as %s; float datasets must be IEEE float32 "
@@ -372,10 +381,21 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
         if (r->strict || H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) > 8)
             BAD(DL_EDTYPE, "stored as %s, must be %s%s", tdesc, r->strict ? "" : "an integer type like ",
                 elem_type_name(ds->elem));
-        wide_read = 1; /* a candidate's integers: any width, read as int64 */
+        *wide_read = 1; /* a candidate's integers: any width, read as int64 */
     }
+fail:
+    return rc;
+}
 
-    /* data: the element count comes from the configuration, never the file */
+/* Reads the n elements into a fresh *out; the count comes from the
+ * configuration, never the file. */
+static int read_data(rctx_t *r, const dl_golden_dataset_t *ds, hid_t d, int64_t n,
+                     const int64_t *dims, int wide_read, void **out)
+{
+    int rc = 0;
+    const char *p = ds->path;
+    void *buf = NULL;
+    int64_t *wide = NULL;
     size_t esz = ds->elem == DL_GOLDEN_INT64 ? 8 : 4;
     if ((uint64_t)n > SIZE_MAX / 8)
         FAILF(DL_ENOMEM, "%s: too large for this machine", p);
@@ -392,21 +412,34 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
         if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide_read ? (void *)wide : buf) < 0)
             FAILF(DL_EFORMAT, "%s: cannot read the data (file truncated or damaged)", p);
     }
-    if (wide_read) {
-        for (int64_t i = 0; i < n; i++) {
-            if (ds->elem == DL_GOLDEN_INT32) {
-                if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) {
-                    fmt_index(hs, sizeof hs, i, dims, ds->rank);
-                    BAD(DL_ERANGE, "element %s = %" PRId64 " does not fit int32", hs, wide[i]);
-                }
-                ((int32_t *)buf)[i] = (int32_t)wide[i];
-            } else {
-                ((int64_t *)buf)[i] = wide[i];
+    for (int64_t i = 0; wide_read && i < n; i++) {
+        if (ds->elem == DL_GOLDEN_INT32) {
+            if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) {
+                char hs[96];
+                fmt_index(hs, sizeof hs, i, dims, ds->rank);
+                BAD(DL_ERANGE, "element %s = %" PRId64 " does not fit int32", hs, wide[i]);
             }
+            ((int32_t *)buf)[i] = (int32_t)wide[i];
+        } else {
+            ((int64_t *)buf)[i] = wide[i];
         }
     }
+    *out = buf;
+    buf = NULL;
+    rc = 1;
+fail:
+    free(buf);
+    free(wide);
+    return rc;
+}
 
-    /* dtype attribute; on a bf16/fp16 grid every value is verified */
+/* The dataset's dtype attribute; on a bf16/fp16 grid every value is
+ * verified. */
+static int check_dtype(rctx_t *r, const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
+                       hid_t d, const void *buf, int64_t n, const int64_t *dims)
+{
+    int rc = 0;
+    const char *p = ds->path;
     dl_dtype_t st = dl_golden_dataset_dtype(ds, c);
     const char *want_dt = ds->elem == DL_GOLDEN_FLOAT ? dl_dtype_name(st) : elem_type_name(ds->elem);
     char dt[32];
@@ -431,6 +464,7 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
             BAD(DL_EFORMAT, "%s", w);
         }
         have_dt = rc;
+        rc = 0;
         if (have_dt && strcmp(dt, want_dt))
             BAD(DL_EDTYPE, "dtype attribute is '%s', the case needs '%s'", dt, want_dt);
     }
@@ -438,14 +472,24 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
         const float *v = buf;
         for (int64_t i = 0; i < n; i++)
             if (!dl_on_grid((double)v[i], st)) {
+                char hs[96];
                 fmt_index(hs, sizeof hs, i, dims, ds->rank);
                 BAD(DL_EGRID, "element %s = %a is not a %s value", hs, (double)v[i],
                     dl_dtype_name(st));
             }
     }
+fail:
+    return rc;
+}
 
-    /* ranges of indices and sizes: a golden file's only; a candidate's
-     * values are the conformance check's to judge */
+/* Ranges of indices and sizes: a golden file's only; a candidate's values
+ * are the conformance check's to judge. */
+static int check_ranges(rctx_t *r, const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
+                        const void *buf, int64_t n, const int64_t *dims)
+{
+    int rc = 0;
+    const char *p = ds->path;
+    char hs[96];
     int64_t M = c->tokens * c->route.top_k;
     if (r->strict && ds->elem == DL_GOLDEN_INT32) {
         const int32_t *v = buf;
@@ -465,12 +509,37 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
                 FAILF(DL_ERANGE, "%s: element %s = %" PRId64 " is negative", p, hs, v[i]);
             }
     }
+fail:
+    return rc;
+}
+
+/* Reads one dataset into a fresh array at *slot. Returns 1 read, 0 absent,
+ * 2 set aside (candidates only; reason in r->why), < 0 error. */
+static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
+                        const dl_moe_config_t *c, void **slot)
+{
+    hid_t d = -1, t = -1, sp = -1;
+    void *buf = NULL;
+    int64_t dims[3];
+    int wide_read = 0;
+    r->why[0] = '\0';
+    int rc = open_dataset(r, grp, ds, &d, &t, &sp);
+    if (rc != 1)
+        goto fail;
+    int64_t n = dl_golden_dataset_shape(ds, c, dims);
+    if (n < 0) {
+        const char *p = ds->path;
+        FAILF(DL_EOVERFLOW, "%s: the configuration's shape overflows", p);
+    }
+    if ((rc = check_shape(r, ds, sp, dims)) || (rc = check_type(r, ds, t, &wide_read)) ||
+        (rc = read_data(r, ds, d, n, dims, wide_read, &buf)) != 1 ||
+        (rc = check_dtype(r, ds, c, d, buf, n, dims)) || (rc = check_ranges(r, ds, c, buf, n, dims)))
+        goto fail;
     *slot = buf;
     buf = NULL;
     rc = 1;
 fail:
     free(buf);
-    free(wide);
     CLOSE(H5Sclose, sp);
     CLOSE(H5Tclose, t);
     CLOSE(H5Dclose, d);
@@ -516,29 +585,37 @@ fail:
 
 /* ------------------------------------------------------------ loading */
 
-static int load(const char *path, const dl_moe_config_t *expect, int strict,
-                dl_golden_file_t *g, char *err, size_t errlen)
+/* Opens path read-only after its seal (when it has one) checked out,
+ * unless the caller verified it already (*sealed set). */
+static int open_file(rctx_t *r, int seal_checked, dl_golden_file_t *g, hid_t *fapl, hid_t *file)
 {
-    if (!path || !g || (!strict && !expect))
-        return DL_EINVAL;
-    memset(g, 0, sizeof *g);
-    g->owner_ = DL__GOLDEN_OWNER_MALLOC;
-    rctx_t rr = {path, err, errlen, strict, ""}, *r = &rr;
     int rc = 0;
-    hid_t fapl = -1, file = -1, grp = -1;
-    dl__h5_quiet_t q;
-    dl__h5_quiet_on(&q);
-    if (access(path, R_OK) != 0)
+    struct stat st;
+    if (stat(r->path, &st) != 0 || access(r->path, R_OK) != 0)
         FAILF(DL_EIO, "cannot open: %s", strerror(errno));
-    if ((rc = dl__golden_verify_seal(path, &g->sealed, err, errlen)) < 0)
+    if (S_ISDIR(st.st_mode))
+        FAILF(DL_EIO, "is a directory, not a file");
+    if (!S_ISREG(st.st_mode))
+        FAILF(DL_EIO, "not a regular file");
+    if (seal_checked)
+        g->sealed = 1;
+    else if ((rc = dl__golden_verify_seal(r->path, &g->sealed, r->err, r->errlen)) < 0)
         goto fail;
-    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
-        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+    if ((*fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fclose_degree(*fapl, H5F_CLOSE_STRONG) < 0)
         FAILF(DL_EIO, "HDF5 error: property list");
-    if ((file = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0)
+    if ((*file = H5Fopen(r->path, H5F_ACC_RDONLY, *fapl)) < 0)
         FAILF(DL_EFORMAT, "not an HDF5 file, or damaged");
+    rc = 0;
+fail:
+    return rc;
+}
 
-    /* root attributes */
+/* The root attributes. */
+static int read_root(rctx_t *r, hid_t file, dl_golden_file_t *g)
+{
+    const int strict = r->strict;
+    int rc;
     if ((rc = attr_str(r, file, "/", "format", strict, g->format, sizeof g->format)) < 0)
         goto fail;
     if (strict && strcmp(g->format, DL_GOLDEN_FORMAT))
@@ -549,9 +626,16 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         FAILF(DL_EFORMAT, "format_version %" PRId64 " is not %d, the version this dropless reads",
               g->format_version, DL_GOLDEN_FORMAT_VERSION);
     if ((rc = attr_str(r, file, "/", "generator", strict, g->generator, sizeof g->generator)) < 0 ||
-        (rc = attr_str(r, file, "/", "case", strict, g->case_name, sizeof g->case_name)) < 0 ||
-        (rc = attr_num(r, file, "/", "seed", strict, H5T_INTEGER, H5T_NATIVE_UINT64, &g->seed)) < 0 ||
-        (rc = attr_str(r, file, "/", "backend", 0, g->backend, sizeof g->backend)) < 0 ||
+        (rc = attr_str(r, file, "/", "case", strict, g->case_name, sizeof g->case_name)) < 0)
+        goto fail;
+    g->has_case = rc == 1;
+    if (strict && !dl__golden_name_ok(g->case_name))
+        FAILF(DL_EFORMAT, "/: attribute 'case' = '%.64s' is not 1-%d of [A-Za-z0-9._-]",
+              g->case_name, DL_GOLDEN_NAME_MAX);
+    if ((rc = attr_num(r, file, "/", "seed", strict, H5T_INTEGER, H5T_NATIVE_UINT64, &g->seed)) < 0)
+        goto fail;
+    g->has_seed = rc == 1;
+    if ((rc = attr_str(r, file, "/", "backend", 0, g->backend, sizeof g->backend)) < 0 ||
         (rc = attr_str(r, file, "/", "compute_mode", 0, g->compute_mode, sizeof g->compute_mode)) < 0 ||
         (rc = attr_str(r, file, "/", "backend_version", 0, g->backend_version,
                        sizeof g->backend_version)) < 0 ||
@@ -559,18 +643,19 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         (rc = attr_str(r, file, "/", "isolated_groups", 0, g->isolated_groups,
                        sizeof g->isolated_groups)) < 0)
         goto fail;
+    rc = 0;
+fail:
+    return rc;
+}
 
-    if (strict) {
-        if ((rc = read_config(r, file, &g->config)) < 0)
-            goto fail;
-    } else {
-        g->config = *expect;
-        if ((rc = check_candidate_config(r, file, expect)) < 0)
-            goto fail;
-    }
-
+/* /inputs, /forward, /backward: every applicable dataset of each present
+ * group (a golden file's groups must be complete). */
+static int read_groups(rctx_t *r, hid_t file, dl_golden_file_t *g)
+{
     static const char *const gnames[] = {"inputs", "forward", "backward"};
     int *has[] = {&g->has_inputs, &g->has_forward, &g->has_backward};
+    int rc = 0;
+    hid_t grp = -1;
     for (int gi = 0; gi < 3; gi++) {
         htri_t ex = H5Lexists(file, gnames[gi], H5P_DEFAULT);
         if (ex < 0)
@@ -590,7 +675,7 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
                 g->bad_datasets |= (uint64_t)1 << i;
                 snprintf(g->bad_reason[i], sizeof g->bad_reason[i], "%s", r->why);
             }
-            if (rc == 0 && strict)
+            if (rc == 0 && r->strict)
                 FAILF(DL_EFORMAT, "%s is missing", ds->path);
         }
         rc = 0;
@@ -599,11 +684,39 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         if (rc < 0)
             goto fail;
     }
+fail:
+    CLOSE(H5Gclose, grp);
+    return rc;
+}
+
+int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict, int seal_checked,
+                    dl_golden_file_t *g, char *err, size_t errlen)
+{
+    if (!path || !g || (!strict && !expect))
+        return DL_EINVAL;
+    memset(g, 0, sizeof *g);
+    g->owner_ = DL__GOLDEN_OWNER_MALLOC;
+    rctx_t rr = {path, err, errlen, strict, ""}, *r = &rr;
+    int rc = 0;
+    hid_t fapl = -1, file = -1;
+    dl__h5_quiet_t q;
+    dl__h5_quiet_on(&q);
+    if ((rc = open_file(r, seal_checked, g, &fapl, &file)) < 0 || (rc = read_root(r, file, g)) < 0)
+        goto fail;
+    if (strict) {
+        if ((rc = read_config(r, file, &g->config)) < 0)
+            goto fail;
+    } else {
+        g->config = *expect;
+        if ((rc = check_candidate_config(r, file, expect)) < 0)
+            goto fail;
+    }
+    if ((rc = read_groups(r, file, g)) < 0)
+        goto fail;
     if (strict && g->has_forward && (rc = check_forward(r, g)) < 0)
         goto fail;
     rc = 0;
 fail:
-    CLOSE(H5Gclose, grp);
     CLOSE(H5Fclose, file);
     CLOSE(H5Pclose, fapl);
     dl__h5_quiet_off(&q);
@@ -614,11 +727,11 @@ fail:
 
 int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, size_t errlen)
 {
-    return load(path, NULL, 1, g, err, errlen);
+    return dl__golden_load(path, NULL, 1, 0, g, err, errlen);
 }
 
 int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
                              dl_golden_file_t *g, char *err, size_t errlen)
 {
-    return load(path, expect, 0, g, err, errlen);
+    return dl__golden_load(path, expect, 0, 0, g, err, errlen);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "golden/golden_priv.h"
 
 /* ------------------------------------------------------------- SHA-256 */
@@ -131,6 +132,31 @@ static int digest_after_block(FILE *f, char hex[65], uint64_t *len)
     return 0;
 }
 
+/* What the user block says while the file is being written: a writer
+ * killed before the seal leaves a file that loads as damaged, never as a
+ * valid unsealed golden. */
+#define INCOMPLETE "incomplete: being written, not sealed yet\n"
+
+int dl__golden_mark_incomplete(int fd, char *err, size_t errlen, const char *path)
+{
+    char block[DL__GOLDEN_USERBLOCK];
+    memset(block, 0, sizeof block);
+    snprintf(block, sizeof block, SEAL_MAGIC INCOMPLETE);
+    size_t done = 0;
+    while (done < sizeof block) {
+        ssize_t w = pwrite(fd, block + done, sizeof block - done, (off_t)done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            dl__golden_msg(err, errlen, "%s: cannot write: %s", path,
+                           w < 0 ? strerror(errno) : "short write");
+            return DL_EIO;
+        }
+        done += (size_t)w;
+    }
+    return 0;
+}
+
 int dl_golden_seal(const char *path, char *err, size_t errlen)
 {
     if (!path)
@@ -192,6 +218,12 @@ int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errl
         fclose(f); /* not sealed: HDF5 decides what it is */
         return 0;
     }
+    if (!strncmp(block + sizeof SEAL_MAGIC - 1, INCOMPLETE, sizeof INCOMPLETE - 1)) {
+        fclose(f);
+        dl__golden_msg(err, errlen, "%s: incomplete file: its writer stopped before sealing it "
+                       "(interrupted or killed?)", path);
+        return DL_EFORMAT;
+    }
     char want[65];
     unsigned long long wlen;
     if (sscanf(block + sizeof SEAL_MAGIC - 1, "sha256 %64[0-9a-f]\nbytes %llu", want, &wlen) != 2 ||
@@ -210,7 +242,8 @@ int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errl
     }
     if (len != wlen) {
         dl__golden_msg(err, errlen, "%s: damaged file: %" PRIu64 " bytes after the user block, "
-                       "the seal says %llu (truncated?)", path, len, wlen);
+                       "the seal says %llu (%s)", path, len, wlen,
+                       len < wlen ? "truncated?" : "bytes appended?");
         return DL_EFORMAT;
     }
     if (strcmp(hex, want) != 0) {

@@ -404,11 +404,10 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
             return DL_EINVAL;
         }
     }
-    struct stat st;
-    if (!opts->force && stat(path, &st) == 0) {
-        dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
-        return DL_EEXIST;
-    }
+    /* refused before the work, not after it */
+    int orc = dl__out_check(path, opts->force, err, errlen);
+    if (orc)
+        return orc;
     stream_t s;
     memset(&s, 0, sizeof s);
     s.c = c;

@@ -2,16 +2,13 @@
  * library-version bounds, contiguous layout, a fixed write order (the
  * dataset table's), no float conversion by HDF5 (file and memory types are
  * both IEEE binary32). Written to a temporary name and then linked or
- * renamed into place, so a reader never sees a partial file. */
+ * renamed into place (src/core/outfile.c), so a reader never sees a
+ * partial file. */
 #include "config.h"
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <hdf5.h>
 #include "golden/golden_priv.h"
 
@@ -34,12 +31,25 @@ struct dl__golden_sink {
     int64_t written; /* rows so far, in order */
 };
 
+/* HDF5 does not say why a write failed; the system's errno still does
+ * when it is one a write sets (a full disk, a file-size limit). */
+static const char *os_cause(void)
+{
+    static _Thread_local char buf[96];
+    int e = errno;
+    if (e != ENOSPC && e != EFBIG && e != EDQUOT && e != EIO)
+        return "";
+    snprintf(buf, sizeof buf, " (%s)", strerror(e));
+    return buf;
+}
+
 #define H5TRY(expr, ...)                                                           \
     do {                                                                           \
         if ((expr) < 0) {                                                          \
             char m_[200];                                                          \
             snprintf(m_, sizeof m_, __VA_ARGS__);                                  \
-            dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: %s", w->path, m_); \
+            dl__golden_msg(w->err, w->errlen, "%s: HDF5 error: %s%s", w->path, m_, \
+                           os_cause());                                            \
             goto fail;                                                             \
         }                                                                          \
     } while (0)
@@ -206,12 +216,13 @@ fail:
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 /* The whole file into an HDF5 file at tmp. */
-static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
+static int write_h5(wctx_t *w, const char *tmp, int fd, const dl_golden_file_t *g,
                     dl_golden_progress_fn progress, void *pctx)
 {
     hid_t fcpl = -1, fapl = -1, file = -1, grp = -1;
     int rc = DL_EIO;
     w->gcpl = w->dcpl = -1;
+    errno = 0; /* os_cause() must not blame an earlier call */
     H5TRY(fcpl = H5Pcreate(H5P_FILE_CREATE), "property list");
     H5TRY(H5Pset_obj_track_times(fcpl, 0), "property list"); /* the root group */
     H5TRY(H5Pset_userblock(fcpl, DL__GOLDEN_USERBLOCK), "user block");
@@ -225,6 +236,9 @@ static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
     H5TRY(H5Pset_layout(w->dcpl, H5D_CONTIGUOUS), "property list");
     H5TRY(H5Pset_fill_time(w->dcpl, H5D_FILL_TIME_NEVER), "property list");
     H5TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl), "creating %s", tmp);
+    /* HDF5 never writes the user block: it says "incomplete" until sealed */
+    if ((rc = dl__golden_mark_incomplete(fd, w->err, w->errlen, w->path)))
+        goto fail;
 
     char gen[64];
     snprintf(gen, sizeof gen, "dropless %s", DL_VERSION_STRING);
@@ -329,77 +343,29 @@ static int write_file(const char *path, const dl_golden_file_t *g, int force, in
                       const dl__golden_source_t *src, dl_golden_progress_fn progress, void *pctx,
                       char *err, size_t errlen)
 {
-    if (!path || !g || !*path)
+    if (!path || !g)
         return DL_EINVAL;
     char why[200];
-    int rc = valid_for_write(g, candidate, why, sizeof why);
+    int rc = *path ? valid_for_write(g, candidate, why, sizeof why) : 0;
     if (rc) {
         dl__golden_msg(err, errlen, "%s: %s", path, why);
         return rc;
     }
-    struct stat st;
-    if (!force && stat(path, &st) == 0) {
-        dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
-        return DL_EEXIST;
-    }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
-        return DL_ENOMEM;
-    snprintf(tmp, plen + 16, "%s.tmp-XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        dl__golden_msg(err, errlen, "%s: cannot create a file there: %s", path, strerror(errno));
-        free(tmp);
-        return DL_EIO;
-    }
-    mode_t um = umask(0);
-    umask(um);
-    if (fchmod(fd, 0666 & ~um) != 0 || close(fd) != 0) {
-        dl__golden_msg(err, errlen, "%s: %s", tmp, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return DL_EIO;
-    }
+    dl__outfile_t o;
+    if ((rc = dl__out_begin(&o, path, force, err, errlen)))
+        return rc;
     wctx_t w = {path, err, errlen, -1, -1, candidate, src};
     dl__h5_quiet_t q;
     dl__h5_quiet_on(&q);
-    rc = write_h5(&w, tmp, g, progress, pctx);
+    rc = write_h5(&w, o.tmp, o.fd, g, progress, pctx);
     dl__h5_quiet_off(&q);
     if (rc == 0)
-        rc = dl_golden_seal(tmp, err, errlen);
-    if (rc == 0) {
-        /* the data reaches the disk before the name does */
-        int sfd = open(tmp, O_RDONLY);
-        if (sfd < 0 || fsync(sfd) != 0) {
-            dl__golden_msg(err, errlen, "%s: cannot sync: %s", tmp, strerror(errno));
-            rc = DL_EIO;
-        }
-        if (sfd >= 0)
-            close(sfd);
+        rc = dl_golden_seal(o.tmp, err, errlen);
+    if (rc) {
+        dl__out_abort(&o);
+        return rc;
     }
-    if (rc == 0) {
-        if (force) {
-            if (rename(tmp, path) != 0) {
-                dl__golden_msg(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
-                rc = DL_EIO;
-            }
-        } else if (link(tmp, path) == 0) {
-            /* link() refuses an existing target atomically */
-        } else if (errno == EEXIST) {
-            dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
-            rc = DL_EEXIST;
-        } else if (stat(path, &st) == 0) {
-            dl__golden_msg(err, errlen, "%s: exists (use --force to overwrite)", path);
-            rc = DL_EEXIST;
-        } else if (rename(tmp, path) != 0) { /* a file system without hard links */
-            dl__golden_msg(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
-            rc = DL_EIO;
-        }
-    }
-    unlink(tmp); /* after link() or a failure; a no-op after rename() */
-    free(tmp);
-    return rc;
+    return dl__out_commit(&o, force, err, errlen);
 }
 
 int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
@@ -419,4 +385,9 @@ int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int f
                               char *err, size_t errlen)
 {
     return write_file(path, g, force, 1, NULL, NULL, NULL, err, errlen);
+}
+
+int dl_golden_check_output(const char *path, int force, char *err, size_t errlen)
+{
+    return dl__out_check(path, force, err, errlen);
 }

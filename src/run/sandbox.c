@@ -89,6 +89,16 @@ static void child_exit(int code)
 /* Loads the plugin and checks its table; on failure exits the child. */
 static const dl_backend_t *child_load(const char *path, ctrl_t *ctl)
 {
+    /* a name without a slash would go through dlopen's library search path:
+     * the plugin is the file named, relative to the working directory */
+    char rel[4096];
+    if (!strchr(path, '/')) {
+        if ((size_t)snprintf(rel, sizeof rel, "./%s", path) >= sizeof rel) {
+            child_msg(ctl, "the plugin path is too long");
+            child_exit(CHILD_LOAD_FAILED);
+        }
+        path = rel;
+    }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();

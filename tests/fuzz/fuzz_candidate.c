@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <dropless.h>
+#include "fuzz_file.h"
 
-static char path[64];
 static dl_moe_config_t expect;
 
 static void init(void)
@@ -19,22 +19,16 @@ static void init(void)
     if (dl_case_find("tiny", &c) != 0)
         abort();
     expect = c.config;
-    /* the same name every run: HDF5 opens it afresh each time */
-    snprintf(path, sizeof path, "/tmp/dl_fuzz_%ld.h5", (long)getpid());
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!path[0])
+    static int ready;
+    if (!ready++)
         init();
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        abort();
-    if (size && fwrite(data, 1, size, f) != size)
-        abort();
-    fclose(f);
+    const char *path = dl_fuzz_file("candidate", ".h5", data, size);
     dl_golden_file_t g;
     char err[512];
     err[0] = '\0';

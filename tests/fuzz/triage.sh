@@ -9,7 +9,7 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1}
 LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/lsan.supp}
 export ASAN_OPTIONS LSAN_OPTIONS
 for f in "$@"; do
-    log=$("$h" -runs=1 -timeout=10 -rss_limit_mb=2048 "$f" 2>&1)
+    log=$("$h" -runs=1 -timeout=10 -rss_limit_mb=1500 "$f" 2>&1)
     if ! printf '%s\n' "$log" | grep -q -E '^==[0-9]+==ERROR|ERROR: libFuzzer|runtime error'; then
         echo "ok    $f"
         continue
