@@ -754,11 +754,20 @@ START_TEST(missing_stages_skip)
     ck_assert_int_eq(find(&r, DL_VALUE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
     ck_assert_int_eq(count(&r, DL_VERDICT_SKIP), DL_VALUE_COUNT - 1);
     dl_check_report_free(&r);
-    /* nothing at all: everything SKIP, still conformant */
+    /* nothing at all: everything SKIP, and nothing checked is not conformance */
     memset(&f, 0, sizeof f);
     r = run(&g, &f, NULL, "fp32");
     ck_assert_int_eq(r.verdict, DL_VERDICT_SKIP);
-    ck_assert(dl_check_conformant(&r));
+    ck_assert(!dl_check_checked(&r));
+    ck_assert(!dl_check_conformant(&r));
+    {
+        const dl_check_report_t *rp = &r;
+        ck_assert_int_eq(dl_check_exit_status(&rp, 1), DL_CHECK_EXIT_USAGE);
+        /* an INFO note alone checks nothing either */
+        ck_assert_int_eq(dl_check_report_add(&r, DL_VALUE_NONE, "note", DL_VERDICT_INFO, "x"), 0);
+        ck_assert(!dl_check_checked(&r));
+        ck_assert_int_eq(dl_check_exit_status(&rp, 1), DL_CHECK_EXIT_USAGE);
+    }
     dl_check_report_free(&r);
     /* a forward-only golden: backward stages SKIP */
     dl_moe_forward_t f2;
@@ -773,6 +782,46 @@ START_TEST(missing_stages_skip)
     dl_check_report_free(&r);
     dl_moe_forward_free(&f2);
     dl_moe_backward_free(&b2);
+    free_case(&g);
+}
+END_TEST
+
+/* --require: a required stage the candidate lacks is a FAIL (its SKIP line
+ * turned), one it provides is judged as usual; plain runs and isolated
+ * runs agree; a backward stage against a forward-only golden FAILs too. */
+START_TEST(required_stages)
+{
+    gcase_t g;
+    make_case(&g, CASE_SOFTMAX, DL_F32, 72);
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_candidate_t cand = {.fwd = {.out = g.f.out}};
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    o.require = (UINT64_C(1) << DL_VALUE_OUT) | (UINT64_C(1) << DL_VALUE_D_X);
+    dl_check_report_t r;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
+    ck_assert_ptr_null(find(&r, DL_VALUE_D_X, "provided"));
+    ck_assert(!dl_check_conformant(&r));
+    dl_check_report_free(&r);
+    uint64_t groups[2] = {UINT64_C(1) << DL_VALUE_OUT, UINT64_C(1) << DL_VALUE_D_X};
+    ck_assert_int_eq(dl_check_run_isolated(&gold, &cand, &o, groups, 2, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
+    ck_assert(!dl_check_conformant(&r));
+    dl_check_report_free(&r);
+    /* provided: conformant */
+    cand.bwd.d_x = g.b.d_x;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    ck_assert_ptr_null(find(&r, DL_VALUE_D_X, "required"));
+    ck_assert(dl_check_conformant(&r));
+    dl_check_report_free(&r);
+    /* the golden has no backward: a required backward stage cannot be met */
+    gold.bwd = NULL;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
+    ck_assert_ptr_nonnull(strstr(find(&r, DL_VALUE_D_X, "required")->message, "no backward"));
+    dl_check_report_free(&r);
     free_case(&g);
 }
 END_TEST
@@ -1175,6 +1224,7 @@ static Suite *suite_verdicts(void)
     tcase_add_test(tc, tf32_backend_needs_tf32_profile);
     tcase_add_test(tc, stage_local);
     tcase_add_test(tc, missing_stages_skip);
+    tcase_add_test(tc, required_stages);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -98,6 +98,9 @@ typedef struct {
     int recompute_all;   /* never reuse golden values: recompute every stage on the
                           * effective upstream (a self-test of the runner against
                           * the golden; costs a generation) (default 0) */
+    uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
+                          * one it lacks is a FAIL (check "required"), not a SKIP;
+                          * values the case does not have are ignored (default 0) */
 } dl_check_options_t;
 
 /* Fills *o with the defaults. */
@@ -177,15 +180,23 @@ DL_EXTERN int dl_check_format_groups(const uint64_t *groups, int ngroups, char *
 DL_EXTERN int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
                                   dl_verdict_t verdict, const char *message);
 
-/* 1 if the report has no FAIL (WARN, SKIP and INFO conform), else 0. */
+/* 1 if some check of the report judged something (a PASS, WARN or FAIL),
+ * else 0: only SKIP and INFO lines, nothing was checked. */
+DL_EXTERN int dl_check_checked(const dl_check_report_t *r);
+
+/* 1 if the report has no FAIL and checked something (WARN, SKIP and INFO
+ * conform; nothing checked is never conformance), else 0. */
 DL_EXTERN int dl_check_conformant(const dl_check_report_t *r);
 
 /* Exit status of the command: 0 conformant, 1 not conformant, 2 usage or
- * unreadable input (the caller's to return when no report could be made). */
+ * unreadable input (the caller's to return when no report could be made),
+ * or nothing checked. */
 #define DL_CHECK_EXIT_CONFORMANT 0
 #define DL_CHECK_EXIT_NONCONFORMANT 1
 #define DL_CHECK_EXIT_USAGE 2
-/* DL_CHECK_EXIT_CONFORMANT or DL_CHECK_EXIT_NONCONFORMANT over n reports. */
+/* Over n reports: DL_CHECK_EXIT_NONCONFORMANT if one has a FAIL, else
+ * DL_CHECK_EXIT_USAGE if one checked nothing (dl_check_checked), else
+ * DL_CHECK_EXIT_CONFORMANT. */
 DL_EXTERN int dl_check_exit_status(const dl_check_report_t *const *r, size_t n);
 
 /* ---------------------------------------------------------------- reports */

@@ -271,6 +271,21 @@ DL_EXTERN int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, s
 DL_EXTERN int dl_golden_load_candidate(const char *path, const dl_moe_config_t *expect,
                                        dl_golden_file_t *g, char *err, size_t errlen);
 
+/* The known dataset path nearest to path (the same name in another group
+ * first, else the smallest edit distance) among the forward and backward
+ * values of case c (c NULL: of any case); a static string, or NULL. */
+DL_EXTERN const char *dl_golden_nearest_dataset(const char *path, const dl_moe_config_t *c);
+
+/* Lists the datasets of the file at path that are no value of case c: a
+ * name the format does not have ("/forward/h_gates (did you mean
+ * /forward/h_gate?)") or a value case c lacks ("(not a value of this
+ * case)"), comma-separated into buf (n bytes; "..." ends a list that does
+ * not fit), their number in *count (may be NULL). Walks at most 4096
+ * objects. Like dl_golden_load_candidate it parses the file unprotected.
+ * Returns 0, DL_EINVAL or DL_EFORMAT (not HDF5 or unreadable). */
+DL_EXTERN int dl_golden_unknown_datasets(const char *path, const dl_moe_config_t *c, char *buf,
+                                         size_t n, int *count);
+
 #ifdef __cplusplus
 }
 #endif

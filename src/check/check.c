@@ -106,7 +106,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     }
 
     rc = dl__ck_stages(&ck);
-    if (rc)
+    if (rc || (rc = dl__ck_require(&ck)))
         goto out;
 
     r->verdict = dl__ck_worst_verdict(r);

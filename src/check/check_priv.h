@@ -107,6 +107,8 @@ void dl__ck_msg_append(dl_check_result_t *r, const char *fmt, ...)
 #endif
     ;
 int dl__ck_add_drop(dl__ck_t *ck, int64_t canon_flat);
+/* Turns the SKIP of every required stage the candidate lacks into a FAIL. */
+int dl__ck_require(dl__ck_t *ck);
 /* The worst verdict of r's results, INFO aside; SKIP when there are none. */
 dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);
 

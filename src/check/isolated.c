@@ -71,7 +71,7 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
             void **from = dl__value_slot((dl_moe_forward_t *)&c->fwd, (dl_moe_backward_t *)&c->bwd,
                                          (dl_value_t)s);
             *dl__value_slot(&sub.fwd, &sub.bwd, (dl_value_t)s) = *from;
-            any |= *from != NULL || ((sub.bad_shape >> s) & 1);
+            any |= *from != NULL || ((sub.bad_shape >> s) & 1) || (o && ((o->require >> s) & 1));
         }
         if (!any && i < ngroups)
             continue;

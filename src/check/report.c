@@ -152,8 +152,9 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
     json_str(f, r->backend_version);
     fputs(",\"profile\":", f);
     json_str(f, r->profile);
-    fprintf(f, ",\"verdict\":\"%s\",\"conformant\":%s,\"seconds\":", dl_verdict_name(r->verdict),
-            dl_check_conformant(r) ? "true" : "false");
+    fprintf(f, ",\"verdict\":\"%s\",\"conformant\":%s,\"checked\":%s,\"seconds\":",
+            dl_verdict_name(r->verdict), dl_check_conformant(r) ? "true" : "false",
+            dl_check_checked(r) ? "true" : "false");
     json_num(f, r->seconds, 0);
     fprintf(f,
             ",\"counts\":{\"PASS\":%lld,\"WARN\":%lld,\"FAIL\":%lld,\"SKIP\":%lld,\"INFO\":%lld}",
@@ -253,9 +254,10 @@ static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
                 fprintf(f, " %s", dl_value_name(r->results[i].stage));
         fputc('\n', f);
     }
-    const int ok = dl_check_conformant(r);
+    const int ok = dl_check_conformant(r), empty = !dl_check_checked(r);
     fprintf(f, "%s%s%s: %lld PASS, %lld WARN, %lld FAIL, %lld SKIP",
-            col ? (ok ? "\033[1;32m" : "\033[1;31m") : "", ok ? "CONFORMANT" : "NOT CONFORMANT",
+            col ? (ok ? "\033[1;32m" : "\033[1;31m") : "",
+            ok ? "CONFORMANT" : empty ? "NOTHING CHECKED" : "NOT CONFORMANT",
             col ? "\033[0m" : "", (long long)c[DL_VERDICT_PASS], (long long)c[DL_VERDICT_WARN],
             (long long)c[DL_VERDICT_FAIL], (long long)c[DL_VERDICT_SKIP]);
     if (r->n_dropped)

@@ -28,7 +28,7 @@ static unsigned preflight_seconds(void)
 }
 
 typedef struct {
-    const char *profile, *json, *junit, *stages, *out;
+    const char *profile, *json, *junit, *stages, *require, *out;
     int all, force, forward_only;
     double time_limit;
     const char *backends[MAX_BACKENDS];
@@ -46,6 +46,7 @@ static void check_usage(FILE *f)
     fprintf(f,
             "\n"
             "  --stages LIST    check only these stages (comma-separated dataset names)\n"
+            "  --require LIST   these stages must be provided: one missing is a FAIL\n"
             "  --json FILE      write the report as JSON ('-': stdout)\n"
             "  --junit FILE     write the report as JUnit XML\n"
             "  --all            list SKIP lines in the table too\n"
@@ -62,6 +63,7 @@ static void run_usage(FILE *f)
             "  --forward-only   run the forward stages only\n"
             "  --out FILE       write the (single) backend's outputs as a candidate file\n"
             "  --force          overwrite --out if it exists\n"
+            "  --require LIST   stages every backend must provide (a missing one FAILs)\n"
             "  --json FILE, --junit FILE, --all   as for 'dropless check'\n"
             "exit status: 0 every backend conformant, 1 some backend not conformant,\n"
             "             2 usage error or unreadable input\n",
@@ -71,14 +73,15 @@ static void run_usage(FILE *f)
 static int parse(int argc, char **argv, opts_t *o, int is_run)
 {
     enum { O_PROFILE = 1, O_JSON, O_JUNIT, O_STAGES, O_ALL, O_BACKEND, O_LIMIT, O_FWD, O_OUT,
-           O_FORCE, O_HELP };
+           O_FORCE, O_HELP, O_REQUIRE };
     static const struct option longopts[] = {
         {"profile", required_argument, 0, O_PROFILE}, {"json", required_argument, 0, O_JSON},
         {"junit", required_argument, 0, O_JUNIT},     {"stages", required_argument, 0, O_STAGES},
         {"all", no_argument, 0, O_ALL},               {"backend", required_argument, 0, O_BACKEND},
         {"time-limit", required_argument, 0, O_LIMIT}, {"forward-only", no_argument, 0, O_FWD},
         {"out", required_argument, 0, O_OUT},         {"force", no_argument, 0, O_FORCE},
-        {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+        {"help", no_argument, 0, O_HELP},             {"require", required_argument, 0, O_REQUIRE},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     optind = 1;
     opterr = 0;
@@ -92,6 +95,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         case O_JSON: o->json = optarg; break;
         case O_JUNIT: o->junit = optarg; break;
         case O_STAGES: o->stages = optarg; break;
+        case O_REQUIRE: o->require = optarg; break;
         case O_ALL: o->all = 1; break;
         case O_FWD: o->forward_only = 1; break;
         case O_OUT: o->out = optarg; break;
@@ -153,6 +157,9 @@ static int preflight(const char *path, const dl_moe_config_t *expect, char *err,
         dl_golden_file_t c;
         char e[512] = "";
         int rc = dl_golden_load_candidate(path, expect, &c, e, sizeof e);
+        char names[64];
+        if (!rc) /* the walk over every object too, before the parent does it */
+            dl_golden_unknown_datasets(path, expect, names, sizeof names, NULL);
         if (rc && write(fds[1], e, strlen(e)) < 0)
             _exit(3);
         _exit(rc ? 2 : 0);
@@ -181,34 +188,50 @@ static int preflight(const char *path, const dl_moe_config_t *expect, char *err,
     return 0;
 }
 
-/* Keeps only the candidate stages named in list; the others are moved to
- * *kept so they can be restored (and freed) afterwards. */
-static int select_stages(dl_golden_file_t *cand, const char *list, void **kept)
+/* Parses a comma-separated list of stage names into a mask; an unknown
+ * name or an empty list (nothing to check is never a check) is a usage
+ * error. */
+static int parse_stage_list(const char *cmd, const char *opt, const char *list, uint64_t *mask)
 {
-    int want[64] = {0};
+    *mask = 0;
     char *copy = strdup(list), *save = NULL;
     if (!copy)
         return DL_ENOMEM;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
         dl_value_t v;
-        if (dl_value_parse(tok, &v) != 0 || (int)v < 0 || (int)v >= 64) {
-            fprintf(stderr, "dropless check: --stages: unknown stage '%s'\n", tok);
+        if (dl_value_parse(tok, &v) != 0 || v == DL_VALUE_NONE || (int)v < 0 || (int)v >= 64) {
+            const char *near = dl_golden_nearest_dataset(tok, NULL);
+            fprintf(stderr, "dropless %s: --%s: unknown stage '%s'%s%s%s\n", cmd, opt, tok,
+                    near ? " (did you mean " : "", near ? strrchr(near, '/') + 1 : "",
+                    near ? "?)" : "");
             free(copy);
             return DL_EINVAL;
         }
-        want[v] = 1;
+        *mask |= UINT64_C(1) << v;
     }
     free(copy);
+    if (!*mask) {
+        fprintf(stderr, "dropless %s: --%s: no stage named (an empty list checks nothing)\n", cmd, opt);
+        return DL_EINVAL;
+    }
+    return 0;
+}
+
+/* Keeps only the candidate stages in want; the others are moved to *kept so
+ * they can be restored (and freed) afterwards. */
+static void select_stages(dl_golden_file_t *cand, uint64_t want, void **kept)
+{
     for (int i = 0; i < dl_golden_dataset_count(); i++) {
         const dl_golden_dataset_t *ds = dl_golden_dataset(i);
         dl_value_t v;
-        if (ds->group == DL_GOLDEN_INPUTS || dl_value_parse(ds->name, &v) != 0 || want[v])
+        if (ds->group == DL_GOLDEN_INPUTS || dl_value_parse(ds->name, &v) != 0 ||
+            ((want >> v) & 1))
             continue;
         void **slot = dl_golden_slot(cand, ds);
         kept[i] = *slot;
         *slot = NULL;
+        cand->bad_datasets &= ~(UINT64_C(1) << i);
     }
-    return 0;
 }
 
 static void restore_stages(dl_golden_file_t *cand, void **kept)
@@ -268,6 +291,80 @@ static int load_golden(const char *cmd, const char *path, dl_golden_file_t *g)
     return 0;
 }
 
+/* The loader's findings that are no verdict: datasets no value of the case
+ * (a typo, a wrong place), as a NOTE (an INFO line) in the report. */
+static void add_loader_notes(dl_check_report_t *rep, const char *unknown, int n_unknown)
+{
+    char msg[256];
+    if (n_unknown) {
+        snprintf(msg, sizeof msg, "NOTE: %d dataset%s ignored, no value of this case: %s", n_unknown,
+                 n_unknown == 1 ? "" : "s", unknown);
+        dl_check_report_add(rep, DL_VALUE_NONE, "note", DL_VERDICT_INFO, msg);
+    }
+}
+
+/* Runs the checks on a loaded candidate; returns the exit status. */
+static int judge(const opts_t *o, const char *gpath, const char *cpath, const dl_golden_file_t *g,
+                 const dl_golden_file_t *cand, const dl_check_profile_t *profile, uint64_t require)
+{
+    dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
+    dl_check_golden_t gold = {&g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
+                              g->case_name};
+    dl_check_candidate_t c = {cand->fwd, cand->bwd, 0, cand->backend[0] ? cand->backend : cpath,
+                              cand->backend_version[0] ? cand->backend_version : NULL,
+                              cand->compute_mode[0] ? cand->compute_mode : NULL};
+    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such */
+    for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
+        dl_value_t v;
+        if (((cand->bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0) {
+            c.bad_shape |= UINT64_C(1) << v;
+            fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
+                    cand->bad_reason[i]);
+        }
+    }
+    char unknown[200];
+    int n_unknown = 0;
+    if (dl_golden_unknown_datasets(cpath, &g->config, unknown, sizeof unknown, &n_unknown) != 0)
+        n_unknown = 0;
+    dl_check_options_t co;
+    dl_check_options_default(&co);
+    co.profile = profile;
+    co.require = require;
+    dl_check_report_t rep;
+    int rc;
+    if (cand->isolated_groups[0]) {
+        /* the backend fed each group the golden inputs: judge each on golden upstream */
+        uint64_t groups[DL_VALUE_COUNT];
+        int ng = dl_check_parse_groups(cand->isolated_groups, groups, DL_VALUE_COUNT);
+        if (ng < 0) {
+            fprintf(stderr, "dropless check: %s: malformed isolated_groups attribute\n", cpath);
+            return DL_EXIT_USAGE;
+        }
+        rc = dl_check_run_isolated(&gold, &c, &co, groups, ng, &rep);
+    } else {
+        rc = dl_check_run(&gold, &c, &co, &rep);
+    }
+    if (rc) {
+        fprintf(stderr, "dropless check: %s: %s\n", gpath, dl_strerror(rc));
+        dl_check_report_free(&rep);
+        return DL_EXIT_USAGE;
+    }
+    int status;
+    if (!dl_check_checked(&rep)) {
+        /* no report: a CI job must not go green on a writer that wrote nothing usable */
+        fprintf(stderr, "dropless check: %s: nothing to check: no stage of case %s%s%s%s\n", cpath,
+                g->case_name, o->stages ? " among --stages" : "", n_unknown ? "; ignored: " : "",
+                n_unknown ? unknown : "");
+        status = DL_EXIT_USAGE;
+    } else {
+        add_loader_notes(&rep, unknown, n_unknown);
+        const dl_check_report_t *rp = &rep;
+        status = emit(o, "check", &rp, 1);
+    }
+    dl_check_report_free(&rep);
+    return status;
+}
+
 int dl_cli_check(int argc, char **argv)
 {
     opts_t o;
@@ -280,8 +377,12 @@ int dl_cli_check(int argc, char **argv)
     }
     const char *gpath = argv[optind], *cpath = argv[optind + 1];
     const dl_check_profile_t *profile;
+    uint64_t want = 0, require = 0;
     if ((rc = resolve_profile(o.profile, "check", &profile)))
         return rc;
+    if ((o.stages && parse_stage_list("check", "stages", o.stages, &want)) ||
+        (o.require && parse_stage_list("check", "require", o.require, &require)))
+        return DL_EXIT_USAGE;
     dl_golden_file_t g, cand;
     memset(&cand, 0, sizeof cand);
     if ((rc = load_golden("check", gpath, &g)))
@@ -294,47 +395,9 @@ int dl_cli_check(int argc, char **argv)
         fprintf(stderr, "dropless check: %s\n", err);
         goto out;
     }
-    if (o.stages && select_stages(&cand, o.stages, kept) != 0)
-        goto out;
-
-    dl_moe_inputs_t in = dl_golden_inputs_view(&g.in);
-    dl_check_golden_t gold = {&g.config, &in, &g.fwd, g.has_backward ? &g.bwd : NULL, g.case_name};
-    dl_check_candidate_t c = {cand.fwd, cand.bwd, 0, cand.backend[0] ? cand.backend : cpath,
-                              cand.backend_version[0] ? cand.backend_version : NULL,
-                              cand.compute_mode[0] ? cand.compute_mode : NULL};
-    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such */
-    for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
-        dl_value_t v;
-        if (((cand.bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0) {
-            c.bad_shape |= UINT64_C(1) << v;
-            fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
-                    cand.bad_reason[i]);
-        }
-    }
-    dl_check_options_t co;
-    dl_check_options_default(&co);
-    co.profile = profile;
-    dl_check_report_t rep;
-    if (cand.isolated_groups[0]) {
-        /* the backend fed each group the golden inputs: judge each on golden upstream */
-        uint64_t groups[DL_VALUE_COUNT];
-        int ng = dl_check_parse_groups(cand.isolated_groups, groups, DL_VALUE_COUNT);
-        if (ng < 0) {
-            fprintf(stderr, "dropless check: %s: malformed isolated_groups attribute\n", cpath);
-            goto out;
-        }
-        rc = dl_check_run_isolated(&gold, &c, &co, groups, ng, &rep);
-    } else {
-        rc = dl_check_run(&gold, &c, &co, &rep);
-    }
-    if (rc) {
-        fprintf(stderr, "dropless check: %s: %s\n", gpath, dl_strerror(rc));
-        dl_check_report_free(&rep);
-        goto out;
-    }
-    const dl_check_report_t *rp = &rep;
-    status = emit(&o, "check", &rp, 1);
-    dl_check_report_free(&rep);
+    if (o.stages)
+        select_stages(&cand, want, kept);
+    status = judge(&o, gpath, cpath, &g, &cand, profile, require);
 out:
     restore_stages(&cand, kept);
     dl_golden_free(&cand);
@@ -413,8 +476,15 @@ int dl_cli_run(int argc, char **argv)
         return DL_EXIT_USAGE;
     }
     const dl_check_profile_t *profile;
+    uint64_t require = 0;
     if ((rc = resolve_profile(o.profile, "run", &profile)))
         return rc;
+    if (o.stages) {
+        fprintf(stderr, "dropless run: --stages is for 'dropless check'\n");
+        return DL_EXIT_USAGE;
+    }
+    if (o.require && parse_stage_list("run", "require", o.require, &require))
+        return DL_EXIT_USAGE;
     for (int b = 0; b < o.nbackends; b++)
         if (access(o.backends[b], R_OK) != 0) {
             fprintf(stderr, "dropless run: %s: %s\n", o.backends[b], strerror(errno));
@@ -450,6 +520,7 @@ int dl_cli_run(int argc, char **argv)
         dl_check_options_t co;
         dl_check_options_default(&co);
         co.profile = profile;
+        co.require = require;
         /* each stage was fed golden inputs: judge each on golden upstream */
         uint64_t groups[DL_STAGE_COUNT];
         for (int s = 0; s < DL_STAGE_COUNT; s++)
