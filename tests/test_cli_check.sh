@@ -117,8 +117,23 @@ PYEOF
     check "check: a stage the case lacks (h_gate of a plain FFN) is named as such" \
         '"$H5PY" -c "import h5py,sys; g=h5py.File(sys.argv[1]); f=h5py.File(sys.argv[2],\"w\"); f[\"forward/h_gate\"]=g[\"forward/y_sorted\"][...]" "$V/plain-ffn.h5" "$T/pl.h5" &&
          run 2 check "$V/plain-ffn.h5" "$T/pl.h5" && grep -q "not a value of this case" "$T/err"'
+    # --- candidates need no seal (item 4): an edited copy of a golden is judged
+    cp "$V/tiny.h5" "$T/ed_same.h5" && cp "$V/tiny.h5" "$T/ed_bad.h5" &&
+    "$H5PY" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f.attrs['backend'] = 'edited'
+with h5py.File(sys.argv[2], 'r+') as f: f['forward/out'][0, 0] = 2 * f['forward/out'][0, 0]
+" "$T/ed_same.h5" "$T/ed_bad.h5"
+    check "check: an edited copy of a golden (stale seal) is judged, with a NOTE (exit 0)" \
+        'run 0 check "$V/tiny.h5" "$T/ed_same.h5" && grep -q "NOTE: the candidate.s seal does not match" "$T/out" && grep -q "^CONFORMANT" "$T/out"'
+    check "check: an edited copy with a wrong out is judged NOT CONFORMANT (exit 1)" \
+        'run 1 check "$V/tiny.h5" "$T/ed_bad.h5" && grep -q "^out  *numerics  *FAIL" "$T/out"'
+    check "check: a golden with a stale seal is still refused (exit 2, damaged)" \
+        'run 2 check "$T/ed_same.h5" "$V/tiny.h5" && one_line_err && grep -q "damaged" "$T/err"'
+    check "check: an unsealed candidate gets a NOTE, never a refusal" \
+        'run 0 check "$V/tiny.h5" "$T/extra.h5" && grep -q "NOTE: the candidate is not sealed" "$T/out"'
 else
-    for i in 1 2 3 4 5 6; do n=$((n + 1)); echo "ok $n # SKIP python3 with h5py not available"; done
+    for i in 1 2 3 4 5 6 7 8 9 10; do n=$((n + 1)); echo "ok $n # SKIP python3 with h5py not available"; done
 fi
 
 # --- reports

@@ -1154,6 +1154,42 @@ START_TEST(read_bad_values)
 }
 END_TEST
 
+/* A golden with NaN/Inf where its inputs are finite is refused (issue 11,
+ * item 9): forward and backward, NaN and Inf, naming dataset and element;
+ * with a non-finite input the same values are legitimate. */
+START_TEST(read_nonfinite_golden)
+{
+    mk_tmpdir();
+    dl_moe_config_t c = small_config(DL_F32, 1, 0);
+    const char *v = tpath("nf.h5");
+    dl_golden_file_t g;
+    char err[512];
+    write_valid("nf.h5", &c);
+    ck_assert_int_eq(dl_golden_load(v, &g, err, sizeof err), 0); /* the control */
+    dl_golden_free(&g);
+    float nan = NAN, inf = INFINITY;
+    h5_set_elem(v, "/forward/out", 7, H5T_NATIVE_FLOAT, &nan);
+    expect_load_error(v, DL_EFORMAT, "/forward/out");
+    dl_golden_load(v, &g, err, sizeof err);
+    ck_assert_msg(strstr(err, "[1,2]") && strstr(err, "nan") && strstr(err, "inputs are all finite"),
+                  "%s", err);
+    write_valid("nf.h5", &c);
+    h5_set_elem(v, "/backward/d_x", 0, H5T_NATIVE_FLOAT, &inf);
+    expect_load_error(v, DL_EFORMAT, "/backward/d_x");
+    write_valid("nf.h5", &c);
+    h5_set_elem(v, "/forward/tie_margin", 1, H5T_NATIVE_FLOAT, &inf); /* no stage: +Inf is legal */
+    ck_assert_msg(dl_golden_load(v, &g, err, sizeof err) == 0, "%s", err);
+    dl_golden_free(&g);
+    h5_set_elem(v, "/forward/router_logits", 1, H5T_NATIVE_FLOAT, &inf);
+    expect_load_error(v, DL_EFORMAT, "/forward/router_logits");
+    /* a non-finite input makes non-finite stages legitimate */
+    h5_set_elem(v, "/inputs/x", 0, H5T_NATIVE_FLOAT, &nan);
+    ck_assert_msg(dl_golden_load(v, &g, err, sizeof err) == 0, "%s", err);
+    dl_golden_free(&g);
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(read_bad_attributes)
 {
     mk_tmpdir();
@@ -1503,14 +1539,31 @@ START_TEST(candidate_whole_file_errors)
     expect_candidate_error(tpath("absent.h5"), &c, DL_EIO, NULL);
     spit(tpath("text.h5"), (const unsigned char *)"not hdf5\n", 9);
     expect_candidate_error(tpath("text.h5"), &c, DL_EFORMAT, "HDF5");
-    /* a sealed file (a golden file given as candidate) with a flipped byte */
+    /* an edited copy of a golden (the seal now stale) is a fine candidate,
+     * marked sealed = -1; as a golden it stays refused (issue 11, item 4) */
     write_valid("v.h5", &c);
-    size_t n;
-    unsigned char *b = slurp(tpath("v.h5"), &n);
-    b[n / 2] ^= 0x40;
-    spit(tpath("v.h5"), b, n);
-    free(b);
-    expect_candidate_error(tpath("v.h5"), &c, DL_EFORMAT, "damaged");
+    {
+        dl_golden_file_t g;
+        char err[512];
+        ck_assert_int_eq(dl_golden_load_candidate(tpath("v.h5"), &c, &g, err, sizeof err), 0);
+        ck_assert_int_eq(g.sealed, 1);
+        dl_golden_free(&g);
+        hid_t f = h5open_rw(tpath("v.h5")); /* what h5py 'r+' does: no reseal */
+        hid_t d = H5Dopen2(f, "/forward/out", H5P_DEFAULT);
+        float *o = malloc(sizeof(float) * 4096);
+        ck_assert_int_ge(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, o), 0);
+        float was = o[0];
+        o[0] = was == 0 ? 1.0f : 2.0f * was; /* stays on the bf16 grid */
+        ck_assert_int_ge(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, o), 0);
+        H5Dclose(d);
+        H5Fclose(f);
+        ck_assert_msg(dl_golden_load_candidate(tpath("v.h5"), &c, &g, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(g.sealed, -1);
+        ck_assert(g.fwd.out[0] == o[0]);
+        dl_golden_free(&g);
+        free(o);
+        expect_load_error(tpath("v.h5"), DL_EFORMAT, "damaged");
+    }
     /* /config disagreeing with the golden's */
     write_valid("v.h5", &c);
     h5_obj_attr_i64(tpath("v.h5"), "/config", "experts", 5);
@@ -1750,7 +1803,7 @@ int main(void)
           write_never_clobbers_never_leaves_partial_files, hdf5_errors_are_silenced);
     SUITE("damaged files", 120, sha256_known_answers, read_missing_and_non_hdf5, read_truncated,
           read_flipped_bytes,
-          read_wrong_shapes_and_types, read_bad_values, read_bad_attributes);
+          read_wrong_shapes_and_types, read_bad_values, read_nonfinite_golden, read_bad_attributes);
     SUITE("candidates", 30, candidate_subsets);
     SUITE("candidate loader", 60, candidate_bad_shapes_set_aside, candidate_bad_types_set_aside,
           candidate_bad_dtype_attributes_set_aside, candidate_values_never_judged,

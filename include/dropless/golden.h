@@ -160,7 +160,9 @@ typedef struct {
     dl_golden_inputs_t in;
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
-    int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified */
+    int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified;
+                              * 0: no seal; -1 (candidates only): a seal that does not
+                              * match or cannot be read (the file was edited after sealing) */
     /* candidate files: datasets present but unusable (wrong shape or type,
      * a dtype attribute naming another type, values off the declared grid),
      * bit (1 << i) for dl_golden_dataset(i); their arrays stay NULL. */
@@ -259,12 +261,14 @@ DL_EXTERN int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, s
  * stored, for the conformance check to report. Root attributes backend,
  * backend_version, compute_mode and device are read if present. Errors are
  * whole-file problems only: DL_EIO (cannot open), DL_EFORMAT (not HDF5, a
- * damaged or unreadable object, a seal mismatch, a group that is not a
+ * damaged or unreadable object, a group that is not a
  * group, a malformed root attribute), DL_ESHAPE or DL_EDTYPE (a /config
  * group whose tokens, hidden, ffn, experts, top_k or dtype disagree with
  * expect), DL_ENOMEM; with a one-line message naming the file and object.
- * A seal, if present, is verified. Candidate files are usually unsealed,
- * so HDF5 parses them unprotected: HDF5 1.10.8 can crash on deliberately
+ * A seal, if present, is verified, but a candidate needs none: a seal
+ * that does not match (an edited copy of a golden) or cannot be read sets
+ * g->sealed = -1 and loading goes on. Candidate files are thus parsed by
+ * HDF5 unprotected: HDF5 1.10.8 can crash on deliberately
  * damaged metadata (tests/fuzz/corpus holds known cases), so a caller that
  * must survive hostile files loads them in a child process. Free g with
  * dl_golden_free (not needed after an error). */

@@ -293,9 +293,16 @@ static int load_golden(const char *cmd, const char *path, dl_golden_file_t *g)
 
 /* The loader's findings that are no verdict: datasets no value of the case
  * (a typo, a wrong place), as a NOTE (an INFO line) in the report. */
-static void add_loader_notes(dl_check_report_t *rep, const char *unknown, int n_unknown)
+static void add_loader_notes(dl_check_report_t *rep, const char *unknown, int n_unknown, int sealed)
 {
     char msg[256];
+    if (sealed < 0)
+        dl_check_report_add(rep, DL_VALUE_NONE, "note", DL_VERDICT_INFO,
+                            "NOTE: the candidate's seal does not match its bytes (edited after "
+                            "sealing); a candidate needs no seal, a golden keeps it strict");
+    else if (sealed == 0)
+        dl_check_report_add(rep, DL_VALUE_NONE, "note", DL_VERDICT_INFO,
+                            "NOTE: the candidate is not sealed (a candidate needs no seal)");
     if (n_unknown) {
         snprintf(msg, sizeof msg, "NOTE: %d dataset%s ignored, no value of this case: %s", n_unknown,
                  n_unknown == 1 ? "" : "s", unknown);
@@ -357,7 +364,7 @@ static int judge(const opts_t *o, const char *gpath, const char *cpath, const dl
                 n_unknown ? unknown : "");
         status = DL_EXIT_USAGE;
     } else {
-        add_loader_notes(&rep, unknown, n_unknown);
+        add_loader_notes(&rep, unknown, n_unknown, cand->sealed);
         const dl_check_report_t *rp = &rep;
         status = emit(o, "check", &rp, 1);
     }
