@@ -422,6 +422,54 @@ START_TEST(fp32_backend_passes)
 }
 END_TEST
 
+/* A fused candidate (out and d_x of the same fp32 backend, nothing else):
+ * conformant only because the absent stages' errors propagate; judged as
+ * if its upstream were exact (exact_upstream, the isolated semantics) it
+ * FAILs. The tf32 backend fused is still caught under the fp32 profile. */
+START_TEST(fused_backend_propagation)
+{
+    gcase_t g;
+    make_case(&g, CASE_SOFTMAX, DL_F32, 31);
+    dl_moe_forward_t f;
+    dl_moe_backward_t b;
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    o.profile = dl_check_profile_find("fp32");
+    dl_check_report_t r;
+    for (int tf = 0; tf < 2; tf++) {
+        float_backend(&g, tf, &f, &b);
+        dl_check_candidate_t c = {.fwd = {.out = f.out}, .bwd = {.d_x = b.d_x}};
+        o.exact_upstream = 0;
+        ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+        const dl_check_result_t *out = find(&r, DL_VALUE_OUT, "numerics");
+        const dl_check_result_t *dx = find(&r, DL_VALUE_D_X, "numerics");
+        if (!tf) {
+            if (r.verdict != DL_VERDICT_PASS)
+                dump(&r);
+            ck_assert_int_eq(out->verdict, DL_VERDICT_PASS);
+            ck_assert_int_eq(dx->verdict, DL_VERDICT_PASS);
+            ck_assert(out->err_pass > 0.0 && out->err_pass < 0.5);
+            ck_assert_ptr_nonnull(strstr(out->message, "propagated"));
+            ck_assert_int_eq(find(&r, DL_VALUE_NONE, "zero_drops")->verdict, DL_VERDICT_PASS);
+            ck_assert_ptr_nonnull(strstr(find(&r, DL_VALUE_NONE, "zero_drops")->message, "floor"));
+        } else {
+            ck_assert_int_eq(out->verdict, DL_VERDICT_FAIL); /* tf32 declared fp32 */
+        }
+        dl_check_report_free(&r);
+        if (!tf) {
+            o.exact_upstream = 1; /* no propagation: one rounding allowed, the errors are not */
+            ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+            ck_assert_int_ne(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
+            dl_check_report_free(&r);
+        }
+        dl_moe_forward_free(&f);
+        dl_moe_backward_free(&b);
+    }
+    free_case(&g);
+}
+END_TEST
+
 START_TEST(tf32_backend_needs_tf32_profile)
 {
     gcase_t g;
@@ -1222,6 +1270,7 @@ static Suite *suite_verdicts(void)
     tcase_add_test(tc, m_paths_agree);
     tcase_add_loop_test(tc, fp32_backend_passes, 0, 3);
     tcase_add_test(tc, tf32_backend_needs_tf32_profile);
+    tcase_add_test(tc, fused_backend_propagation);
     tcase_add_test(tc, stage_local);
     tcase_add_test(tc, missing_stages_skip);
     tcase_add_test(tc, required_stages);

@@ -98,6 +98,11 @@ typedef struct {
     int recompute_all;   /* never reuse golden values: recompute every stage on the
                           * effective upstream (a self-test of the runner against
                           * the golden; costs a generation) (default 0) */
+    int exact_upstream;  /* stages the candidate lacks are exact (it was fed golden
+                          * values, as stage-isolated runs are): no error propagates
+                          * from them; default 0: a lacking stage is one the
+                          * candidate computed internally (a fused kernel), and
+                          * its error bound propagates downstream (tolerances.md) */
     uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
                           * one it lacks is a FAIL (check "required"), not a SKIP;
                           * values the case does not have are ignored (default 0) */

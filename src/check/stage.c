@@ -168,6 +168,67 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     return rc;
 }
 
+/* An absent stage a provided one depends on: the bound on the error of the
+ * candidate's hidden value, per element, its own PASS/WARN bound at the
+ * exact value plus what its own absent upstream propagates. */
+static int absent_delta(dl__ck_t *ck, dl_value_t s)
+{
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .exact = ck->exact[s]};
+    dl__mprov_t mp;
+    int rc = setup_cmp(ck, s, &cmp, &mp);
+    if (rc)
+        return rc;
+    const int64_t n = ck->numel[s];
+    double *M = NULL;
+    if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
+        if (!(M = malloc((size_t)(n > 0 ? n : 1) * sizeof *M)))
+            return DL_ENOMEM;
+        if ((rc = dl__ck_m_bulk(cmp.mp, cmp.rows, M))) {
+            free(M);
+            return rc;
+        }
+    }
+    const float *g = ck->exact[s];
+    for (int warn = 0; warn < 2 && !rc; warn++) {
+        double *p, *dl = NULL;
+        if ((rc = dl__ck_propagate(ck, s, &cmp, warn, &p)) ||
+            !(dl = dl__ck_alloc(ck, n, sizeof *dl))) {
+            rc = rc ? rc : DL_ENOMEM;
+            break;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < cmp.rows; r++) {
+            const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
+            for (int64_t j = 0; j < cmp.cols; j++) {
+                const int64_t i = r * cmp.cols + j;
+                const double m = !cmp.mp ? fabs((double)g[i])
+                                 : cmp.mp->kind == DL__M_ARRAY ? cmp.mp->arr[i] : M[i];
+                dl[i] = dl__ck_bound(ck, &cmp, g[i], m, K, warn) + (p ? p[i] : 0.0);
+            }
+        }
+        ck->delta[warn][s] = dl;
+    }
+    free(M);
+    return rc;
+}
+
+/* The bound of a provided stage grows by what its absent upstream
+ * propagates into it. */
+static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
+{
+    for (int warn = 0; warn < 2; warn++) {
+        double *p;
+        int rc = dl__ck_propagate(ck, s, cmp, warn, &p);
+        if (rc)
+            return rc;
+        cmp->prop[warn] = p;
+        ck->prop_used[s] |= p != NULL;
+        if (s == DL_VALUE_OUT)
+            ck->prop_out[warn] = p;
+    }
+    return 0;
+}
+
 /* One float stage: exact value, comparison, effective value. */
 static int float_stage(dl__ck_t *ck, dl_value_t s)
 {
@@ -215,7 +276,7 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
         } else {
             dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = exact};
             dl__mprov_t mp;
-            if ((rc = setup_cmp(ck, s, &cmp, &mp)))
+            if ((rc = setup_cmp(ck, s, &cmp, &mp)) || (rc = add_propagation(ck, s, &cmp)))
                 return rc;
             if (cols)
                 cmp.row_skip = ck->row_missing;
@@ -236,6 +297,8 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
         r->worst_index = cand_index(ck, s, r->worst_index);
         if (ck->recomputed[s])
             dl__ck_msg_append(r, " [recomputed on the candidate's upstream]");
+        if (!(desc->flags & DL__CK_COPY) && ck->prop_used[s])
+            dl__ck_msg_append(r, " [+ error propagated from absent upstream]");
         cand_ok = r->n_nonfinite == 0;
         if (cand_ok) {
             ck->eff[s] = cg;
@@ -249,6 +312,8 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
     if (!cand_ok) {
         ck->eff[s] = exact;
         ck->eff_golden[s] = ck->exact_golden[s];
+        if (ck->track[s] && !(desc->flags & DL__CK_COPY) && (rc = absent_delta(ck, s)))
+            return rc;
     }
     return 0;
 }
@@ -288,6 +353,9 @@ int dl__ck_stages(dl__ck_t *ck)
                 if ((up >> u) & 1)
                     ck->need[u] = 1;
         }
+    /* the absent stages whose errors reach a provided one */
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        ck->track[s] = ck->need[s] && !ck->cand_arr[s] && !ck->opt.exact_upstream;
     /* routing and dispatch are cheap and always needed for token accounting */
     for (int s = 0; s <= DL_VALUE_GROUP_OFFSETS; s++)
         ck->need[s] = 1;

@@ -313,8 +313,8 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
                 M = Mb[(r - r0) * C + j];
             else
                 M = dl__ck_m_elem(cmp->mp, r, j);
-            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0);
-            const double bw = dl__ck_bound(ck, cmp, g, M, K, 1);
+            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
+            const double bw = dl__ck_bound(ck, cmp, g, M, K, 1) + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
             const double ep = err / bp, ew = err / bw;
             const double ul = err / dl__ck_ulp(g, cmp->t);
             if (ep > 1.0)
