@@ -553,6 +553,20 @@ fail:
 
 /* ------------------------------------------------------------ loading */
 
+/* A candidate needs no seal: an edited copy of a golden (h5py 'r+') is the
+ * natural way to make one, so a stale or unreadable seal only sets
+ * sealed = -1; a golden keeps the strict seal. */
+static int seal(const char *path, int strict, dl_golden_file_t *g, char *err, size_t errlen)
+{
+    int rc = dl__golden_verify_seal(path, &g->sealed, err, errlen);
+    if (rc >= 0 || strict || rc != DL_EFORMAT)
+        return rc;
+    g->sealed = -1;
+    if (errlen)
+        err[0] = '\0';
+    return 0;
+}
+
 static int load(const char *path, const dl_moe_config_t *expect, int strict,
                 dl_golden_file_t *g, char *err, size_t errlen)
 {
@@ -567,16 +581,8 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
     dl__h5_quiet_on(&q);
     if (access(path, R_OK) != 0)
         FAILF(DL_EIO, "cannot open: %s", strerror(errno));
-    if ((rc = dl__golden_verify_seal(path, &g->sealed, err, errlen)) < 0) {
-        /* a candidate needs no seal: an edited copy of a golden (h5py 'r+')
-         * is the natural way to make one; a golden keeps the strict seal */
-        if (strict || rc != DL_EFORMAT)
-            goto fail;
-        g->sealed = -1;
-        if (errlen)
-            err[0] = '\0';
-        rc = 0;
-    }
+    if ((rc = seal(path, strict, g, err, errlen)) < 0)
+        goto fail;
     if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
         H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
         FAILF(DL_EIO, "HDF5 error: property list");
