@@ -186,6 +186,34 @@ def k_empty_garbage(gold, path, bf16=False):
     return L
 
 
+ISO = "h_gate;h_up;h_act;y_sorted;d_h_act;d_x_sorted;d_w_gate;d_w_up;d_w_down"
+
+
+def k_isolated(gold, path, bf16=False):
+    """Every stage from the golden's upstream (a stage-by-stage harness),
+    without the isolated_groups attribute."""
+    K.write(path, K.isolated(gold), "zoo-isolated", "fp32")
+
+
+def k_isolated_attr(gold, path, bf16=False):
+    """The same, saying so: isolated_groups forces golden upstream."""
+    K.write(path, K.isolated(gold), "zoo-isolated", "fp32", attrs={"isolated_groups": ISO})
+
+
+def k_isolated_dw(gold, path, bf16=False):
+    """Weight gradients and h_gate/h_up of a stage-by-stage harness."""
+    K.write(path, K.isolated(gold), "zoo-isolated", "fp32",
+            keep={"h_gate", "h_up", "d_w_gate", "d_w_up", "d_w_down"})
+
+
+def k_isolated_bad_act(gold, path, bf16=False):
+    """Stage-by-stage, with SwiGLU's operands swapped: silu(up) * gate."""
+    st = K.isolated(gold)
+    with h5py.File(gold, "r") as g:
+        st["forward/h_act"] = K.swiglu(g["forward/h_up"][...], g["forward/h_gate"][...]).astype(K.F32)
+    K.write(path, st, "zoo-isolated-bad-act", "fp32")
+
+
 def k_empty(gold, path, bf16=False):
     with h5py.File(path, "w") as f:
         f.attrs["backend"] = "zoo-empty"
@@ -263,6 +291,16 @@ ZOO = [
      [("out", "numerics", "FAIL")], None, None),
     ("garbage in an empty expert's gradient", k_empty_garbage, "empty-experts", 0, 1,
      [("d_w_gate", "empty_experts", "FAIL")], 0, None),
+    ("stage-by-stage fp32 without isolated_groups", k_isolated, "deepseek-v3-small", 0, 0,
+     [("h_act", "numerics", "PASS"), ("d_w_gate", "numerics", "PASS")], 0, None, "consistent with golden upstream"),
+    ("stage-by-stage fp32 without isolated_groups, zipf", k_isolated, "zipf", 0, 0,
+     [("h_act", "numerics", "PASS")], 0, None, "consistent with golden upstream"),
+    ("stage-by-stage fp32 with isolated_groups", k_isolated_attr, "deepseek-v3-small", 0, 0,
+     [("h_act", "numerics", "PASS")], 0, None, None),
+    ("stage-by-stage weight gradients with h_gate/h_up", k_isolated_dw, "deepseek-v3-small", 0, 0,
+     [("d_w_down", "numerics", "PASS"), ("d_w_gate", "numerics", "PASS")], 0, None, None),
+    ("stage-by-stage with SwiGLU's operands swapped", k_isolated_bad_act, "deepseek-v3-small", 0, 1,
+     [("h_act", "numerics", "FAIL")], 0, None, None),
     ("edited copy of the golden (stale seal)", k_edited_golden, "mixtral-small", 0, 0,
      [("case", "note", "INFO")], 0, None),
     ("empty candidate: nothing to check", k_empty, "tiny", 0, 2, [], None, None),
@@ -270,9 +308,9 @@ ZOO = [
 ]
 
 
-def run_entry(name, kern, gname, bf16, want_exit, want, drops, max_err):
+def run_entry(name, kern, gname, bf16, want_exit, want, drops, max_err, says=None):
     gold = golden(gname)
-    cand = os.path.join(TMP, "%s.h5" % name.replace(" ", "_").replace(",", "").replace("=", ""))
+    cand = os.path.join(TMP, "%s.h5" % "".join(ch if ch.isalnum() else "_" for ch in name))
     L = kern(gold, cand, bf16=bool(bf16))
     rc, rep, text = check(gold, cand)
     assert rc == want_exit, "exit %d, want %d:\n%s" % (rc, want_exit, text[-2000:])
@@ -284,6 +322,8 @@ def run_entry(name, kern, gname, bf16, want_exit, want, drops, max_err):
         assert r["verdict"] == verdict, "%s %s is %s, want %s: %s" % (
             stage, chk, r["verdict"], verdict, r["message"])
     figures = []
+    if says:
+        assert any(says in r["message"] for r in rep["checks"]), "no message says %r" % says
     if drops == "exact":
         assert not rep["dropped"]["truncated"]
         named = {tuple(p) for p in rep["dropped"]["pairs"]}

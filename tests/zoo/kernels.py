@@ -213,3 +213,37 @@ def capacity_keep(z, E, cf):
             keep[t, j] = count[e] < C
             count[e] += 1
     return keep
+
+
+def isolated(path_golden, ri=None):
+    """Every stage computed from the golden's own upstream values (what a
+    stage-by-stage harness does, e.g. torch._grouped_mm fed each stage's
+    golden inputs), in fp32: the values a candidate without the
+    isolated_groups attribute holds. Returns the stages by dataset path."""
+    c, z = load(path_golden)
+    g = z["golden"]
+    G = {k_: g["forward/" + k_][...] for k_ in g["forward"]}
+    if "backward" in g:
+        G.update({k_: g["backward/" + k_][...] for k_ in g["backward"]})
+    ri = ri or (lambda a: a)
+    mm = lambda a, b: (ri(a) @ ri(b)).astype(F32)  # noqa: E731
+    off = G["group_offsets"]
+    E = int(c["experts"])
+    st = {}
+    hg, hu, y, dha, dxs = (np.empty_like(G[n]) for n in ("h_gate", "h_up", "y_sorted", "d_h_act", "d_x_sorted"))
+    dwg, dwu, dwd = (np.zeros_like(z[n]) for n in ("w_gate", "w_up", "w_down"))
+    for e in range(E):
+        a, b = off[e], off[e + 1]
+        hg[a:b] = mm(G["x_sorted"][a:b], z["w_gate"][e])
+        hu[a:b] = mm(G["x_sorted"][a:b], z["w_up"][e])
+        y[a:b] = mm(G["h_act"][a:b], z["w_down"][e])
+        dha[a:b] = mm(G["d_y_sorted"][a:b], z["w_down"][e].T)
+        dxs[a:b] = mm(G["d_h_gate"][a:b], z["w_gate"][e].T) + mm(G["d_h_up"][a:b], z["w_up"][e].T)
+        dwg[e] = mm(G["x_sorted"][a:b].T, G["d_h_gate"][a:b])
+        dwu[e] = mm(G["x_sorted"][a:b].T, G["d_h_up"][a:b])
+        dwd[e] = mm(G["h_act"][a:b].T, G["d_y_sorted"][a:b])
+    st["forward/h_gate"], st["forward/h_up"], st["forward/y_sorted"] = hg, hu, y
+    st["forward/h_act"] = swiglu(G["h_gate"], G["h_up"]).astype(F32)
+    st["backward/d_h_act"], st["backward/d_x_sorted"] = dha, dxs
+    st["backward/d_w_gate"], st["backward/d_w_up"], st["backward/d_w_down"] = dwg, dwu, dwd
+    return st
