@@ -214,6 +214,48 @@ def k_isolated_bad_act(gold, path, bf16=False):
     K.write(path, st, "zoo-isolated-bad-act", "fp32")
 
 
+def k_bf16_dw(gold, path, bf16=False):
+    """bf16 autograd-style: the weight gradients stored in bf16 like the
+    weights (PyTorch autograd, jax.vjp), labelled so."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, rnd=K.bf16, rw=K.bf16)
+    L.forward()
+    L.backward()
+    K.write(path, L.stages(), "zoo-bf16-autograd", "bf16",
+            dtypes={"d_w_gate": "bf16", "d_w_up": "bf16", "d_w_down": "bf16"})
+    return L
+
+
+def k_fused_f64(gold, path, bf16=False):
+    """numpy's default: float64 arrays of an fp32 kernel's outputs."""
+    L = layer(gold, bf16)
+    K.write(path, L.stages(), "zoo-fused-f64", "fp32", keep=FUSED, as_type="float64")
+    return L
+
+
+def k_fused_half(gold, path, bf16=False):
+    """An fp16 case's outputs as HDF5 IEEE half floats (fp32 inside)."""
+    L = layer(gold, False)
+    st = {"forward/out": L.out.astype(np.float16), "backward/d_x": L.d_x.astype(np.float16)}
+    K.write(path, st, "zoo-fused-half", "fp32")
+    return L
+
+
+def k_fused_bf16_type(gold, path, bf16=False):
+    """A bf16 case's outputs as a 2-byte HDF5 bf16 type (fp32 inside)."""
+    L = layer(gold, False)
+    st = {"forward/out": K.bf16(L.out), "backward/d_x": K.bf16(L.d_x)}
+    K.write(path, st, "zoo-fused-bf16-type", "bf16", as_type="bf16")
+    return L
+
+
+def k_wrong_shape(gold, path, bf16=False):
+    """out transposed: set aside, the reason in the report."""
+    L = layer(gold, bf16)
+    K.write(path, {"forward/out": L.out.T.copy(), "backward/d_x": L.d_x}, "zoo-shape", "fp32")
+    return L
+
+
 def k_empty(gold, path, bf16=False):
     with h5py.File(path, "w") as f:
         f.attrs["backend"] = "zoo-empty"
@@ -301,6 +343,19 @@ ZOO = [
      [("d_w_down", "numerics", "PASS"), ("d_w_gate", "numerics", "PASS")], 0, None, None),
     ("stage-by-stage with SwiGLU's operands swapped", k_isolated_bad_act, "deepseek-v3-small", 0, 1,
      [("h_act", "numerics", "FAIL")], 0, None, None),
+    ("bf16 autograd-style, bf16 weight gradients: judged at bf16 with a NOTE", k_bf16_dw,
+     "mixtral-small-bf16", 1, 0, [("d_w_gate", "storage", "INFO"), ("d_w_gate", "numerics", "PASS"),
+                                  ("d_w_down", "numerics", "PASS")], 0, None, "coarser than the case's fp32"),
+    ("bf16 weight gradients under --strict-storage: not conformant", k_bf16_dw,
+     "mixtral-small-bf16", 1, 1, [("d_w_gate", "storage", "FAIL")], 0, None, None, ["--strict-storage"]),
+    ("fused fp32 written as float64", k_fused_f64, "mixtral-small", 0, 0,
+     [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
+    ("fused, fp16 case, outputs as HDF5 half floats", k_fused_half, "mixtral-small-fp16", 0, 0,
+     [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
+    ("fused, bf16 case, outputs as a 2-byte bf16 type", k_fused_bf16_type, "mixtral-small-bf16", 1, 0,
+     [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
+    ("out of the wrong shape: the reason in the report", k_wrong_shape, "mixtral-small", 0, 1,
+     [("out", "shape", "FAIL")], None, None, "set aside: shape [16,32], expected [32,16]"),
     ("edited copy of the golden (stale seal)", k_edited_golden, "mixtral-small", 0, 0,
      [("case", "note", "INFO")], 0, None),
     ("empty candidate: nothing to check", k_empty, "tiny", 0, 2, [], None, None),
@@ -308,11 +363,11 @@ ZOO = [
 ]
 
 
-def run_entry(name, kern, gname, bf16, want_exit, want, drops, max_err, says=None):
+def run_entry(name, kern, gname, bf16, want_exit, want, drops, max_err, says=None, args=()):
     gold = golden(gname)
     cand = os.path.join(TMP, "%s.h5" % "".join(ch if ch.isalnum() else "_" for ch in name))
     L = kern(gold, cand, bf16=bool(bf16))
-    rc, rep, text = check(gold, cand)
+    rc, rep, text = check(gold, cand, *args)
     assert rc == want_exit, "exit %d, want %d:\n%s" % (rc, want_exit, text[-2000:])
     if want_exit == 2:
         assert "nothing to check" in text and rep is None, text

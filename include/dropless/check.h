@@ -86,6 +86,11 @@ typedef struct {
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
     uint64_t bad_shape;         /* bit (1 << stage) */
+    const char *bad_reason[DL_VALUE_COUNT]; /* why a bad_shape stage was set aside
+                                 * (actual against expected shape and type), or NULL */
+    uint64_t coarse;            /* stages stored coarser than the case's type for them
+                                 * (bf16 weight gradients of an fp32 stage), bit (1 << stage) */
+    dl_dtype_t store[DL_VALUE_COUNT]; /* their storage type, where the coarse bit is set */
     const char *backend;        /* may be NULL */
     const char *backend_version;
     const char *compute_mode;   /* the profile the backend declares; may be NULL */
@@ -103,6 +108,9 @@ typedef struct {
                           * from them; default 0: a lacking stage is one the
                           * candidate computed internally (a fused kernel), and
                           * its error bound propagates downstream (tolerances.md) */
+    int strict_storage;  /* a stage stored coarser than the case's type FAILs (check
+                          * "storage"); default 0: judged at its own precision, with
+                          * a NOTE (an INFO line) */
     uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
                           * one it lacks is a FAIL (check "required"), not a SKIP;
                           * values the case does not have are ignored (default 0) */

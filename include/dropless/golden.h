@@ -168,6 +168,13 @@ typedef struct {
      * bit (1 << i) for dl_golden_dataset(i); their arrays stay NULL. */
     uint64_t bad_datasets;
     char bad_reason[DL_GOLDEN_DATASET_MAX][128]; /* why, per bad dataset i; "" otherwise */
+    /* candidate files: float datasets stored coarser than the case's type
+     * for them (bf16 weight gradients of an fp32-typed stage), bit (1 << i);
+     * store[i] is that storage type (the dtype attribute, or the HDF5 type
+     * of a 2-byte float). Finer storage (float64, fp32 in a bf16 case) is
+     * not marked: it is read and judged at the case's type. */
+    uint64_t coarse_datasets;
+    dl_dtype_t store[DL_GOLDEN_DATASET_MAX];
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 

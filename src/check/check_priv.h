@@ -174,7 +174,8 @@ typedef struct {
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
-/* The storage type of stage s in this case. */
+/* The storage type of stage s in this case (the candidate's own where it
+ * stores the stage coarser). */
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
 
 /* prop.c: the first-order error that the absent upstream of stage s

@@ -29,7 +29,7 @@ static unsigned preflight_seconds(void)
 
 typedef struct {
     const char *profile, *json, *junit, *stages, *require, *out;
-    int all, force, forward_only;
+    int all, force, forward_only, strict_storage;
     double time_limit;
     const char *backends[MAX_BACKENDS];
     int nbackends;
@@ -47,6 +47,8 @@ static void check_usage(FILE *f)
             "\n"
             "  --stages LIST    check only these stages (comma-separated dataset names)\n"
             "  --require LIST   these stages must be provided: one missing is a FAIL\n"
+            "  --strict-storage a stage stored coarser than the case's type (bf16 weight\n"
+            "                   gradients of an fp32 stage) FAILs instead of a NOTE\n"
             "  --json FILE      write the report as JSON ('-': stdout)\n"
             "  --junit FILE     write the report as JUnit XML\n"
             "  --all            list SKIP lines in the table too\n"
@@ -73,7 +75,7 @@ static void run_usage(FILE *f)
 static int parse(int argc, char **argv, opts_t *o, int is_run)
 {
     enum { O_PROFILE = 1, O_JSON, O_JUNIT, O_STAGES, O_ALL, O_BACKEND, O_LIMIT, O_FWD, O_OUT,
-           O_FORCE, O_HELP, O_REQUIRE };
+           O_FORCE, O_HELP, O_REQUIRE, O_STRICT_STORAGE };
     static const struct option longopts[] = {
         {"profile", required_argument, 0, O_PROFILE}, {"json", required_argument, 0, O_JSON},
         {"junit", required_argument, 0, O_JUNIT},     {"stages", required_argument, 0, O_STAGES},
@@ -81,6 +83,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         {"time-limit", required_argument, 0, O_LIMIT}, {"forward-only", no_argument, 0, O_FWD},
         {"out", required_argument, 0, O_OUT},         {"force", no_argument, 0, O_FORCE},
         {"help", no_argument, 0, O_HELP},             {"require", required_argument, 0, O_REQUIRE},
+        {"strict-storage", no_argument, 0, O_STRICT_STORAGE},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     optind = 1;
@@ -96,6 +99,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         case O_JUNIT: o->junit = optarg; break;
         case O_STAGES: o->stages = optarg; break;
         case O_REQUIRE: o->require = optarg; break;
+        case O_STRICT_STORAGE: o->strict_storage = 1; break;
         case O_ALL: o->all = 1; break;
         case O_FWD: o->forward_only = 1; break;
         case O_OUT: o->out = optarg; break;
@@ -317,16 +321,25 @@ static int judge(const opts_t *o, const char *gpath, const char *cpath, const dl
     dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
     dl_check_golden_t gold = {&g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
                               g->case_name};
-    dl_check_candidate_t c = {cand->fwd, cand->bwd, 0, cand->backend[0] ? cand->backend : cpath,
-                              cand->backend_version[0] ? cand->backend_version : NULL,
-                              cand->compute_mode[0] ? cand->compute_mode : NULL};
-    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such */
+    dl_check_candidate_t c = {.fwd = cand->fwd, .bwd = cand->bwd,
+                              .backend = cand->backend[0] ? cand->backend : cpath,
+                              .backend_version = cand->backend_version[0] ? cand->backend_version : NULL,
+                              .compute_mode = cand->compute_mode[0] ? cand->compute_mode : NULL};
+    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such,
+     * with the loader's reason; coarser storage is judged at its precision */
     for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
         dl_value_t v;
-        if (((cand->bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0) {
+        if (dl_value_parse(dl_golden_dataset(i)->name, &v) != 0 || v == DL_VALUE_NONE)
+            continue;
+        if ((cand->bad_datasets >> i) & 1) {
             c.bad_shape |= UINT64_C(1) << v;
+            c.bad_reason[v] = cand->bad_reason[i];
             fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
                     cand->bad_reason[i]);
+        }
+        if ((cand->coarse_datasets >> i) & 1) {
+            c.coarse |= UINT64_C(1) << v;
+            c.store[v] = cand->store[i];
         }
     }
     char unknown[200];
@@ -337,6 +350,7 @@ static int judge(const opts_t *o, const char *gpath, const char *cpath, const dl
     dl_check_options_default(&co);
     co.profile = profile;
     co.require = require;
+    co.strict_storage = o->strict_storage;
     dl_check_report_t rep;
     int rc;
     if (cand->isolated_groups[0]) {
@@ -520,10 +534,11 @@ int dl_cli_run(int argc, char **argv)
             dl_run_result_free(&res);
             goto out;
         }
-        dl_check_candidate_t c = {res.fwd, res.bwd, 0,
-                                  res.backend.name[0] ? res.backend.name : o.backends[b],
-                                  res.backend.version,
-                                  res.backend.compute_mode[0] ? res.backend.compute_mode : NULL};
+        dl_check_candidate_t c = {.fwd = res.fwd, .bwd = res.bwd,
+                                  .backend = res.backend.name[0] ? res.backend.name : o.backends[b],
+                                  .backend_version = res.backend.version,
+                                  .compute_mode = res.backend.compute_mode[0] ? res.backend.compute_mode
+                                                                              : NULL};
         dl_check_options_t co;
         dl_check_options_default(&co);
         co.profile = profile;

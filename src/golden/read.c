@@ -20,6 +20,8 @@ typedef struct {
     size_t errlen;
     int strict; /* golden file: complete groups, exact types, consistency */
     char why[320]; /* candidates: why the last dataset was set aside */
+    int coarse;         /* candidates: the last float dataset is stored coarser than the case's type */
+    dl_dtype_t store;   /* its storage type then */
 } rctx_t;
 
 /* Messages quote strings from the file (attribute values), which may hold
@@ -288,6 +290,59 @@ static const char *elem_type_name(dl_golden_elem_t e)
     return e == DL_GOLDEN_INT32 ? "int32" : e == DL_GOLDEN_INT64 ? "int64" : "float32";
 }
 
+/* A candidate's float storage the runner converts itself (never HDF5):
+ * IEEE float32 of either byte order, float64, IEEE half and a 2-byte bf16
+ * (8 exponent bits, 7 significand bits). Returns the kind, -1 for any other
+ * type; *be: big-endian. */
+enum { FK_F32 = 0, FK_F64, FK_F16, FK_BF16 };
+static int float_kind(hid_t t, int *be)
+{
+    if (H5Tget_class(t) != H5T_FLOAT)
+        return -1;
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0)
+        return -1;
+    const size_t sz = H5Tget_size(t), bias = H5Tget_ebias(t);
+    *be = H5Tget_order(t) == H5T_ORDER_BE;
+    if (H5Tget_offset(t) != 0 || H5Tget_precision(t) != sz * 8 || mpos != 0 || spos != sz * 8 - 1 ||
+        epos != msize || H5Tget_norm(t) != H5T_NORM_IMPLIED)
+        return -1;
+    if (sz == 4 && esize == 8 && msize == 23 && bias == 127)
+        return FK_F32;
+    if (sz == 8 && esize == 11 && msize == 52 && bias == 1023)
+        return FK_F64;
+    if (sz == 2 && esize == 5 && msize == 10 && bias == 15)
+        return FK_F16;
+    if (sz == 2 && esize == 8 && msize == 7 && bias == 127)
+        return FK_BF16;
+    return -1;
+}
+
+/* Raw element i of a buffer of kind fk as a double (exact for every kind). */
+static double float_at(const unsigned char *raw, int fk, int be, int64_t i)
+{
+    const size_t sz = fk == FK_F64 ? 8 : fk == FK_F32 ? 4 : 2;
+    uint64_t u = 0;
+    for (size_t b = 0; b < sz; b++) /* the file's byte order, whatever the host's */
+        u |= (uint64_t)raw[(size_t)i * sz + (be ? sz - 1 - b : b)] << (8 * b);
+    if (fk == FK_F64) {
+        double v;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    }
+    if (fk == FK_BF16)
+        u <<= 16;
+    if (fk == FK_F32 || fk == FK_BF16) {
+        uint32_t w = (uint32_t)u;
+        float v;
+        memcpy(&v, &w, sizeof v);
+        return v;
+    }
+    const int sgn = (int)(u >> 15) & 1, ex = (int)(u >> 10) & 31, m = (int)(u & 1023);
+    double v = ex == 31 ? (m ? NAN : INFINITY) : ex ? ldexp(1024 + m, ex - 25) : ldexp(m, -24);
+    return sgn ? -v : v;
+}
+
 /* A problem confined to one dataset: in a golden file an error naming the
  * dataset; in a candidate the dataset is set aside (returns 2) with the
  * reason in r->why, and loading goes on. */
@@ -301,6 +356,46 @@ static const char *elem_type_name(dl_golden_elem_t e)
         goto fail;                                                      \
     } while (0)
 
+/* A candidate float dataset's storage type: the dtype attribute (dt, may
+ * be NULL), else a 2-byte HDF5 type's; finer than the case's type st is
+ * fine, coarser is marked (r->coarse, r->store) for the runner to judge at
+ * its own precision; values must lie on the declared grid. Returns 0, or
+ * 2 with the dataset set aside (reason in r->why). */
+static int cand_storage(rctx_t *r, int fk, const char *dt, dl_dtype_t st, const float *v,
+                        int64_t n, const int64_t *dims, int rank)
+{
+    int has = fk == FK_F16 || fk == FK_BF16;
+    dl_dtype_t store = fk == FK_F16 ? DL_F16 : DL_BF16, at;
+    r->coarse = 0;
+    if (dt) {
+        if (dl_dtype_parse(dt, &at) != 0 || at == DL_F64) {
+            snprintf(r->why, sizeof r->why, "dtype attribute '%s' is not fp32, bf16 or fp16", dt);
+            return 2;
+        }
+        if (has && at != store) {
+            snprintf(r->why, sizeof r->why, "dtype attribute is '%s' but the data are stored as %s",
+                     dt, dl_dtype_name(store));
+            return 2;
+        }
+        store = at;
+        has = 1;
+    }
+    if (!has)
+        return 0; /* float32/float64 without a grid: judged at the case's type */
+    for (int64_t i = 0; store != DL_F32 && i < n; i++)
+        if (!dl_on_grid((double)v[i], store)) {
+            char at_s[96];
+            fmt_index(at_s, sizeof at_s, i, dims, rank);
+            snprintf(r->why, sizeof r->why, "element %s = %a is not a %s value", at_s, (double)v[i],
+                     dl_dtype_name(store));
+            one_line(r->why);
+            return 2;
+        }
+    r->coarse = dl_dtype_unit_roundoff(store) > dl_dtype_unit_roundoff(st);
+    r->store = store;
+    return 0;
+}
+
 /* Reads one dataset into a fresh array at *slot. Returns 1 read, 0 absent,
  * 2 set aside (candidates only; reason in r->why), < 0 error. */
 static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
@@ -312,6 +407,7 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     int64_t *wide = NULL;
     const char *p = ds->path;
     r->why[0] = '\0';
+    r->coarse = 0;
     htri_t ex = H5Lexists(grp, ds->name, H5P_DEFAULT);
     if (ex < 0)
         FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", p);
@@ -365,11 +461,14 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     htri_t eq = H5Tequal(t, exact);
     if (eq < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its type", p);
-    int wide_read = 0;
-    if (!eq) {
-        if (ds->elem == DL_GOLDEN_FLOAT)
-            BAD(DL_EDTYPE, "stored as %s; float datasets must be IEEE float32 "
-                "little-endian (H5T_IEEE_F32LE)", tdesc);
+    int wide_read = 0, fk = FK_F32, be = 0;
+    if (!eq && ds->elem == DL_GOLDEN_FLOAT) {
+        if (r->strict || (fk = float_kind(t, &be)) < 0)
+            BAD(DL_EDTYPE, "stored as %s; float datasets must be %s", tdesc,
+                r->strict ? "IEEE float32 little-endian (H5T_IEEE_F32LE)"
+                          : "float32, float64, IEEE half or a 2-byte bf16 float");
+        wide_read = 2; /* a candidate's floats: read as stored, converted here */
+    } else if (!eq) {
         if (r->strict || H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) > 8)
             BAD(DL_EDTYPE, "stored as %s, must be %s%s", tdesc, r->strict ? "" : "an integer type like ",
                 elem_type_name(ds->elem));
@@ -383,17 +482,21 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     size_t cnt = (size_t)(n > 0 ? n : 1);
     buf = malloc(cnt * esz);
     if (wide_read)
-        wide = malloc(cnt * 8);
+        wide = malloc(cnt * 8); /* as wide as any stored element */
     if (!buf || (wide_read && !wide))
         FAILF(DL_ENOMEM, "%s: out of memory (%" PRId64 " elements)", p, n);
     if (n > 0) {
-        hid_t mt = wide_read ? H5T_NATIVE_INT64
+        /* floats read with the file's own type: HDF5 copies bytes, converts nothing */
+        hid_t mt = wide_read == 2 ? t : wide_read ? H5T_NATIVE_INT64
                    : ds->elem == DL_GOLDEN_FLOAT ? H5T_NATIVE_FLOAT
                    : ds->elem == DL_GOLDEN_INT32 ? H5T_NATIVE_INT32 : H5T_NATIVE_INT64;
         if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide_read ? (void *)wide : buf) < 0)
             FAILF(DL_EFORMAT, "%s: cannot read the data (file truncated or damaged)", p);
     }
-    if (wide_read) {
+    if (wide_read == 2) {
+        for (int64_t i = 0; i < n; i++) /* float64 rounds to nearest: finer than any case */
+            ((float *)buf)[i] = (float)float_at((const unsigned char *)wide, fk, be, i);
+    } else if (wide_read) {
         for (int64_t i = 0; i < n; i++) {
             if (ds->elem == DL_GOLDEN_INT32) {
                 if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) {
@@ -432,8 +535,15 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
             BAD(DL_EFORMAT, "%s", w);
         }
         have_dt = rc;
-        if (have_dt && strcmp(dt, want_dt))
+        if (!r->strict && ds->elem == DL_GOLDEN_FLOAT) {
+            if ((rc = cand_storage(r, fk, have_dt ? dt : NULL, st, buf, n, dims, ds->rank)) != 0) {
+                one_line(r->why); /* it quotes the file's attribute */
+                goto fail;
+            }
+            have_dt = 0; /* the grid is verified */
+        } else if (have_dt && strcmp(dt, want_dt)) {
             BAD(DL_EDTYPE, "dtype attribute is '%s', the case needs '%s'", dt, want_dt);
+        }
     }
     if (ds->elem == DL_GOLDEN_FLOAT && have_dt && st != DL_F32) {
         const float *v = buf;
@@ -574,7 +684,7 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
         return DL_EINVAL;
     memset(g, 0, sizeof *g);
     g->owner_ = DL__GOLDEN_OWNER_MALLOC;
-    rctx_t rr = {path, err, errlen, strict, ""}, *r = &rr;
+    rctx_t rr = {path, err, errlen, strict, "", 0, DL_F32}, *r = &rr;
     int rc = 0;
     hid_t fapl = -1, file = -1, grp = -1;
     dl__h5_quiet_t q;
@@ -640,6 +750,10 @@ static int load(const char *path, const dl_moe_config_t *expect, int strict,
             if (rc == 2) {
                 g->bad_datasets |= (uint64_t)1 << i;
                 snprintf(g->bad_reason[i], sizeof g->bad_reason[i], "%s", r->why);
+            }
+            if (rc == 1 && !strict && r->coarse) {
+                g->coarse_datasets |= (uint64_t)1 << i;
+                g->store[i] = r->store;
             }
             if (rc == 0 && strict)
                 FAILF(DL_EFORMAT, "%s is missing", ds->path);

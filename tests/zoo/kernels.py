@@ -187,16 +187,49 @@ class Layer:
         return st
 
 
-def write(path, stages, backend, mode, keep=None, attrs=None):
-    """A candidate file holding the stages named in keep (None: all)."""
+def bf16_type():
+    """An HDF5 2-byte bf16 float type (8 exponent, 7 significand bits)."""
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_fields(15, 7, 8, 0, 7)
+    t.set_offset(0)
+    t.set_precision(16)
+    t.set_size(2)
+    t.set_ebias(127)
+    return t
+
+
+def write_bf16(f, name, v):
+    """Dataset name holding the bf16 values v (float32 on the bf16 grid) as
+    2-byte bf16 elements: the top half of each float32."""
+    raw = np.ascontiguousarray((np.ascontiguousarray(v, F32).view(np.uint32) >> 16).astype(np.uint16))
+    grp = f.require_group(name.rsplit("/", 1)[0])
+    t = bf16_type()
+    sp = h5py.h5s.create_simple(raw.shape)
+    ds = h5py.h5d.create(grp.id, name.rsplit("/", 1)[1].encode(), t, sp)
+    ds.write(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=t)
+
+
+def write(path, stages, backend, mode, keep=None, attrs=None, dtypes=None, as_type=None):
+    """A candidate file holding the stages named in keep (None: all);
+    dtypes: dtype attributes by stage name; as_type: "float64", "float16" or
+    "bf16" storage of the float stages (default float32)."""
     with h5py.File(path, "w") as f:
         f.attrs["backend"] = backend
         f.attrs["compute_mode"] = mode
         for k_, v in (attrs or {}).items():
             f.attrs[k_] = v
         for name, v in stages.items():
-            if keep is None or name.split("/")[1] in keep:
-                f.create_dataset(name, data=v)
+            stage = name.split("/")[1]
+            if keep is not None and stage not in keep:
+                continue
+            if as_type == "bf16" and v.dtype == F32:
+                write_bf16(f, name, v)
+                continue
+            if as_type and v.dtype == F32:
+                v = v.astype(as_type)
+            d = f.create_dataset(name, data=v)
+            if dtypes and stage in dtypes:
+                d.attrs["dtype"] = dtypes[stage]
 
 
 def capacity_keep(z, E, cf):
