@@ -141,6 +141,10 @@ if [ -n "$PY" ]; then
     check "--json writes JSON that parses, with the documented top level" \
         'run 1 run --backend "$B/plain.so" --backend "$B/capacity.so" --json "$T/r.json" "$EE" &&
          "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]; assert d[0][\"format\"]==\"dropless-check\"; assert d[1][\"verdict\"]==\"FAIL\"" "$T/r.json"'
+    check "--junit: suites named by case and backend, no nan figures (item 8)" \
+        'run 1 run --backend "$B/capacity.so" --backend "$B/plain.so" --junit "$T/r2.xml" "$EE" &&
+         grep -q "testsuite name=\"empty-experts \[capacity" "$T/r2.xml" && grep -q "testsuite name=\"empty-experts \[plain" "$T/r2.xml" &&
+         ! grep -qi "nan" "$T/r2.xml"'
     check "--junit writes JUnit XML that parses, failures included" \
         'run 1 run --backend "$B/capacity.so" --junit "$T/r.xml" "$EE" &&
          "$PY" -c "import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); assert len(r.iter(\"failure\").__next__().attrib)>=0" "$T/r.xml"'

@@ -256,6 +256,18 @@ def k_wrong_shape(gold, path, bf16=False):
     return L
 
 
+def k_bad_first_rows(gold, path, bf16=False):
+    """The first row of every expert's y_sorted but expert 0's 1% off: the
+    report locates the worst element and lists the bad experts."""
+    L = layer(gold, bf16)
+    st = L.stages()
+    for e in range(1, L.E):
+        if L.off[e] < L.off[e + 1]:
+            st["forward/y_sorted"][L.off[e]] *= 1.01
+    K.write(path, st, "zoo-bad-rows", "fp32")
+    return L
+
+
 def k_empty(gold, path, bf16=False):
     with h5py.File(path, "w") as f:
         f.attrs["backend"] = "zoo-empty"
@@ -332,7 +344,11 @@ ZOO = [
     ("off-by-one at group boundaries", k_off_by_one, "mixtral-small", 0, 1,
      [("out", "numerics", "FAIL")], None, None),
     ("garbage in an empty expert's gradient", k_empty_garbage, "empty-experts", 0, 1,
-     [("d_w_gate", "empty_experts", "FAIL")], 0, None),
+     [("d_w_gate", "empty_experts", "FAIL")], 0, None, "bad experts (elements): 0 (1); 1 of 3 empty experts"),
+    ("bad first rows of experts 1..7: located, bad experts listed", k_bad_first_rows, "mixtral-small", 0, 1,
+     [("y_sorted", "numerics", "FAIL")], 0, None, "; 7 of 8 experts"),
+    ("bad first rows: the worst element as (expert, row, token, slot, column)", k_bad_first_rows,
+     "mixtral-small", 0, 1, [("y_sorted", "numerics", "FAIL")], 0, None, "at (expert "),
     ("stage-by-stage fp32 without isolated_groups", k_isolated, "deepseek-v3-small", 0, 0,
      [("h_act", "numerics", "PASS"), ("d_w_gate", "numerics", "PASS")], 0, None, "consistent with golden upstream"),
     ("stage-by-stage fp32 without isolated_groups, zipf", k_isolated, "zipf", 0, 0,

@@ -138,7 +138,7 @@ typedef struct {
     int64_t worst_index;    /* flat element index of the largest err_pass */
     double worst_cand, worst_exact;
     int64_t K;              /* contraction length (largest, for ragged stages); 0: n/a */
-    char message[256];
+    char message[512];
 } dl_check_result_t;
 
 /* A dropped assignment: token t lost its slot j (the candidate's own slot

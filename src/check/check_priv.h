@@ -41,6 +41,7 @@ typedef struct {
     int short_sum;             /* a short sum of separately computed parts */
     const dl__mprov_t *mp;     /* NULL: M = |g| */
     uint8_t *row_fail;         /* out, may be NULL: rows with an element over the WARN bound */
+    int64_t *row_over;         /* out, may be NULL: per row, the elements over the PASS bound */
     const double *prop[2];     /* NULL or [rows, cols]: the PASS [0] and WARN [1] error the
                                 * stages the candidate lacks propagate into this one (prop.c) */
     int info;                  /* figures only (drift): verdict INFO */

@@ -77,11 +77,13 @@ static int empty_experts(dl__ck_t *ck, dl_value_t s, const float *c)
     dl_check_result_t *r = dl__ck_result(ck, s, "empty_experts");
     if (!r)
         return DL_ENOMEM;
-    int64_t nempty = 0, bad = 0, first = -1;
+    int64_t nempty = 0, bad = 0, first = -1, nbad_e = 0;
+    char list[160] = "";
     for (int64_t e = 0; e < ck->E; e++) {
         if (size[e])
             continue;
         nempty++;
+        int64_t here = 0;
         for (int64_t i = 0; i < per; i++)
             if (c[e * per + i] != 0.0f) {
                 if (first < 0) {
@@ -89,16 +91,21 @@ static int empty_experts(dl__ck_t *ck, dl_value_t s, const float *c)
                     r->worst_cand = c[first];
                     r->worst_exact = 0.0;
                 }
-                bad++;
+                here++;
             }
+        bad += here;
+        if (here && nbad_e++ < 8) /* every bad expert counted, the first few named */
+            snprintf(list + strlen(list), sizeof list - strlen(list), " %lld (%lld)", (long long)e,
+                     (long long)here);
     }
     r->n_checked = nempty * per;
     r->n_over_pass = r->n_over_warn = bad;
     r->worst_index = first;
     r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
     if (bad)
-        dl__ck_msg(r, "%lld nonzero elements in the gradients of experts that received no token "
-                      "(first: expert %lld)", (long long)bad, (long long)(first / per));
+        dl__ck_msg(r, "%lld nonzero elements in the gradients of experts that received no token; "
+                      "bad experts (elements):%s%s %lld of %lld empty experts", (long long)bad,
+                   list, nbad_e > 8 ? " ...;" : ";", (long long)nbad_e, (long long)nempty);
     else if (nempty)
         dl__ck_msg(r, "%lld empty experts, their gradients exactly zero", (long long)nempty);
     else
@@ -276,6 +283,83 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
     return 1;
 }
 
+/* The expert whose rows hold sorted row q (oracle layout). */
+static int64_t expert_of(const dl__ck_t *ck, int64_t q)
+{
+    const int64_t *off = ck->eff[DL_VALUE_GROUP_OFFSETS];
+    int64_t e = 0;
+    while (e + 1 < ck->E && off[e + 1] <= q)
+        e++;
+    return e;
+}
+
+/* Appends where the worst element of a failing stage is, in the layer's
+ * terms: (expert, row in group, token, slot, column) for sorted rows,
+ * (token, column) for token rows, (expert, row, column) for weight
+ * gradients (issue 11, item 8). idx is in the oracle's layout. */
+static void locate(const dl__ck_t *ck, dl_value_t s, int64_t idx, dl_check_result_t *r)
+{
+    const char *dims = dl_value_dims(s);
+    int64_t sh[3];
+    const int rank = dl_value_shape(ck->c, s, sh);
+    if (idx < 0 || rank < 1)
+        return;
+    const int64_t cols = rank >= 2 ? sh[rank - 1] : 1;
+    if (dims[0] == 'M' && rank == 2 && ck->eff[DL_VALUE_SORT_PERM]) {
+        const int64_t q = idx / cols, e = expert_of(ck, q);
+        const int64_t *off = ck->eff[DL_VALUE_GROUP_OFFSETS];
+        int64_t p = ((const int32_t *)ck->eff[DL_VALUE_SORT_PERM])[q];
+        if (ck->from_canon && p >= 0 && p < ck->M)
+            p = ck->from_canon[p];
+        dl__ck_msg_append(r, " at (expert %lld, row %lld of %lld, token %lld, slot %lld, column %lld)",
+                          (long long)e, (long long)(q - off[e]), (long long)(off[e + 1] - off[e]),
+                          (long long)(p / ck->k), (long long)(p % ck->k), (long long)(idx % cols));
+    } else if (dims[0] == 'T' && rank == 2) {
+        int64_t t = idx / cols, c = idx % cols;
+        if (dims[1] == 'k' && ck->from_canon) {
+            const int64_t f = ck->from_canon[idx];
+            t = f / ck->k;
+            c = f % ck->k;
+        }
+        dl__ck_msg_append(r, " at (token %lld, %s %lld)", (long long)t,
+                          dims[1] == 'k' ? "slot" : dims[1] == 'E' ? "expert" : "column", (long long)c);
+    } else if (dims[0] == 'E' && rank == 3) {
+        dl__ck_msg_append(r, " at (expert %lld, row %lld, column %lld)", (long long)(idx / (sh[1] * sh[2])),
+                          (long long)(idx / sh[2] % sh[1]), (long long)(idx % sh[2]));
+    }
+}
+
+/* Counts a failing stage's elements over the PASS bound per expert and
+ * lists the bad experts: the first few and the total. */
+static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_result_t *r)
+{
+    const char *dims = dl_value_dims(s);
+    const int rows_by_expert = dims[0] == 'M' && cmp->rows == ck->M && ck->eff[DL_VALUE_GROUP_OFFSETS];
+    if (!cmp->row_over || (!rows_by_expert && dims[0] != 'E') || ck->E <= 0)
+        return;
+    int64_t *cnt = calloc((size_t)ck->E, sizeof *cnt);
+    if (!cnt)
+        return;
+    const int64_t per = dims[0] == 'E' ? cmp->rows / ck->E : 0;
+    for (int64_t q = 0; q < cmp->rows; q++)
+        if (cmp->row_over[q])
+            cnt[rows_by_expert ? expert_of(ck, q) : q / (per ? per : 1)] += cmp->row_over[q];
+    int64_t nbad = 0;
+    for (int64_t e = 0; e < ck->E; e++)
+        nbad += cnt[e] > 0;
+    if (nbad) {
+        dl__ck_msg_append(r, "; bad experts (elements over PASS):");
+        for (int64_t e = 0, shown = 0; e < ck->E && shown < 6; e++)
+            if (cnt[e]) {
+                dl__ck_msg_append(r, " %lld (%lld)", (long long)e, (long long)cnt[e]);
+                shown++;
+            }
+        dl__ck_msg_append(r, "%s %lld of %lld experts", nbad > 6 ? " ...;" : ";", (long long)nbad,
+                          (long long)ck->E);
+    }
+    free(cnt);
+}
+
 /* One float stage: exact value, comparison, effective value. */
 static int float_stage(dl__ck_t *ck, dl_value_t s)
 {
@@ -335,11 +419,17 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
             }
             if (!(r = dl__ck_result(ck, s, "numerics")))
                 return DL_ENOMEM;
+            if (!(cmp.row_over = dl__ck_alloc(ck, cmp.rows, sizeof *cmp.row_over)))
+                return DL_ENOMEM;
             if ((rc = dl__ck_compare(ck, &cmp, r)) ||
                 (rc = against_golden_upstream(ck, s, cg, r)) < 0)
                 return rc;
             on_golden = rc;
             rc = 0;
+            if (r->verdict > DL_VERDICT_PASS && !on_golden) {
+                locate(ck, s, r->worst_index, r);
+                per_expert(ck, s, &cmp, r);
+            }
             if (row_fail && r->verdict == DL_VERDICT_FAIL &&
                 (rc = dl__ck_diagnose_out(ck, row_fail, cg)))
                 return rc;

@@ -338,6 +338,8 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
         }
         if (cmp->row_fail)
             cmp->row_fail[r] = (uint8_t)bad;
+        if (cmp->row_over)
+            cmp->row_over[r] = s->over_pass;
     }
 }
 
