@@ -874,6 +874,59 @@ START_TEST(required_stages)
 }
 END_TEST
 
+/* Per-stage profiles: parts, stage names, default, later items override,
+ * errors; and they reach the bound (a tf32 backend judged tf32 only in the
+ * experts FAILs on the router). */
+START_TEST(per_stage_profiles)
+{
+    const dl_check_profile_t *whole, *ps[DL_VALUE_COUNT];
+    ck_assert_int_eq(dl_check_parse_profiles("bf16", &whole, ps), 0);
+    ck_assert_str_eq(whole->name, "bf16");
+    ck_assert_ptr_null(ps[DL_VALUE_H_GATE]);
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp32,experts=bf16-acc,h_act=bf16", &whole, ps), 0);
+    ck_assert_ptr_null(whole);
+    ck_assert_str_eq(ps[DL_VALUE_ROUTER_LOGITS]->name, "fp32");
+    ck_assert_str_eq(ps[DL_VALUE_D_ROUTER_WEIGHT]->name, "fp32");
+    ck_assert_str_eq(ps[DL_VALUE_D_W_DOWN]->name, "bf16-acc");
+    ck_assert_str_eq(ps[DL_VALUE_H_ACT]->name, "bf16");
+    ck_assert_ptr_null(ps[DL_VALUE_OUT]);
+    ck_assert_int_eq(dl_check_parse_profiles("default=tf32,combine=fp32", &whole, ps), 0);
+    ck_assert_str_eq(whole->name, "tf32");
+    ck_assert_str_eq(ps[DL_VALUE_D_X]->name, "fp32");
+    ck_assert_int_eq(dl_check_parse_profiles("routr=fp32", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp8", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp32,,experts=tf32", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router=", &whole, ps), DL_EINVAL);
+    gcase_t g;
+    make_case(&g, CASE_SOFTMAX, DL_F32, 41);
+    dl_moe_forward_t f;
+    dl_moe_backward_t b;
+    float_backend(&g, 1, &f, &b); /* tf32 everywhere */
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_candidate_t c = {.fwd = f, .bwd = b};
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    ck_assert_int_eq(dl_check_parse_profiles("default=tf32,router=fp32", &o.profile, o.stage_profile), 0);
+    dl_check_report_t r;
+    ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_ROUTER_LOGITS, "numerics")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "numerics")->verdict, DL_VERDICT_PASS);
+    dl_check_report_free(&r);
+    /* the same profile spec as the candidate's compute_mode */
+    dl_check_options_default(&o);
+    c.compute_mode = "default=tf32,router=fp32";
+    ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_ROUTER_LOGITS, "numerics")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_str_eq(r.profile, "tf32+per-stage");
+    dl_check_report_free(&r);
+    dl_moe_forward_free(&f);
+    dl_moe_backward_free(&b);
+    free_case(&g);
+}
+END_TEST
+
 /* Errors never compound: a candidate h_gate 1 ulp off and the h_act that
  * its own h_gate gives: h_act is checked against the recomputation. */
 START_TEST(stage_local)
@@ -1274,6 +1327,7 @@ static Suite *suite_verdicts(void)
     tcase_add_test(tc, stage_local);
     tcase_add_test(tc, missing_stages_skip);
     tcase_add_test(tc, required_stages);
+    tcase_add_test(tc, per_stage_profiles);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -19,6 +19,12 @@ check "check: wrong number of arguments is a usage error (exit 2)" 'run 2 check 
 check "check: an unknown option is a usage error" 'run 2 check --bogus "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
 check "check: an unknown profile is a usage error naming the profiles" \
     'run 2 check --profile fp8 "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q tf32 "$T/err"'
+check "check --profile per part: an unknown part is a usage error" \
+    'run 2 check --profile routr=fp32 "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q "router, experts" "$T/err"'
+check "check --profile per part: an unknown profile in an item is a usage error" \
+    'run 2 check --profile router=fp8 "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
+check "check --profile per part: the golden conforms, the report says per-stage" \
+    'run 0 check --profile router=fp32,experts=bf16-acc "$V/tiny.h5" "$V/tiny.h5" && grep -q "profile fp32+per-stage" "$T/out"'
 check "check: an unknown stage is a usage error" \
     'run 2 check --stages nonsense "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
 check "check: a missing candidate is exit 2 with one line naming it" \

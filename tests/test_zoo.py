@@ -122,6 +122,36 @@ def k_no_router_grad(gold, path, bf16=False):
     return L
 
 
+PER_PART = "router=fp32,experts=tf32,combine=tf32"
+
+
+def k_tf32_experts(gold, path, bf16=False):
+    """Expert GEMMs in tf32, the router in fp32 (a mixed-precision layer)."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, ri=K.tf32, ri_router=False)
+    L.forward()
+    L.backward()
+    st = L.stages()
+    st["backward/d_router_weight"] = (z["x"].T @ L.d_router_logits).astype(K.F32)
+    K.write(path, st, "zoo-tf32-experts", "fp32")
+    return L
+
+
+def k_tf32_experts_attr(gold, path, bf16=False):
+    """The same, declaring its per-part profile in compute_mode."""
+    L = k_tf32_experts(gold, path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["compute_mode"] = PER_PART
+    return L
+
+
+def k_tf32_all(gold, path, bf16=False):
+    """Every GEMM in tf32, the router's too."""
+    L = layer(gold, False, ri=K.tf32)
+    K.write(path, L.stages(), "zoo-tf32-all", "fp32")
+    return L
+
+
 def k_capacity(gold, path, bf16=False):
     """Switch-style capacity factor 1.0: the overflow of each expert dropped."""
     L = layer(gold, bf16, cf=1.0)
@@ -324,6 +354,17 @@ ZOO = [
      [("out", "numerics", "PASS"), ("d_x", "numerics", "FAIL")], None, None),
     ("fused, d_x without the router gradient, d = 512", k_no_router_grad, "wide512", 0, 1,
      [("d_x", "numerics", "FAIL")], None, None),
+    ("tf32 experts, fp32 router under router=fp32,experts=tf32", k_tf32_experts, "mixtral-small", 0, 0,
+     [("router_logits", "numerics", "PASS"), ("h_gate", "numerics", "PASS")], 0, 1.0, None,
+     ["--profile", PER_PART]),
+    ("tf32 experts, fp32 router, declared per part in compute_mode", k_tf32_experts_attr,
+     "mixtral-small", 0, 0, [("h_gate", "numerics", "PASS")], 0, 1.0),
+    ("tf32 experts under one fp32 profile: not conformant", k_tf32_experts, "mixtral-small", 0, 1,
+     [("router_logits", "numerics", "PASS"), ("h_gate", "numerics", "FAIL")], 0, None, None,
+     ["--profile", "fp32"]),
+    ("a tf32 router where router=fp32 is declared: router FAILs", k_tf32_all, "mixtral-small", 0, 1,
+     [("router_logits", "numerics", "FAIL"), ("h_gate", "numerics", "PASS")], 0, None, None,
+     ["--profile", PER_PART]),
     ("fused capacity fp32", k_capacity, "mixtral-small", 0, 1,
      [("out", "numerics", "FAIL"), ("case", "zero_drops", "FAIL")], "exact", None),
     ("fused capacity bf16", k_capacity, "mixtral-small-bf16", 1, 1,

@@ -62,6 +62,18 @@ DL_EXTERN const dl_check_profile_t *dl_check_profile_at(int i);
  * accepted for fp32), or NULL. */
 DL_EXTERN const dl_check_profile_t *dl_check_profile_find(const char *name);
 
+/* Parses a profile spec: one profile name for the whole layer ("bf16"), or
+ * per part, comma-separated PART=NAME items ("router=fp32,experts=bf16-acc"),
+ * PART one of router (logits, scores, weights and their gradients),
+ * experts (the expert GEMMs, SwiGLU and their gradients), combine (out,
+ * d_topk_weights, d_y_sorted, d_x), a stage name, or default (the rest).
+ * Later items override earlier ones. *whole gets the default profile (NULL
+ * if none is named), per_stage[DL_VALUE_COUNT] each stage's (NULL: the
+ * default). Returns 0 or DL_EINVAL (an unknown part or profile, an empty
+ * item). */
+DL_EXTERN int dl_check_parse_profiles(const char *spec, const dl_check_profile_t **whole,
+                                      const dl_check_profile_t **per_stage);
+
 /* ------------------------------------------------------------- the inputs */
 
 /* The golden case: configuration, inputs and every stage. bwd may be NULL
@@ -98,6 +110,8 @@ typedef struct {
 
 typedef struct {
     const dl_check_profile_t *profile; /* NULL: the candidate's compute_mode, else fp32 */
+    const dl_check_profile_t *stage_profile[DL_VALUE_COUNT]; /* per stage (NULL: profile);
+                                        * dl_check_parse_profiles fills it */
     int diagnose_drops;  /* search which (token, slot) pairs are missing from a wrong out row (default 1) */
     int64_t max_listed;  /* (token, slot) pairs and tokens named in messages (default 8) */
     int recompute_all;   /* never reuse golden values: recompute every stage on the

@@ -78,7 +78,18 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
         dl_check_options_default(&ck.opt);
     if (ck.opt.max_listed < 0)
         ck.opt.max_listed = 0;
+    int per_stage = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage |= ck.opt.stage_profile[s] != NULL;
     ck.prof = ck.opt.profile;
+    if (!ck.prof && !per_stage && cand->compute_mode && strchr(cand->compute_mode, '=')) {
+        /* the candidate declares per-stage profiles ("router=fp32,experts=bf16-acc") */
+        const dl_check_profile_t *whole;
+        if (dl_check_parse_profiles(cand->compute_mode, &whole, ck.opt.stage_profile) == 0) {
+            ck.prof = whole;
+            per_stage = 1;
+        }
+    }
     if (!ck.prof)
         ck.prof = dl_check_profile_find(cand->compute_mode);
     if (!ck.prof)
@@ -98,7 +109,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     snprintf(r->backend, sizeof r->backend, "%s", cand->backend ? cand->backend : "unknown");
     snprintf(r->backend_version, sizeof r->backend_version, "%s",
              cand->backend_version ? cand->backend_version : "");
-    snprintf(r->profile, sizeof r->profile, "%s", ck.prof->name);
+    snprintf(r->profile, sizeof r->profile, "%s%s", ck.prof->name, per_stage ? "+per-stage" : "");
 
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
         ck.numel[s] = dl_value_numel(ck.c, (dl_value_t)s);

@@ -122,6 +122,9 @@ int dl__ck_require(dl__ck_t *ck);
 dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);
 
 /* tol.c */
+/* The profile stage s is judged under: its per-stage profile, else the
+ * whole layer's. */
+const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s);
 double dl__ck_ulp(double g, dl_dtype_t t);
 /* The PASS (warn = 0) or WARN (warn = 1) bound for one element. */
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,

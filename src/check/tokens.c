@@ -467,7 +467,7 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
                        const float *y, const float *w, const int32_t *inv, double *p)
 {
     const int64_t k = ck->k, d = ck->d;
-    dl__cmp_t cmp = {.t = ck->act, .K = k, .short_sum = 1};
+    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
     /* the worst-case error the absent y_sorted and weights carry into the
      * slots kept (prop.c) */
     const double *dy = ck->delta[1][DL_VALUE_Y_SORTED], *dw = ck->delta[1][DL_VALUE_TOPK_WEIGHTS];
@@ -589,7 +589,7 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
     const float *g = ck->exact[DL_VALUE_OUT];
     const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
     const double *prop = ck->prop_out[1];
-    dl__cmp_t cmp = {.t = ck->act, .K = k, .short_sum = 1};
+    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
     int64_t n = 0;
     *weak_ratio = INFINITY;
     *weak = -1;

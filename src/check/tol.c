@@ -32,6 +32,68 @@ static const dl_check_profile_t profiles[] = {
 };
 #define NPROF ((int)(sizeof profiles / sizeof profiles[0]))
 
+const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s)
+{
+    return (int)s >= 0 && s < DL_VALUE_COUNT && ck->opt.stage_profile[s] ? ck->opt.stage_profile[s]
+                                                                         : ck->prof;
+}
+
+/* The stages of each part of the layer a per-stage profile names. */
+static uint64_t part_mask(const char *name)
+{
+#define B(s) (UINT64_C(1) << DL_VALUE_##s)
+    if (!strcasecmp(name, "router"))
+        return B(ROUTER_LOGITS) | B(ROUTER_SCORES) | B(TOPK_WEIGHTS) | B(D_ROUTER_SCORES) |
+               B(D_ROUTER_LOGITS) | B(D_ROUTER_WEIGHT);
+    if (!strcasecmp(name, "experts"))
+        return B(H_GATE) | B(H_UP) | B(H_ACT) | B(Y_SORTED) | B(D_H_ACT) | B(D_H_GATE) | B(D_H_UP) |
+               B(D_X_SORTED) | B(D_W_GATE) | B(D_W_UP) | B(D_W_DOWN);
+    if (!strcasecmp(name, "combine"))
+        return B(OUT) | B(D_TOPK_WEIGHTS) | B(D_Y_SORTED) | B(D_X);
+#undef B
+    dl_value_t v;
+    return dl_value_parse(name, &v) == 0 && v != DL_VALUE_NONE ? UINT64_C(1) << v : 0;
+}
+
+int dl_check_parse_profiles(const char *spec, const dl_check_profile_t **whole,
+                            const dl_check_profile_t **per_stage)
+{
+    if (!spec || !whole || !per_stage)
+        return DL_EINVAL;
+    *whole = NULL;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage[s] = NULL;
+    if (!strchr(spec, '=')) /* one profile for the whole layer */
+        return (*whole = dl_check_profile_find(spec)) ? 0 : DL_EINVAL;
+    const char *p = spec;
+    while (*p) {
+        char item[96], *eq;
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item)
+            return DL_EINVAL;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += len + (p[len] == ',');
+        if (!(eq = strchr(item, '=')))
+            return DL_EINVAL;
+        *eq = '\0';
+        const dl_check_profile_t *pr = dl_check_profile_find(eq + 1);
+        if (!pr)
+            return DL_EINVAL;
+        if (!strcasecmp(item, "default")) {
+            *whole = pr;
+            continue;
+        }
+        const uint64_t m = part_mask(item);
+        if (!m)
+            return DL_EINVAL;
+        for (int s = 0; s < DL_VALUE_COUNT; s++)
+            if ((m >> s) & 1)
+                per_stage[s] = pr;
+    }
+    return 0;
+}
+
 int dl_check_profile_count(void)
 {
     return NPROF;
@@ -94,7 +156,7 @@ static double eta(dl_dtype_t t)
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
                     int warn)
 {
-    const dl_check_profile_t *p = ck->prof;
+    const dl_check_profile_t *p = dl__ck_prof(ck, cmp->stage);
     const double uo = dl_dtype_unit_roundoff(cmp->t);
     /* the candidate's own final rounding and the golden's (g = RN(exact)):
      * |c - g| <= |c - x| + |x - g| with each <= u_out |x|, |x| <= |g|(1+2u) */

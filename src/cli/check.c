@@ -30,6 +30,7 @@ static unsigned preflight_seconds(void)
 typedef struct {
     const char *profile, *json, *junit, *stages, *require, *out;
     int all, force, forward_only, strict_storage;
+    const dl_check_profile_t *per_stage[DL_VALUE_COUNT]; /* from --profile PART=NAME,... */
     double time_limit;
     const char *backends[MAX_BACKENDS];
     int nbackends;
@@ -40,7 +41,8 @@ static void check_usage(FILE *f)
     fprintf(f,
             "usage: dropless check [options] GOLDEN.h5 CANDIDATE.h5\n"
             "  --profile NAME   the candidate's compute mode (default: its compute_mode\n"
-            "                   attribute, else fp32); one of:");
+            "                   attribute, else fp32), or per part: router=fp32,experts=bf16-acc\n"
+            "                   (parts router, experts, combine, default, stage names); one of:");
     for (int i = 0; i < dl_check_profile_count(); i++)
         fprintf(f, " %s", dl_check_profile_at(i)->name);
     fprintf(f,
@@ -245,13 +247,17 @@ static void restore_stages(dl_golden_file_t *cand, void **kept)
             *dl_golden_slot(cand, dl_golden_dataset(i)) = kept[i];
 }
 
-static int resolve_profile(const char *name, const char *cmd, const dl_check_profile_t **p)
+static int resolve_profile(const char *name, const char *cmd, const dl_check_profile_t **p,
+                           const dl_check_profile_t **per_stage)
 {
     *p = NULL;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage[s] = NULL;
     if (!name)
         return 0;
-    if (!(*p = dl_check_profile_find(name))) {
-        fprintf(stderr, "dropless %s: unknown profile '%s' (known:", cmd, name);
+    if (dl_check_parse_profiles(name, p, per_stage) != 0) {
+        fprintf(stderr, "dropless %s: unknown profile or part in '%s' (parts: router, experts, "
+                "combine, default, stage names; profiles:", cmd, name);
         for (int i = 0; i < dl_check_profile_count(); i++)
             fprintf(stderr, " %s", dl_check_profile_at(i)->name);
         fprintf(stderr, ")\n");
@@ -349,6 +355,7 @@ static int judge(const opts_t *o, const char *gpath, const char *cpath, const dl
     dl_check_options_t co;
     dl_check_options_default(&co);
     co.profile = profile;
+    memcpy(co.stage_profile, o->per_stage, sizeof co.stage_profile);
     co.require = require;
     co.strict_storage = o->strict_storage;
     dl_check_report_t rep;
@@ -399,7 +406,7 @@ int dl_cli_check(int argc, char **argv)
     const char *gpath = argv[optind], *cpath = argv[optind + 1];
     const dl_check_profile_t *profile;
     uint64_t want = 0, require = 0;
-    if ((rc = resolve_profile(o.profile, "check", &profile)))
+    if ((rc = resolve_profile(o.profile, "check", &profile, o.per_stage)))
         return rc;
     if ((o.stages && parse_stage_list("check", "stages", o.stages, &want)) ||
         (o.require && parse_stage_list("check", "require", o.require, &require)))
@@ -498,7 +505,7 @@ int dl_cli_run(int argc, char **argv)
     }
     const dl_check_profile_t *profile;
     uint64_t require = 0;
-    if ((rc = resolve_profile(o.profile, "run", &profile)))
+    if ((rc = resolve_profile(o.profile, "run", &profile, o.per_stage)))
         return rc;
     if (o.stages) {
         fprintf(stderr, "dropless run: --stages is for 'dropless check'\n");
@@ -542,6 +549,7 @@ int dl_cli_run(int argc, char **argv)
         dl_check_options_t co;
         dl_check_options_default(&co);
         co.profile = profile;
+        memcpy(co.stage_profile, o.per_stage, sizeof co.stage_profile);
         co.require = require;
         /* each stage was fed golden inputs: judge each on golden upstream */
         uint64_t groups[DL_STAGE_COUNT];

@@ -56,9 +56,11 @@ class Layer:
     (identity for fp32, bf16 for a bf16 autograd-style kernel) in the
     stages stored in the case's type; fp32 stages stay fp32."""
 
-    def __init__(self, c, z, rnd=lambda a: a.astype(F32), keep=None, rw=None, ri=None):
+    def __init__(self, c, z, rnd=lambda a: a.astype(F32), keep=None, rw=None, ri=None,
+                 ri_router=True):
         self.c, self.z, self.rnd = c, z, rnd
         self.ri = ri or (lambda a: a)  # GEMM operands (tf32 rounds them)
+        self.ri_router = ri_router      # the router's GEMMs too
         # weight gradients: fp32 (the golden's type) unless the kernel stores
         # them like its weights (bf16 autograd)
         self.rw = rw or (lambda a: a.astype(F32))
@@ -81,7 +83,7 @@ class Layer:
     def forward(self):
         c, z, r = self.c, self.z, self.rnd
         x = z["x"]
-        self.logits = self.mm(x, z["router_weight"])
+        self.logits = self.mm(x, z["router_weight"]) if self.ri_router else (x @ z["router_weight"]).astype(F32)
         L = self.logits
         if c["score_function"] == "softmax":
             e = np.exp(L - L.max(axis=1, keepdims=True), dtype=F32)
