@@ -1168,7 +1168,7 @@ START_TEST(bound_model)
     dl__ck_t ck;
     memset(&ck, 0, sizeof ck);
     const char *names[] = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc"};
-    ck_assert_int_eq(dl_check_profile_count(), 6);
+    ck_assert_int_eq(dl_check_profile_count(), 8);
     for (int i = 0; i < 6; i++) {
         ck_assert_ptr_eq(dl_check_profile_find(names[i]), dl_check_profile_at(i));
         ck.prof = dl_check_profile_at(i);

@@ -152,6 +152,18 @@ def k_tf32_all(gold, path, bf16=False):
     return L
 
 
+def k_jax_swiglu(gold, path, bf16=False):
+    """bf16 with JAX's elementwise SwiGLU (intermediates rounded to bf16),
+    forward stages."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, rnd=K.bf16)
+    L.act = K.swiglu_bf16
+    L.forward()
+    st = {k_: v for k_, v in L.stages().items() if k_.startswith("forward/")}
+    K.write(path, st, "zoo-jax-swiglu", "bf16")
+    return L
+
+
 def k_capacity(gold, path, bf16=False):
     """Switch-style capacity factor 1.0: the overflow of each expert dropped."""
     L = layer(gold, bf16, cf=1.0)
@@ -365,6 +377,12 @@ ZOO = [
     ("a tf32 router where router=fp32 is declared: router FAILs", k_tf32_all, "mixtral-small", 0, 1,
      [("router_logits", "numerics", "FAIL"), ("h_gate", "numerics", "PASS")], 0, None, None,
      ["--profile", PER_PART]),
+    ("JAX-style bf16 SwiGLU under the bf16 profile: outside it", k_jax_swiglu, "mixtral-small-bf16", 1, 1,
+     [("h_act", "numerics", "FAIL")], 0, None),
+    ("JAX-style bf16 SwiGLU under bf16-elem", k_jax_swiglu, "mixtral-small-bf16", 1, 0,
+     [("h_act", "numerics", "PASS")], 0, None, None, ["--profile", "bf16-elem"]),
+    ("JAX-style bf16 SwiGLU, d = 512, under experts=bf16-elem", k_jax_swiglu, "wide512-bf16", 1, 0,
+     [("h_act", "numerics", "PASS")], 0, None, None, ["--profile", "default=bf16,experts=bf16-elem"]),
     ("fused capacity fp32", k_capacity, "mixtral-small", 0, 1,
      [("out", "numerics", "FAIL"), ("case", "zero_drops", "FAIL")], "exact", None),
     ("fused capacity bf16", k_capacity, "mixtral-small-bf16", 1, 1,

@@ -43,7 +43,8 @@ DL_EXTERN const char *dl_verdict_name(dl_verdict_t v);
  * Elementwise transcendental stages (scores, SwiGLU) use elem_pass/elem_warn
  * units of u_f32 = 2^-24 in place of kappa(K) u_acc. */
 typedef struct {
-    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc" */
+    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc",
+                           * "bf16-elem", "fp16-elem" */
     int in_bits;          /* significand bits of the GEMM input grid; 24 = fp32 */
     int in_exp_bits;      /* exponent bits of that grid (8 or 5) */
     double u_acc;         /* unit roundoff of each accumulation step */
@@ -52,6 +53,10 @@ typedef struct {
     int sums_in_storage;  /* short sums of separately rounded parts (combine,
                            * un-permute, the two terms of d_x_sorted) accumulate
                            * in the stage's storage type: u_acc = max(u_acc, u_out) there */
+    double elem_s_pass, elem_s_warn; /* > 0: elementwise stages stored in bf16/fp16 compute
+                           * their intermediates in that type (JAX's bf16 SwiGLU): these
+                           * many units of the storage type's u_out replace elem_pass/
+                           * elem_warn there (fp32-stored stages keep theirs) */
     const char *summary;  /* one line for reports and --help */
 } dl_check_profile_t;
 

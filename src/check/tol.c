@@ -17,18 +17,22 @@
  * and normalise by truncation (Fasi, Higham, Mikaitis, Pranesh 2021), so one
  * step errs by up to an ulp: u_acc = 2^-23 there, 2^-24 for plain fp32 FMA. */
 static const dl_check_profile_t profiles[] = {
-    {"fp32", 24, 8, 0x1p-24, 2.0, 8.0, 32.0, 0,
+    {"fp32", 24, 8, 0x1p-24, 2.0, 8.0, 32.0, 0, 0, 0,
      "fp32 inputs as stored, fp32 round-to-nearest accumulation"},
-    {"tf32", 11, 8, 0x1p-23, 2.0, 8.0, 32.0, 0,
+    {"tf32", 11, 8, 0x1p-23, 2.0, 8.0, 32.0, 0, 0, 0,
      "GEMM operands rounded to tf32 (10-bit mantissa), fp32 accumulation"},
-    {"bf16", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 0,
+    {"bf16", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 0, 0, 0,
      "GEMM operands on the bf16 grid, fp32 accumulation"},
-    {"fp16", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 0,
+    {"fp16", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 0, 0, 0,
      "GEMM operands on the fp16 grid, fp32 accumulation"},
-    {"bf16-acc", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1,
+    {"bf16-acc", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1, 0, 0,
      "as bf16, but short sums (combine, un-permute, gradient terms) add stored bf16 parts"},
-    {"fp16-acc", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1,
+    {"fp16-acc", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1, 0, 0,
      "as fp16, but short sums (combine, un-permute, gradient terms) add stored fp16 parts"},
+    {"bf16-elem", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1, 4.0, 12.0,
+     "as bf16-acc, and SwiGLU/score intermediates rounded to bf16 (framework elementwise ops)"},
+    {"fp16-elem", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1, 4.0, 12.0,
+     "as fp16-acc, and SwiGLU/score intermediates rounded to fp16 (framework elementwise ops)"},
 };
 #define NPROF ((int)(sizeof profiles / sizeof profiles[0]))
 
@@ -173,7 +177,9 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     kap_w = ein + kap_w + ein * kap_w;
     const double kap_p = ein + p->c_pass * sqrt((double)K) * ua;
     double kap = warn ? fmax(kap_w, kap_p) : kap_p;
-    if (cmp->elem)
+    if (cmp->elem && p->elem_s_pass > 0 && uo > U32) /* intermediates in the storage type */
+        kap += (warn ? fmax(p->elem_s_warn, p->elem_s_pass) : p->elem_s_pass) * uo;
+    else if (cmp->elem)
         kap += (warn ? fmax(p->elem_warn, p->elem_pass) : p->elem_pass) * U32;
     if (M != 0.0)
         b += kap * M;

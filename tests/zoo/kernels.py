@@ -51,6 +51,14 @@ def swiglu(h_g, h_u):
     return (h_g / (1.0 + np.exp(-h_g, dtype=F32))) * h_u
 
 
+def swiglu_bf16(h_g, h_u):
+    """SwiGLU with every intermediate rounded to bf16 (JAX's bf16 jax.nn.silu
+    then the product): exp, 1 + e, the quotient, g * sigmoid, * up."""
+    e = bf16(np.exp(-h_g, dtype=F32))
+    s = bf16(F32(1.0) / bf16(F32(1.0) + e))
+    return bf16(bf16(h_g * s) * h_u)
+
+
 class Layer:
     """One forward and backward pass. rnd rounds a stored intermediate
     (identity for fp32, bf16 for a bf16 autograd-style kernel) in the
@@ -61,6 +69,7 @@ class Layer:
         self.c, self.z, self.rnd = c, z, rnd
         self.ri = ri or (lambda a: a)  # GEMM operands (tf32 rounds them)
         self.ri_router = ri_router      # the router's GEMMs too
+        self.act = swiglu
         # weight gradients: fp32 (the golden's type) unless the kernel stores
         # them like its weights (bf16 autograd)
         self.rw = rw or (lambda a: a.astype(F32))
@@ -104,7 +113,7 @@ class Layer:
             hg[a:b] = r(self.mm(self.xs[a:b], z["w_gate"][e]))
             hu[a:b] = r(self.mm(self.xs[a:b], z["w_up"][e]))
         self.hg, self.hu = hg, hu
-        self.ha = r(swiglu(hg, hu))
+        self.ha = r(self.act(hg, hu))
         for e in range(self.E):
             a, b = self.off[e], self.off[e + 1]
             y[a:b] = r(self.mm(self.ha[a:b], z["w_down"][e]))
