@@ -401,6 +401,54 @@ START_TEST(fp32_backend_passes)
 }
 END_TEST
 
+/* A fused candidate (out and d_x of the same fp32 backend, nothing else):
+ * conformant only because the absent stages' errors propagate; judged as
+ * if its upstream were exact (exact_upstream, the isolated semantics) it
+ * FAILs. The tf32 backend fused is still caught under the fp32 profile. */
+START_TEST(fused_backend_propagation)
+{
+    gcase_t g;
+    make_case(&g, CASE_SOFTMAX, DL_F32, 31);
+    dl_moe_forward_t f;
+    dl_moe_backward_t b;
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    o.profile = dl_check_profile_find("fp32");
+    dl_check_report_t r;
+    for (int tf = 0; tf < 2; tf++) {
+        float_backend(&g, tf, &f, &b);
+        dl_check_candidate_t c = {.fwd = {.out = f.out}, .bwd = {.d_x = b.d_x}};
+        o.exact_upstream = 0;
+        ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+        const dl_check_result_t *out = find(&r, DL_VALUE_OUT, "numerics");
+        const dl_check_result_t *dx = find(&r, DL_VALUE_D_X, "numerics");
+        if (!tf) {
+            if (r.verdict != DL_VERDICT_PASS)
+                dump(&r);
+            ck_assert_int_eq(out->verdict, DL_VERDICT_PASS);
+            ck_assert_int_eq(dx->verdict, DL_VERDICT_PASS);
+            ck_assert(out->err_pass > 0.0 && out->err_pass < 0.5);
+            ck_assert_ptr_nonnull(strstr(out->message, "propagated"));
+            ck_assert_int_eq(find(&r, DL_VALUE_NONE, "zero_drops")->verdict, DL_VERDICT_PASS);
+            ck_assert_ptr_nonnull(strstr(find(&r, DL_VALUE_NONE, "zero_drops")->message, "floor"));
+        } else {
+            ck_assert_int_eq(out->verdict, DL_VERDICT_FAIL); /* tf32 declared fp32 */
+        }
+        dl_check_report_free(&r);
+        if (!tf) {
+            o.exact_upstream = 1; /* no propagation: one rounding allowed, the errors are not */
+            ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+            ck_assert_int_ne(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
+            dl_check_report_free(&r);
+        }
+        dl_moe_forward_free(&f);
+        dl_moe_backward_free(&b);
+    }
+    free_case(&g);
+}
+END_TEST
+
 START_TEST(tf32_backend_needs_tf32_profile)
 {
     gcase_t g;
@@ -733,11 +781,20 @@ START_TEST(missing_stages_skip)
     ck_assert_int_eq(find(&r, DL_VALUE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
     ck_assert_int_eq(count(&r, DL_VERDICT_SKIP), DL_VALUE_COUNT - 1);
     dl_check_report_free(&r);
-    /* nothing at all: everything SKIP, still conformant */
+    /* nothing at all: everything SKIP, and nothing checked is not conformance */
     memset(&f, 0, sizeof f);
     r = run(&g, &f, NULL, "fp32");
     ck_assert_int_eq(r.verdict, DL_VERDICT_SKIP);
-    ck_assert(dl_check_conformant(&r));
+    ck_assert(!dl_check_checked(&r));
+    ck_assert(!dl_check_conformant(&r));
+    {
+        const dl_check_report_t *rp = &r;
+        ck_assert_int_eq(dl_check_exit_status(&rp, 1), DL_CHECK_EXIT_USAGE);
+        /* an INFO note alone checks nothing either */
+        ck_assert_int_eq(dl_check_report_add(&r, DL_VALUE_NONE, "note", DL_VERDICT_INFO, "x"), 0);
+        ck_assert(!dl_check_checked(&r));
+        ck_assert_int_eq(dl_check_exit_status(&rp, 1), DL_CHECK_EXIT_USAGE);
+    }
     dl_check_report_free(&r);
     /* a forward-only golden: backward stages SKIP */
     dl_moe_forward_t f2;
@@ -752,6 +809,99 @@ START_TEST(missing_stages_skip)
     dl_check_report_free(&r);
     dl_moe_forward_free(&f2);
     dl_moe_backward_free(&b2);
+    free_case(&g);
+}
+END_TEST
+
+/* --require: a required stage the candidate lacks is a FAIL (its SKIP line
+ * turned), one it provides is judged as usual; plain runs and isolated
+ * runs agree; a backward stage against a forward-only golden FAILs too. */
+START_TEST(required_stages)
+{
+    gcase_t g;
+    make_case(&g, CASE_SOFTMAX, DL_F32, 72);
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_candidate_t cand = {.fwd = {.out = g.f.out}};
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    o.require = (UINT64_C(1) << DL_VALUE_OUT) | (UINT64_C(1) << DL_VALUE_D_X);
+    dl_check_report_t r;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
+    ck_assert_ptr_null(find(&r, DL_VALUE_D_X, "provided"));
+    ck_assert(!dl_check_conformant(&r));
+    dl_check_report_free(&r);
+    uint64_t groups[2] = {UINT64_C(1) << DL_VALUE_OUT, UINT64_C(1) << DL_VALUE_D_X};
+    ck_assert_int_eq(dl_check_run_isolated(&gold, &cand, &o, groups, 2, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
+    ck_assert(!dl_check_conformant(&r));
+    dl_check_report_free(&r);
+    /* provided: conformant */
+    cand.bwd.d_x = g.b.d_x;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    ck_assert_ptr_null(find(&r, DL_VALUE_D_X, "required"));
+    ck_assert(dl_check_conformant(&r));
+    dl_check_report_free(&r);
+    /* the golden has no backward: a required backward stage cannot be met */
+    gold.bwd = NULL;
+    ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
+    ck_assert_ptr_nonnull(strstr(find(&r, DL_VALUE_D_X, "required")->message, "no backward"));
+    dl_check_report_free(&r);
+    free_case(&g);
+}
+END_TEST
+
+/* Per-stage profiles: parts, stage names, default, later items override,
+ * errors; and they reach the bound (a tf32 backend judged tf32 only in the
+ * experts FAILs on the router). */
+START_TEST(per_stage_profiles)
+{
+    const dl_check_profile_t *whole, *ps[DL_VALUE_COUNT];
+    ck_assert_int_eq(dl_check_parse_profiles("bf16", &whole, ps), 0);
+    ck_assert_str_eq(whole->name, "bf16");
+    ck_assert_ptr_null(ps[DL_VALUE_H_GATE]);
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp32,experts=bf16-acc,h_act=bf16", &whole, ps), 0);
+    ck_assert_ptr_null(whole);
+    ck_assert_str_eq(ps[DL_VALUE_ROUTER_LOGITS]->name, "fp32");
+    ck_assert_str_eq(ps[DL_VALUE_D_ROUTER_WEIGHT]->name, "fp32");
+    ck_assert_str_eq(ps[DL_VALUE_D_W_DOWN]->name, "bf16-acc");
+    ck_assert_str_eq(ps[DL_VALUE_H_ACT]->name, "bf16");
+    ck_assert_ptr_null(ps[DL_VALUE_OUT]);
+    ck_assert_int_eq(dl_check_parse_profiles("default=tf32,combine=fp32", &whole, ps), 0);
+    ck_assert_str_eq(whole->name, "tf32");
+    ck_assert_str_eq(ps[DL_VALUE_D_X]->name, "fp32");
+    ck_assert_int_eq(dl_check_parse_profiles("routr=fp32", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp8", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp32,,experts=tf32", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router", &whole, ps), DL_EINVAL);
+    ck_assert_int_eq(dl_check_parse_profiles("router=", &whole, ps), DL_EINVAL);
+    gcase_t g;
+    make_case(&g, CASE_SOFTMAX, DL_F32, 41);
+    dl_moe_forward_t f;
+    dl_moe_backward_t b;
+    float_backend(&g, 1, &f, &b); /* tf32 everywhere */
+    dl_check_golden_t gold = golden_of(&g);
+    dl_check_candidate_t c = {.fwd = f, .bwd = b};
+    dl_check_options_t o;
+    dl_check_options_default(&o);
+    ck_assert_int_eq(dl_check_parse_profiles("default=tf32,router=fp32", &o.profile, o.stage_profile), 0);
+    dl_check_report_t r;
+    ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_ROUTER_LOGITS, "numerics")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "numerics")->verdict, DL_VERDICT_PASS);
+    dl_check_report_free(&r);
+    /* the same profile spec as the candidate's compute_mode */
+    dl_check_options_default(&o);
+    c.compute_mode = "default=tf32,router=fp32";
+    ck_assert_int_eq(dl_check_run(&gold, &c, &o, &r), 0);
+    ck_assert_int_eq(find(&r, DL_VALUE_ROUTER_LOGITS, "numerics")->verdict, DL_VERDICT_FAIL);
+    ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "numerics")->verdict, DL_VERDICT_PASS);
+    ck_assert_str_eq(r.profile, "tf32+per-stage");
+    dl_check_report_free(&r);
+    dl_moe_forward_free(&f);
+    dl_moe_backward_free(&b);
     free_case(&g);
 }
 END_TEST
@@ -997,7 +1147,7 @@ START_TEST(bound_model)
     dl__ck_t ck;
     memset(&ck, 0, sizeof ck);
     const char *names[] = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc"};
-    ck_assert_int_eq(dl_check_profile_count(), 6);
+    ck_assert_int_eq(dl_check_profile_count(), 8);
     for (int i = 0; i < 6; i++) {
         ck_assert_ptr_eq(dl_check_profile_find(names[i]), dl_check_profile_at(i));
         ck.prof = dl_check_profile_at(i);
@@ -1150,8 +1300,11 @@ static Suite *suite_verdicts(void)
     tcase_add_test(tc, m_paths_agree);
     tcase_add_loop_test(tc, fp32_backend_passes, 0, 3);
     tcase_add_test(tc, tf32_backend_needs_tf32_profile);
+    tcase_add_test(tc, fused_backend_propagation);
     tcase_add_test(tc, stage_local);
     tcase_add_test(tc, missing_stages_skip);
+    tcase_add_test(tc, required_stages);
+    tcase_add_test(tc, per_stage_profiles);
     suite_add_tcase(s, tc);
     return s;
 }

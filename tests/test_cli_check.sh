@@ -19,6 +19,12 @@ check "check: wrong number of arguments is a usage error (exit 2)" 'run 2 check 
 check "check: an unknown option is a usage error" 'run 2 check --bogus "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
 check "check: an unknown profile is a usage error naming the profiles" \
     'run 2 check --profile fp8 "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q tf32 "$T/err"'
+check "check --profile per part: an unknown part is a usage error" \
+    'run 2 check --profile routr=fp32 "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q "router, experts" "$T/err"'
+check "check --profile per part: an unknown profile in an item is a usage error" \
+    'run 2 check --profile router=fp8 "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
+check "check --profile per part: the golden conforms, the report says per-stage" \
+    'run 0 check --profile router=fp32,experts=bf16-acc "$V/tiny.h5" "$V/tiny.h5" && grep -q "profile fp32+per-stage" "$T/out"'
 check "check: an unknown stage is a usage error" \
     'run 2 check --stages nonsense "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
 check "check: a missing candidate is exit 2 with one line naming it" \
@@ -74,11 +80,84 @@ check "info --layout lists every array of the format, d_router_weight included" 
     'run 0 info --layout && [ "$(grep -c -E "^(inputs|forward|backward) " "$T/out")" -eq 35 ] && grep -q "^backward  d_router_weight  f32   dE " "$T/out"'
 check "info --layout: an unexpected argument is a usage error" 'run 2 info --layout extra && one_line_err'
 
+# --- nothing checked is not conformance (issue 11, item 7)
+H5PY=""
+[ -n "$PY" ] && "$PY" -c 'import h5py, numpy' 2>/dev/null && H5PY=$PY
+check "check --stages '' is a usage error, never a pass" \
+    'run 2 check --stages "" "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q "empty list" "$T/err"'
+check "check --stages with only separators is a usage error" \
+    'run 2 check --stages " , " "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
+check "check --stages: a typo names the nearest stage" \
+    'run 2 check --stages h_gates "$V/tiny.h5" "$V/tiny.h5" && one_line_err && grep -q "did you mean h_gate?" "$T/err"'
+check "check --require: provided stages conform (exit 0)" \
+    'run 0 check --require out,d_x "$V/tiny.h5" "$V/tiny.h5"'
+check "check --require: an unknown stage is a usage error" \
+    'run 2 check --require d_xx "$V/tiny.h5" "$V/tiny.h5" && one_line_err'
+check "check --require: a required stage left out by --stages FAILs (exit 1)" \
+    'run 1 check --stages out --require d_x "$V/tiny.h5" "$V/tiny.h5" && grep -q "^d_x  *required  *FAIL" "$T/out"'
+check "check: a forward-only golden cannot meet --require d_x (exit 1)" \
+    'run 0 run --forward-only --backend "$B/plain.so" --out "$T/fo.h5" "$V/tiny.h5" &&
+     run 1 check --require d_x "$V/tiny.h5" "$T/fo.h5" && grep -q "required" "$T/out"'
+check "run --require: a forward-only run FAILs a required backward stage" \
+    'run 1 run --forward-only --require d_x --backend "$B/plain.so" "$V/tiny.h5" && grep -q "^d_x  *required  *FAIL" "$T/out"'
+if [ -n "$H5PY" ]; then
+    "$H5PY" - "$V/tiny.h5" "$T" <<'PYEOF'
+import sys, h5py
+g = h5py.File(sys.argv[1], "r")
+d = sys.argv[2]
+with h5py.File(d + "/empty.h5", "w") as f:
+    f.attrs["backend"] = "empty"
+with h5py.File(d + "/typo.h5", "w") as f:
+    f.create_dataset("forward/h_gates", data=g["forward/h_gate"][...])
+    f.create_dataset("out", data=g["forward/out"][...])
+with h5py.File(d + "/extra.h5", "w") as f:
+    f.create_dataset("forward/out", data=g["forward/out"][...])
+    f.create_dataset("forward/outt", data=g["forward/out"][...])
+with h5py.File(d + "/inputs_only.h5", "w") as f:
+    f.create_dataset("inputs/x", data=g["inputs/x"][...])
+PYEOF
+    check "check: an empty candidate is exit 2, nothing to check" \
+        'run 2 check "$V/tiny.h5" "$T/empty.h5" && one_line_err && grep -q "nothing to check" "$T/err"'
+    check "check: a candidate holding only inputs is exit 2" \
+        'run 2 check "$V/tiny.h5" "$T/inputs_only.h5" && one_line_err && grep -q "nothing to check" "$T/err"'
+    check "check: misnamed or misplaced datasets are exit 2, each with the nearest known name" \
+        'run 2 check "$V/tiny.h5" "$T/typo.h5" && one_line_err &&
+         grep -q "/forward/h_gates (did you mean /forward/h_gate?)" "$T/err" && grep -q "/out (did you mean /forward/out?)" "$T/err"'
+    check "check: an unknown dataset beside real ones is a NOTE, the rest is judged" \
+        'run 0 check "$V/tiny.h5" "$T/extra.h5" && grep -q "NOTE: 1 dataset ignored.*/forward/outt (did you mean /forward/out?)" "$T/out" && grep -q "^CONFORMANT" "$T/out"'
+    check "check --json: an unknown dataset NOTE is in the JSON report" \
+        'run 0 check --json "$T/extra.json" "$V/tiny.h5" "$T/extra.h5" && grep -q "forward/outt" "$T/extra.json" && grep -q "\"checked\":true" "$T/extra.json"'
+    check "check: a stage the case lacks (h_gate of a plain FFN) is named as such" \
+        '"$H5PY" -c "import h5py,sys; g=h5py.File(sys.argv[1]); f=h5py.File(sys.argv[2],\"w\"); f[\"forward/h_gate\"]=g[\"forward/y_sorted\"][...]" "$V/plain-ffn.h5" "$T/pl.h5" &&
+         run 2 check "$V/plain-ffn.h5" "$T/pl.h5" && grep -q "not a value of this case" "$T/err"'
+    # --- candidates need no seal (item 4): an edited copy of a golden is judged
+    cp "$V/tiny.h5" "$T/ed_same.h5" && cp "$V/tiny.h5" "$T/ed_bad.h5" &&
+    "$H5PY" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f.attrs['backend'] = 'edited'
+with h5py.File(sys.argv[2], 'r+') as f: f['forward/out'][0, 0] = 2 * f['forward/out'][0, 0]
+" "$T/ed_same.h5" "$T/ed_bad.h5"
+    check "check: an edited copy of a golden (stale seal) is judged, with a NOTE (exit 0)" \
+        'run 0 check "$V/tiny.h5" "$T/ed_same.h5" && grep -q "NOTE: the candidate.s seal does not match" "$T/out" && grep -q "^CONFORMANT" "$T/out"'
+    check "check: an edited copy with a wrong out is judged NOT CONFORMANT (exit 1)" \
+        'run 1 check "$V/tiny.h5" "$T/ed_bad.h5" && grep -q "^out  *numerics  *FAIL" "$T/out"'
+    check "check: a golden with a stale seal is still refused (exit 2, damaged)" \
+        'run 2 check "$T/ed_same.h5" "$V/tiny.h5" && one_line_err && grep -q "damaged" "$T/err"'
+    check "check: an unsealed candidate gets a NOTE, never a refusal" \
+        'run 0 check "$V/tiny.h5" "$T/extra.h5" && grep -q "NOTE: the candidate is not sealed" "$T/out"'
+else
+    for i in 1 2 3 4 5 6 7 8 9 10; do n=$((n + 1)); echo "ok $n # SKIP python3 with h5py not available"; done
+fi
+
 # --- reports
 if [ -n "$PY" ]; then
     check "--json writes JSON that parses, with the documented top level" \
         'run 1 run --backend "$B/plain.so" --backend "$B/capacity.so" --json "$T/r.json" "$EE" &&
          "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]; assert d[0][\"format\"]==\"dropless-check\"; assert d[1][\"verdict\"]==\"FAIL\"" "$T/r.json"'
+    check "--junit: suites named by case and backend, no nan figures (item 8)" \
+        'run 1 run --backend "$B/capacity.so" --backend "$B/plain.so" --junit "$T/r2.xml" "$EE" &&
+         grep -q "testsuite name=\"empty-experts \[capacity" "$T/r2.xml" && grep -q "testsuite name=\"empty-experts \[plain" "$T/r2.xml" &&
+         ! grep -qi "nan" "$T/r2.xml"'
     check "--junit writes JUnit XML that parses, failures included" \
         'run 1 run --backend "$B/capacity.so" --junit "$T/r.xml" "$EE" &&
          "$PY" -c "import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); f=next(r.iter(\"failure\")); assert f.get(\"message\"), f.attrib" "$T/r.xml"'

@@ -43,7 +43,8 @@ DL_EXTERN const char *dl_verdict_name(dl_verdict_t v);
  * Elementwise transcendental stages (scores, SwiGLU) use elem_pass/elem_warn
  * units of u_f32 = 2^-24 in place of kappa(K) u_acc. */
 typedef struct {
-    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc" */
+    const char *name;     /* "fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc",
+                           * "bf16-elem", "fp16-elem" */
     int in_bits;          /* significand bits of the GEMM input grid; 24 = fp32 */
     int in_exp_bits;      /* exponent bits of that grid (8 or 5) */
     double u_acc;         /* unit roundoff of each accumulation step */
@@ -52,6 +53,10 @@ typedef struct {
     int sums_in_storage;  /* short sums of separately rounded parts (combine,
                            * un-permute, the two terms of d_x_sorted) accumulate
                            * in the stage's storage type: u_acc = max(u_acc, u_out) there */
+    double elem_s_pass, elem_s_warn; /* > 0: elementwise stages stored in bf16/fp16 compute
+                           * their intermediates in that type (JAX's bf16 SwiGLU): these
+                           * many units of the storage type's u_out replace elem_pass/
+                           * elem_warn there (fp32-stored stages keep theirs) */
     const char *summary;  /* one line for reports and --help */
 } dl_check_profile_t;
 
@@ -61,6 +66,18 @@ DL_EXTERN const dl_check_profile_t *dl_check_profile_at(int i);
 /* The profile named name (case-insensitive; "float32" and "fp32-rn" are
  * accepted for fp32), or NULL. */
 DL_EXTERN const dl_check_profile_t *dl_check_profile_find(const char *name);
+
+/* Parses a profile spec: one profile name for the whole layer ("bf16"), or
+ * per part, comma-separated PART=NAME items ("router=fp32,experts=bf16-acc"),
+ * PART one of router (logits, scores, weights and their gradients),
+ * experts (the expert GEMMs, SwiGLU and their gradients), combine (out,
+ * d_topk_weights, d_y_sorted, d_x), a stage name, or default (the rest).
+ * Later items override earlier ones. *whole gets the default profile (NULL
+ * if none is named), per_stage[DL_VALUE_COUNT] each stage's (NULL: the
+ * default). Returns 0 or DL_EINVAL (an unknown part or profile, an empty
+ * item). */
+DL_EXTERN int dl_check_parse_profiles(const char *spec, const dl_check_profile_t **whole,
+                                      const dl_check_profile_t **per_stage);
 
 /* ------------------------------------------------------------- the inputs */
 
@@ -86,6 +103,11 @@ typedef struct {
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
     uint64_t bad_shape;         /* bit (1 << stage) */
+    const char *bad_reason[DL_VALUE_COUNT]; /* why a bad_shape stage was set aside
+                                 * (actual against expected shape and type), or NULL */
+    uint64_t coarse;            /* stages stored coarser than the case's type for them
+                                 * (bf16 weight gradients of an fp32 stage), bit (1 << stage) */
+    dl_dtype_t store[DL_VALUE_COUNT]; /* their storage type, where the coarse bit is set */
     const char *backend;        /* may be NULL */
     const char *backend_version;
     const char *compute_mode;   /* the profile the backend declares; may be NULL */
@@ -93,11 +115,24 @@ typedef struct {
 
 typedef struct {
     const dl_check_profile_t *profile; /* NULL: the candidate's compute_mode, else fp32 */
+    const dl_check_profile_t *stage_profile[DL_VALUE_COUNT]; /* per stage (NULL: profile);
+                                        * dl_check_parse_profiles fills it */
     int diagnose_drops;  /* search which (token, slot) pairs are missing from a wrong out row (default 1) */
     int64_t max_listed;  /* (token, slot) pairs and tokens named in messages (default 8) */
     int recompute_all;   /* never reuse golden values: recompute every stage on the
                           * effective upstream (a self-test of the runner against
                           * the golden; costs a generation) (default 0) */
+    int exact_upstream;  /* stages the candidate lacks are exact (it was fed golden
+                          * values, as stage-isolated runs are): no error propagates
+                          * from them; default 0: a lacking stage is one the
+                          * candidate computed internally (a fused kernel), and
+                          * its error bound propagates downstream (tolerances.md) */
+    int strict_storage;  /* a stage stored coarser than the case's type FAILs (check
+                          * "storage"); default 0: judged at its own precision, with
+                          * a NOTE (an INFO line) */
+    uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
+                          * one it lacks is a FAIL (check "required"), not a SKIP;
+                          * values the case does not have are ignored (default 0) */
 } dl_check_options_t;
 
 /* Fills *o with the defaults. */
@@ -122,7 +157,7 @@ typedef struct {
     int64_t worst_index;    /* flat element index of the largest err_pass */
     double worst_cand, worst_exact;
     int64_t K;              /* contraction length (largest, for ragged stages); 0: n/a */
-    char message[256];
+    char message[512];
 } dl_check_result_t;
 
 /* A dropped assignment: token t lost its slot j (the candidate's own slot
@@ -177,15 +212,23 @@ DL_EXTERN int dl_check_format_groups(const uint64_t *groups, int ngroups, char *
 DL_EXTERN int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *check,
                                   dl_verdict_t verdict, const char *message);
 
-/* 1 if the report has no FAIL (WARN, SKIP and INFO conform), else 0. */
+/* 1 if some check of the report judged something (a PASS, WARN or FAIL),
+ * else 0: only SKIP and INFO lines, nothing was checked. */
+DL_EXTERN int dl_check_checked(const dl_check_report_t *r);
+
+/* 1 if the report has no FAIL and checked something (WARN, SKIP and INFO
+ * conform; nothing checked is never conformance), else 0. */
 DL_EXTERN int dl_check_conformant(const dl_check_report_t *r);
 
 /* Exit status of the command: 0 conformant, 1 not conformant, 2 usage or
- * unreadable input (the caller's to return when no report could be made). */
+ * unreadable input (the caller's to return when no report could be made),
+ * or nothing checked. */
 #define DL_CHECK_EXIT_CONFORMANT 0
 #define DL_CHECK_EXIT_NONCONFORMANT 1
 #define DL_CHECK_EXIT_USAGE 2
-/* DL_CHECK_EXIT_CONFORMANT or DL_CHECK_EXIT_NONCONFORMANT over n reports. */
+/* Over n reports: DL_CHECK_EXIT_NONCONFORMANT if one has a FAIL, else
+ * DL_CHECK_EXIT_USAGE if one checked nothing (dl_check_checked), else
+ * DL_CHECK_EXIT_CONFORMANT. */
 DL_EXTERN int dl_check_exit_status(const dl_check_report_t *const *r, size_t n);
 
 /* ---------------------------------------------------------------- reports */

@@ -175,7 +175,9 @@ typedef struct {
     dl_golden_inputs_t in;
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
-    int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified */
+    int sealed;              /* 1: the file's seal (SHA-256 in the user block) was verified;
+                              * 0: no seal; -1 (candidates only): a seal that does not
+                              * match or cannot be read (the file was edited after sealing) */
     int has_case, has_seed;  /* 1: the root attribute case / seed is present (candidates
                               * may leave them out; a golden file has both) */
     /* candidate files: datasets present but unusable (wrong shape or type,
@@ -183,6 +185,13 @@ typedef struct {
      * bit (1 << i) for dl_golden_dataset(i); their arrays stay NULL. */
     uint64_t bad_datasets;
     char bad_reason[DL_GOLDEN_DATASET_MAX][128]; /* why, per bad dataset i; "" otherwise */
+    /* candidate files: float datasets stored coarser than the case's type
+     * for them (bf16 weight gradients of an fp32-typed stage), bit (1 << i);
+     * store[i] is that storage type (the dtype attribute, or the HDF5 type
+     * of a 2-byte float). Finer storage (float64, fp32 in a bf16 case) is
+     * not marked: it is read and judged at the case's type. */
+    uint64_t coarse_datasets;
+    dl_dtype_t store[DL_GOLDEN_DATASET_MAX];
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 
@@ -315,12 +324,14 @@ DL_EXTERN int dl_golden_load(const char *path, dl_golden_file_t *g, char *err, s
  * stored, for the conformance check to report. Root attributes backend,
  * backend_version, compute_mode and device are read if present. Errors are
  * whole-file problems only: DL_EIO (cannot open), DL_EFORMAT (not HDF5, a
- * damaged or unreadable object, a seal mismatch, a group that is not a
+ * damaged or unreadable object, a group that is not a
  * group, a malformed root attribute), DL_ESHAPE or DL_EDTYPE (a /config
  * group whose tokens, hidden, ffn, experts, top_k or dtype disagree with
  * expect), DL_ENOMEM; with a one-line message naming the file and object.
- * A seal, if present, is verified. Candidate files are usually unsealed,
- * so HDF5 parses them unprotected: HDF5 1.10.8 can crash on deliberately
+ * A seal, if present, is verified, but a candidate needs none: a seal
+ * that does not match (an edited copy of a golden) or cannot be read sets
+ * g->sealed = -1 and loading goes on. Candidate files are thus parsed by
+ * HDF5 unprotected: HDF5 1.10.8 can crash on deliberately
  * damaged metadata (tests/fuzz/corpus holds known cases), so a caller that
  * must survive hostile files loads them in a child process. Free g with
  * dl_golden_free (not needed after an error). */
@@ -347,6 +358,21 @@ DL_EXTERN int dl_golden_load_isolated(const char *path, const dl_moe_config_t *e
  * (not libraries): HDF5 1.10.8 otherwise prints its error stack when it
  * shuts down after some damaged files. */
 DL_EXTERN void dl_golden_hdf5_quiet(void);
+
+/* The known dataset path nearest to path (the same name in another group
+ * first, else the smallest edit distance) among the forward and backward
+ * values of case c (c NULL: of any case); a static string, or NULL. */
+DL_EXTERN const char *dl_golden_nearest_dataset(const char *path, const dl_moe_config_t *c);
+
+/* Lists the datasets of the file at path that are no value of case c: a
+ * name the format does not have ("/forward/h_gates (did you mean
+ * /forward/h_gate?)") or a value case c lacks ("(not a value of this
+ * case)"), comma-separated into buf (n bytes; "..." ends a list that does
+ * not fit), their number in *count (may be NULL). Walks at most 4096
+ * objects. Like dl_golden_load_candidate it parses the file unprotected.
+ * Returns 0, DL_EINVAL or DL_EFORMAT (not HDF5 or unreadable). */
+DL_EXTERN int dl_golden_unknown_datasets(const char *path, const dl_moe_config_t *c, char *buf,
+                                         size_t n, int *count);
 
 #ifdef __cplusplus
 }

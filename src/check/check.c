@@ -34,6 +34,22 @@ static int golden_forward_complete(const dl_moe_config_t *c, const dl_moe_forwar
     return 1;
 }
 
+/* A stage stored coarser than the case's type (bf16 weight gradients, as
+ * autograd gives for bf16 weights): judged at its own precision with a
+ * NOTE, or a FAIL under strict_storage. */
+static int storage_note(dl__ck_t *ck, dl_value_t s)
+{
+    dl_check_result_t *x = dl__ck_result(ck, s, "storage");
+    if (!x)
+        return DL_ENOMEM;
+    const char *have = dl_dtype_name(ck->cand->store[s]), *want = dl_dtype_name(dl_value_dtype(ck->c, s));
+    x->verdict = ck->opt.strict_storage ? DL_VERDICT_FAIL : DL_VERDICT_INFO;
+    dl__ck_msg(x, "%sstored as %s, coarser than the case's %s%s",
+               ck->opt.strict_storage ? "" : "NOTE: ", have ? have : "?", want ? want : "?",
+               ck->opt.strict_storage ? " (--strict-storage)" : ": judged at its own precision");
+    return 0;
+}
+
 int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
                  const dl_check_options_t *o, dl_check_report_t *r)
 {
@@ -62,7 +78,18 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
         dl_check_options_default(&ck.opt);
     if (ck.opt.max_listed < 0)
         ck.opt.max_listed = 0;
+    int per_stage = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage |= ck.opt.stage_profile[s] != NULL;
     ck.prof = ck.opt.profile;
+    if (!ck.prof && !per_stage && cand->compute_mode && strchr(cand->compute_mode, '=')) {
+        /* the candidate declares per-stage profiles ("router=fp32,experts=bf16-acc") */
+        const dl_check_profile_t *whole;
+        if (dl_check_parse_profiles(cand->compute_mode, &whole, ck.opt.stage_profile) == 0) {
+            ck.prof = whole;
+            per_stage = 1;
+        }
+    }
     if (!ck.prof)
         ck.prof = dl_check_profile_find(cand->compute_mode);
     if (!ck.prof)
@@ -82,7 +109,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     snprintf(r->backend, sizeof r->backend, "%s", cand->backend ? cand->backend : "unknown");
     snprintf(r->backend_version, sizeof r->backend_version, "%s",
              cand->backend_version ? cand->backend_version : "");
-    snprintf(r->profile, sizeof r->profile, "%s", ck.prof->name);
+    snprintf(r->profile, sizeof r->profile, "%s%s", ck.prof->name, per_stage ? "+per-stage" : "");
 
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
         ck.numel[s] = dl_value_numel(ck.c, (dl_value_t)s);
@@ -96,17 +123,22 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
                 goto out;
             }
             x->verdict = DL_VERDICT_FAIL;
-            dl__ck_msg(x, "the candidate's %s has the wrong shape or type (expected %lld elements)",
-                       dl_value_name((dl_value_t)s), (long long)ck.numel[s]);
+            if (cand->bad_reason[s] && cand->bad_reason[s][0])
+                dl__ck_msg(x, "set aside: %s", cand->bad_reason[s]);
+            else
+                dl__ck_msg(x, "the candidate's %s has the wrong shape or type (expected %lld "
+                           "elements)", dl_value_name((dl_value_t)s), (long long)ck.numel[s]);
             continue;
         }
         if (!p || ck.numel[s] == 0)
             continue;
         ck.cand_arr[s] = p;
+        if (((cand->coarse >> s) & 1) && (rc = storage_note(&ck, (dl_value_t)s)))
+            goto out;
     }
 
     rc = dl__ck_stages(&ck);
-    if (rc)
+    if (rc || (rc = dl__ck_require(&ck)))
         goto out;
 
     r->verdict = dl__ck_worst_verdict(r);

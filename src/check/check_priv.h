@@ -41,6 +41,9 @@ typedef struct {
     int short_sum;             /* a short sum of separately computed parts */
     const dl__mprov_t *mp;     /* NULL: M = |g| */
     uint8_t *row_fail;         /* out, may be NULL: rows with an element over the WARN bound */
+    int64_t *row_over;         /* out, may be NULL: per row, the elements over the PASS bound */
+    const double *prop[2];     /* NULL or [rows, cols]: the PASS [0] and WARN [1] error the
+                                * stages the candidate lacks propagate into this one (prop.c) */
     int info;                  /* figures only (drift): verdict INFO */
 } dl__cmp_t;
 
@@ -91,6 +94,12 @@ typedef struct {
     float *exact_weights;
     int ids_cand_valid;
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
+    /* absent stages a provided one depends on: per element, the PASS [0]
+     * and WARN [1] bound on the error of the candidate's hidden value */
+    int track[DL_VALUE_COUNT];
+    double *delta[2][DL_VALUE_COUNT];
+    const double *prop_out[2];       /* the propagated error of out (NULL: none) */
+    int prop_used[DL_VALUE_COUNT];   /* a provided stage's bound carries propagated error */
 } dl__ck_t;
 
 /* result.c */
@@ -107,10 +116,15 @@ void dl__ck_msg_append(dl_check_result_t *r, const char *fmt, ...)
 #endif
     ;
 int dl__ck_add_drop(dl__ck_t *ck, int64_t canon_flat);
+/* Turns the SKIP of every required stage the candidate lacks into a FAIL. */
+int dl__ck_require(dl__ck_t *ck);
 /* The worst verdict of r's results, INFO aside; SKIP when there are none. */
 dl_verdict_t dl__ck_worst_verdict(const dl_check_report_t *r);
 
 /* tol.c */
+/* The profile stage s is judged under: its per-stage profile, else the
+ * whole layer's. */
+const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s);
 double dl__ck_ulp(double g, dl_dtype_t t);
 /* The PASS (warn = 0) or WARN (warn = 1) bound for one element. */
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
@@ -164,8 +178,15 @@ typedef struct {
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
-/* The storage type of stage s in this case. */
+/* The storage type of stage s in this case (the candidate's own where it
+ * stores the stage coarser). */
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
+
+/* prop.c: the first-order error that the absent upstream of stage s
+ * propagates into it, PASS (warn = 0) or WARN bound, into *out (an array
+ * of numel[s] doubles owned by ck, oracle layout), or NULL when no
+ * upstream stage carries an error. cmp is the stage's comparison setup. */
+int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);

@@ -22,9 +22,10 @@ static int grouped1(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout
 }
 
 /* Operands off the profile's input grid for a product of types a and b. */
-static int kin(const dl__ck_t *ck, dl_dtype_t a, dl_dtype_t b)
+static int kin(const dl__ck_t *ck, const dl__cmp_t *cmp, dl_dtype_t a, dl_dtype_t b)
 {
-    return !dl__ck_on_input_grid(ck->prof, a) + !dl__ck_on_input_grid(ck->prof, b);
+    const dl_check_profile_t *p = dl__ck_prof(ck, cmp->stage);
+    return !dl__ck_on_input_grid(p, a) + !dl__ck_on_input_grid(p, b);
 }
 
 /* M given element by element: an array of n doubles owned by ck. */
@@ -47,7 +48,7 @@ static void m_grouped(dl__ck_t *ck, dl__cmp_t *cmp, dl__mprov_t *mp, const float
     mp->N = N;
     mp->terms[0] = (dl_gemm_term_t){lhs, K, rhs, lay};
     cmp->K = K;
-    cmp->kappa_in = kin(ck, ck->act, ck->act);
+    cmp->kappa_in = kin(ck, cmp, ck->act, ck->act);
 }
 
 /* A GEMM over all T rows as one group (the router's). */
@@ -80,7 +81,7 @@ static int m_router_logits(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov
     *mp = (dl__mprov_t){.kind = DL__M_GROUPED, .nterms = 1, .N = ck->E, .off = o, .E = 1};
     mp->terms[0] = (dl_gemm_term_t){ck->in->x, ck->d, ck->in->router_weight, DL_RHS_KN};
     cmp->K = ck->d;
-    cmp->kappa_in = kin(ck, ck->act, DL_F32);
+    cmp->kappa_in = kin(ck, cmp, ck->act, DL_F32);
     return 0;
 }
 
@@ -239,7 +240,7 @@ static int m_d_topk_weights(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mpro
         m[fl] = a;
     }
     cmp->K = d;
-    cmp->kappa_in = kin(ck, ck->act, ck->act);
+    cmp->kappa_in = kin(ck, cmp, ck->act, ck->act);
     return 0;
 }
 
@@ -308,7 +309,7 @@ static int m_d_w(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
     cmp->row_K = rk;
     cmp->rows = E * mp->I;
     cmp->cols = mp->N;
-    cmp->kappa_in = kin(ck, ck->act, ck->act);
+    cmp->kappa_in = kin(ck, cmp, ck->act, ck->act);
     return 0;
 }
 
@@ -371,7 +372,7 @@ static int m_d_x_sorted(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t 
     mp->terms[1] = (dl_gemm_term_t){EF(D_H_UP), ck->f, ck->in->w_up, DL_RHS_NK};
     cmp->K = 2 * ck->f;
     cmp->short_sum = 1; /* the two terms may be rounded apart and added */
-    cmp->kappa_in = kin(ck, ck->act, ck->act);
+    cmp->kappa_in = kin(ck, cmp, ck->act, ck->act);
     return 0;
 }
 
@@ -431,7 +432,7 @@ static int m_d_router_weight(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mpr
     cmp->rows = ck->d;
     cmp->cols = ck->E;
     cmp->K = ck->T;
-    cmp->kappa_in = kin(ck, ck->act, DL_F32);
+    cmp->kappa_in = kin(ck, cmp, ck->act, DL_F32);
     return 0;
 }
 
@@ -463,7 +464,7 @@ static int m_d_x(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
         }
     cmp->K = k + E;
     cmp->short_sum = 1;
-    cmp->kappa_in = kin(ck, DL_F32, DL_F32);
+    cmp->kappa_in = kin(ck, cmp, DL_F32, DL_F32);
     return 0;
 }
 
@@ -525,5 +526,8 @@ uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
+    /* a candidate's coarser storage is judged at its own precision */
+    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->cand->coarse >> s) & 1))
+        return ck->cand->store[s];
     return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
 }

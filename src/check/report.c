@@ -152,8 +152,9 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
     json_str(f, r->backend_version);
     fputs(",\"profile\":", f);
     json_str(f, r->profile);
-    fprintf(f, ",\"verdict\":\"%s\",\"conformant\":%s,\"seconds\":", dl_verdict_name(r->verdict),
-            dl_check_conformant(r) ? "true" : "false");
+    fprintf(f, ",\"verdict\":\"%s\",\"conformant\":%s,\"checked\":%s,\"seconds\":",
+            dl_verdict_name(r->verdict), dl_check_conformant(r) ? "true" : "false",
+            dl_check_checked(r) ? "true" : "false");
     json_num(f, r->seconds, 0);
     fprintf(f,
             ",\"counts\":{\"PASS\":%lld,\"WARN\":%lld,\"FAIL\":%lld,\"SKIP\":%lld,\"INFO\":%lld}",
@@ -253,9 +254,10 @@ static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
                 fprintf(f, " %s", dl_value_name(r->results[i].stage));
         fputc('\n', f);
     }
-    const int ok = dl_check_conformant(r);
+    const int ok = dl_check_conformant(r), empty = !dl_check_checked(r);
     fprintf(f, "%s%s%s: %lld PASS, %lld WARN, %lld FAIL, %lld SKIP",
-            col ? (ok ? "\033[1;32m" : "\033[1;31m") : "", ok ? "CONFORMANT" : "NOT CONFORMANT",
+            col ? (ok ? "\033[1;32m" : "\033[1;31m") : "",
+            ok ? "CONFORMANT" : empty ? "NOTHING CHECKED" : "NOT CONFORMANT",
             col ? "\033[0m" : "", (long long)c[DL_VERDICT_PASS], (long long)c[DL_VERDICT_WARN],
             (long long)c[DL_VERDICT_FAIL], (long long)c[DL_VERDICT_SKIP]);
     if (r->n_dropped)
@@ -263,16 +265,27 @@ static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
     fprintf(f, " (%.2f s)\n", r->seconds);
 }
 
+/* The figures of a result, those that apply only: a non-numeric check
+ * has no error ratios, no ulp, no worst element (blank, never "nan"). */
 static void junit_figures(FILE *f, const dl_check_result_t *x)
 {
-    char buf[512];
-    snprintf(buf, sizeof buf,
-             "%s\nchecked %lld, over PASS bound %lld, over WARN bound %lld, non-finite %lld, "
-             "err/PASS %.6g, err/WARN %.6g, max ulp %.6g, worst index %lld: candidate %.9g, "
-             "exact %.9g",
-             x->message, (long long)x->n_checked, (long long)x->n_over_pass,
-             (long long)x->n_over_warn, (long long)x->n_nonfinite, x->err_pass, x->err_warn,
-             x->max_ulp, (long long)x->worst_index, x->worst_cand, x->worst_exact);
+    char buf[1024];
+    size_t w = (size_t)snprintf(buf, sizeof buf, "%s\nchecked %lld, over PASS bound %lld, over WARN "
+                                "bound %lld, non-finite %lld", x->message, (long long)x->n_checked,
+                                (long long)x->n_over_pass, (long long)x->n_over_warn,
+                                (long long)x->n_nonfinite);
+    const double v[3] = {x->err_pass, x->err_warn, x->max_ulp};
+    static const char *const nm[3] = {"err/PASS", "err/WARN", "max ulp"};
+    for (int i = 0; i < 3 && w < sizeof buf; i++)
+        if (!isnan(v[i]))
+            w += (size_t)snprintf(buf + w, sizeof buf - w, ", %s %.6g", nm[i], v[i]);
+    if (x->worst_index >= 0 && w < sizeof buf) {
+        w += (size_t)snprintf(buf + w, sizeof buf - w, ", worst index %lld",
+                              (long long)x->worst_index);
+        if (!isnan(x->worst_cand) && w < sizeof buf)
+            snprintf(buf + w, sizeof buf - w, ": candidate %.9g, exact %.9g", x->worst_cand,
+                     x->worst_exact);
+    }
     xml_str(f, buf);
 }
 
@@ -294,9 +307,12 @@ static void write_junit(FILE *f, const dl_check_report_t *const *r, size_t n)
         const dl_check_report_t *rp = r[i];
         int64_t c[5];
         counts(rp, c);
+        /* named by case and backend: several backends of one case stay apart */
         fputs("  <testsuite name=\"", f);
         xml_str(f, rp->case_name);
-        fprintf(f, "\" tests=\"%lld\" failures=\"%lld\" errors=\"0\" skipped=\"%lld\" "
+        fputs(" [", f);
+        xml_str(f, rp->backend);
+        fprintf(f, "]\" tests=\"%lld\" failures=\"%lld\" errors=\"0\" skipped=\"%lld\" "
                    "time=\"%.3f\">\n",
                 (long long)rp->n, (long long)c[DL_VERDICT_FAIL], (long long)c[DL_VERDICT_SKIP],
                 rp->seconds);

@@ -141,19 +141,65 @@ int dl_check_report_add(dl_check_report_t *r, dl_value_t stage, const char *chec
     return 0;
 }
 
-int dl_check_conformant(const dl_check_report_t *r)
+int dl_check_checked(const dl_check_report_t *r)
+{
+    for (size_t i = 0; r && i < r->n; i++)
+        if (r->results[i].verdict >= DL_VERDICT_PASS)
+            return 1;
+    return 0;
+}
+
+static int has_fail(const dl_check_report_t *r)
 {
     for (size_t i = 0; r && i < r->n; i++)
         if (r->results[i].verdict == DL_VERDICT_FAIL)
-            return 0;
-    return r != NULL;
+            return 1;
+    return 0;
+}
+
+int dl_check_conformant(const dl_check_report_t *r)
+{
+    return r && !has_fail(r) && dl_check_checked(r);
 }
 
 int dl_check_exit_status(const dl_check_report_t *const *r, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!dl_check_conformant(r[i]))
+    int empty = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i] || has_fail(r[i]))
             return DL_CHECK_EXIT_NONCONFORMANT;
-    return DL_CHECK_EXIT_CONFORMANT;
+        empty |= !dl_check_checked(r[i]);
+    }
+    return empty ? DL_CHECK_EXIT_USAGE : DL_CHECK_EXIT_CONFORMANT;
 }
 
+/* A required stage must have been judged: one with only SKIP lines (not
+ * provided, or nothing to judge it against) FAILs. */
+int dl__ck_require(dl__ck_t *ck)
+{
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        if (!((ck->opt.require >> s) & 1) || ck->numel[s] == 0)
+            continue;
+        dl_check_result_t *x = NULL;
+        int judged = 0;
+        for (size_t i = 0; i < ck->rep->n; i++) {
+            dl_check_result_t *y = &ck->rep->results[i];
+            if (y->stage != (dl_value_t)s)
+                continue;
+            judged |= y->verdict >= DL_VERDICT_PASS;
+            if (y->verdict == DL_VERDICT_SKIP && !x)
+                x = y; /* the stage's SKIP line becomes the FAIL */
+        }
+        if (judged)
+            continue;
+        if (!x && !(x = dl__ck_result(ck, (dl_value_t)s, "required")))
+            return DL_ENOMEM;
+        snprintf(x->check, sizeof x->check, "required");
+        x->verdict = DL_VERDICT_FAIL;
+        if (dl_value_is_backward((dl_value_t)s) && !ck->have_bwd)
+            dl__ck_msg(x, "required, but the golden has no backward pass to check it against");
+        else
+            dl__ck_msg(x, "required, but the candidate does not provide it");
+    }
+    return 0;
+}

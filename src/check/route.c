@@ -50,7 +50,7 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
             zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
         M *= 1.0 + fabs((double)l[e] - mx) + zs;
     }
-    dl__cmp_t cmp = {.t = DL_F32, .elem = 1,
+    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
                      .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
     return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
 }

@@ -77,11 +77,13 @@ static int empty_experts(dl__ck_t *ck, dl_value_t s, const float *c)
     dl_check_result_t *r = dl__ck_result(ck, s, "empty_experts");
     if (!r)
         return DL_ENOMEM;
-    int64_t nempty = 0, bad = 0, first = -1;
+    int64_t nempty = 0, bad = 0, first = -1, nbad_e = 0;
+    char list[160] = "";
     for (int64_t e = 0; e < ck->E; e++) {
         if (size[e])
             continue;
         nempty++;
+        int64_t here = 0;
         for (int64_t i = 0; i < per; i++)
             if (c[e * per + i] != 0.0f) {
                 if (first < 0) {
@@ -89,16 +91,21 @@ static int empty_experts(dl__ck_t *ck, dl_value_t s, const float *c)
                     r->worst_cand = c[first];
                     r->worst_exact = 0.0;
                 }
-                bad++;
+                here++;
             }
+        bad += here;
+        if (here && nbad_e++ < 8) /* every bad expert counted, the first few named */
+            snprintf(list + strlen(list), sizeof list - strlen(list), " %lld (%lld)", (long long)e,
+                     (long long)here);
     }
     r->n_checked = nempty * per;
     r->n_over_pass = r->n_over_warn = bad;
     r->worst_index = first;
     r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
     if (bad)
-        dl__ck_msg(r, "%lld nonzero elements in the gradients of experts that received no token "
-                      "(first: expert %lld)", (long long)bad, (long long)(first / per));
+        dl__ck_msg(r, "%lld nonzero elements in the gradients of experts that received no token; "
+                      "bad experts (elements):%s%s %lld of %lld empty experts", (long long)bad,
+                   list, nbad_e > 8 ? " ...;" : ";", (long long)nbad_e, (long long)nempty);
     else if (nempty)
         dl__ck_msg(r, "%lld empty experts, their gradients exactly zero", (long long)nempty);
     else
@@ -168,6 +175,191 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     return rc;
 }
 
+/* An absent stage a provided one depends on: the bound on the error of the
+ * candidate's hidden value, per element, its own PASS/WARN bound at the
+ * exact value plus what its own absent upstream propagates. */
+static int absent_delta(dl__ck_t *ck, dl_value_t s)
+{
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .exact = ck->exact[s]};
+    dl__mprov_t mp;
+    int rc = setup_cmp(ck, s, &cmp, &mp);
+    if (rc)
+        return rc;
+    const int64_t n = ck->numel[s];
+    double *M = NULL;
+    if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
+        if (!(M = malloc((size_t)(n > 0 ? n : 1) * sizeof *M)))
+            return DL_ENOMEM;
+        if ((rc = dl__ck_m_bulk(cmp.mp, cmp.rows, M))) {
+            free(M);
+            return rc;
+        }
+    }
+    const float *g = ck->exact[s];
+    for (int warn = 0; warn < 2 && !rc; warn++) {
+        double *p, *dl = NULL;
+        if ((rc = dl__ck_propagate(ck, s, &cmp, warn, &p)) ||
+            !(dl = dl__ck_alloc(ck, n, sizeof *dl))) {
+            rc = rc ? rc : DL_ENOMEM;
+            break;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < cmp.rows; r++) {
+            const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
+            for (int64_t j = 0; j < cmp.cols; j++) {
+                const int64_t i = r * cmp.cols + j;
+                const double m = !cmp.mp ? fabs((double)g[i])
+                                 : cmp.mp->kind == DL__M_ARRAY ? cmp.mp->arr[i] : M[i];
+                dl[i] = dl__ck_bound(ck, &cmp, g[i], m, K, warn) + (p ? p[i] : 0.0);
+            }
+        }
+        ck->delta[warn][s] = dl;
+    }
+    free(M);
+    return rc;
+}
+
+/* The bound of a provided stage grows by what its absent upstream
+ * propagates into it. */
+static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
+{
+    for (int warn = 0; warn < 2; warn++) {
+        double *p;
+        int rc = dl__ck_propagate(ck, s, cmp, warn, &p);
+        if (rc)
+            return rc;
+        cmp->prop[warn] = p;
+        ck->prop_used[s] |= p != NULL;
+        if (s == DL_VALUE_OUT)
+            ck->prop_out[warn] = p;
+    }
+    return 0;
+}
+
+/* 1 if the dispatch the runner uses is the golden's: only then do the
+ * golden's upstream arrays line up with the candidate's rows. */
+static int golden_dispatch(const dl__ck_t *ck)
+{
+    const void *e = ck->eff[DL_VALUE_TOPK_IDS], *g = ck->gold[DL_VALUE_TOPK_IDS];
+    return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
+}
+
+/* Judges stage s once more, on the golden's upstream: the candidate may
+ * have computed it from golden inputs (a stage-by-stage harness) and its
+ * upstream stages separately. Where that judgement is better, it replaces
+ * r and says so (issue 11, item 3: the stage passes against either).
+ * Returns 1 if it did, 0 if not, or an error. */
+static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_t *r)
+{
+    const uint64_t up = dl__ck_upstream(ck, s);
+    int differs = 0;
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        differs |= ((up >> u) & 1) && !ck->eff_golden[u];
+    if (r->verdict <= DL_VERDICT_PASS || !ck->gold[s] || (!differs && !ck->prop_used[s]) ||
+        !golden_dispatch(ck))
+        return 0;
+    const void *save[DL_VALUE_COUNT];
+    for (int u = 0; u < DL_VALUE_COUNT; u++) {
+        save[u] = ck->eff[u];
+        if (((up >> u) & 1) && ck->gold[u] && dl__ck_desc((dl_value_t)u)->exact)
+            ck->eff[u] = ck->gold[u];
+    }
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = ck->gold[s]};
+    dl__mprov_t mp;
+    dl_check_result_t alt = *r;
+    alt.message[0] = '\0';
+    int rc = setup_cmp(ck, s, &cmp, &mp);
+    if (!rc)
+        rc = dl__ck_compare(ck, &cmp, &alt);
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        ck->eff[u] = save[u];
+    if (rc || alt.verdict >= r->verdict)
+        return rc;
+    char own[64];
+    snprintf(own, sizeof own, "%s at %.3g x PASS", dl_verdict_name(r->verdict), r->err_pass);
+    *r = alt;
+    dl__ck_msg_append(r, " [consistent with golden upstream; on the candidate's own upstream %s]",
+                      own);
+    return 1;
+}
+
+/* The expert whose rows hold sorted row q (oracle layout). */
+static int64_t expert_of(const dl__ck_t *ck, int64_t q)
+{
+    const int64_t *off = ck->eff[DL_VALUE_GROUP_OFFSETS];
+    int64_t e = 0;
+    while (e + 1 < ck->E && off[e + 1] <= q)
+        e++;
+    return e;
+}
+
+/* Appends where the worst element of a failing stage is, in the layer's
+ * terms: (expert, row in group, token, slot, column) for sorted rows,
+ * (token, column) for token rows, (expert, row, column) for weight
+ * gradients (issue 11, item 8). idx is in the oracle's layout. */
+static void locate(const dl__ck_t *ck, dl_value_t s, int64_t idx, dl_check_result_t *r)
+{
+    const char *dims = dl_value_dims(s);
+    int64_t sh[3];
+    const int rank = dl_value_shape(ck->c, s, sh);
+    if (idx < 0 || rank < 1)
+        return;
+    const int64_t cols = rank >= 2 ? sh[rank - 1] : 1;
+    if (dims[0] == 'M' && rank == 2 && ck->eff[DL_VALUE_SORT_PERM]) {
+        const int64_t q = idx / cols, e = expert_of(ck, q);
+        const int64_t *off = ck->eff[DL_VALUE_GROUP_OFFSETS];
+        int64_t p = ((const int32_t *)ck->eff[DL_VALUE_SORT_PERM])[q];
+        if (ck->from_canon && p >= 0 && p < ck->M)
+            p = ck->from_canon[p];
+        dl__ck_msg_append(r, " at (expert %lld, row %lld of %lld, token %lld, slot %lld, column %lld)",
+                          (long long)e, (long long)(q - off[e]), (long long)(off[e + 1] - off[e]),
+                          (long long)(p / ck->k), (long long)(p % ck->k), (long long)(idx % cols));
+    } else if (dims[0] == 'T' && rank == 2) {
+        int64_t t = idx / cols, c = idx % cols;
+        if (dims[1] == 'k' && ck->from_canon) {
+            const int64_t f = ck->from_canon[idx];
+            t = f / ck->k;
+            c = f % ck->k;
+        }
+        dl__ck_msg_append(r, " at (token %lld, %s %lld)", (long long)t,
+                          dims[1] == 'k' ? "slot" : dims[1] == 'E' ? "expert" : "column", (long long)c);
+    } else if (dims[0] == 'E' && rank == 3) {
+        dl__ck_msg_append(r, " at (expert %lld, row %lld, column %lld)", (long long)(idx / (sh[1] * sh[2])),
+                          (long long)(idx / sh[2] % sh[1]), (long long)(idx % sh[2]));
+    }
+}
+
+/* Counts a failing stage's elements over the PASS bound per expert and
+ * lists the bad experts: the first few and the total. */
+static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_result_t *r)
+{
+    const char *dims = dl_value_dims(s);
+    const int rows_by_expert = dims[0] == 'M' && cmp->rows == ck->M && ck->eff[DL_VALUE_GROUP_OFFSETS];
+    if (!cmp->row_over || (!rows_by_expert && dims[0] != 'E') || ck->E <= 0)
+        return;
+    int64_t *cnt = calloc((size_t)ck->E, sizeof *cnt);
+    if (!cnt)
+        return;
+    const int64_t per = dims[0] == 'E' ? cmp->rows / ck->E : 0;
+    for (int64_t q = 0; q < cmp->rows; q++)
+        if (cmp->row_over[q])
+            cnt[rows_by_expert ? expert_of(ck, q) : q / (per ? per : 1)] += cmp->row_over[q];
+    int64_t nbad = 0;
+    for (int64_t e = 0; e < ck->E; e++)
+        nbad += cnt[e] > 0;
+    if (nbad) {
+        dl__ck_msg_append(r, "; bad experts (elements over PASS):");
+        for (int64_t e = 0, shown = 0; e < ck->E && shown < 6; e++)
+            if (cnt[e]) {
+                dl__ck_msg_append(r, " %lld (%lld)", (long long)e, (long long)cnt[e]);
+                shown++;
+            }
+        dl__ck_msg_append(r, "%s %lld of %lld experts", nbad > 6 ? " ...;" : ";", (long long)nbad,
+                          (long long)ck->E);
+    }
+    free(cnt);
+}
+
 /* One float stage: exact value, comparison, effective value. */
 static int float_stage(dl__ck_t *ck, dl_value_t s)
 {
@@ -201,7 +393,7 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
                               !memcmp(ck->exact[s], ck->gold[s], (size_t)n * sizeof(float));
     const float *exact = ck->exact[s];
     const float *cand = ck->cand_arr[s];
-    int cand_ok = 0;
+    int cand_ok = 0, on_golden = 0;
     if (cand) {
         const float *cg = gather(ck, s, exact);
         if (!cg)
@@ -215,7 +407,7 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
         } else {
             dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = exact};
             dl__mprov_t mp;
-            if ((rc = setup_cmp(ck, s, &cmp, &mp)))
+            if ((rc = setup_cmp(ck, s, &cmp, &mp)) || (rc = add_propagation(ck, s, &cmp)))
                 return rc;
             if (cols)
                 cmp.row_skip = ck->row_missing;
@@ -227,15 +419,26 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
             }
             if (!(r = dl__ck_result(ck, s, "numerics")))
                 return DL_ENOMEM;
-            if ((rc = dl__ck_compare(ck, &cmp, r)))
+            if (!(cmp.row_over = dl__ck_alloc(ck, cmp.rows, sizeof *cmp.row_over)))
+                return DL_ENOMEM;
+            if ((rc = dl__ck_compare(ck, &cmp, r)) ||
+                (rc = against_golden_upstream(ck, s, cg, r)) < 0)
                 return rc;
+            on_golden = rc;
+            rc = 0;
+            if (r->verdict > DL_VERDICT_PASS && !on_golden) {
+                locate(ck, s, r->worst_index, r);
+                per_expert(ck, s, &cmp, r);
+            }
             if (row_fail && r->verdict == DL_VERDICT_FAIL &&
                 (rc = dl__ck_diagnose_out(ck, row_fail, cg)))
                 return rc;
         }
         r->worst_index = cand_index(ck, s, r->worst_index);
-        if (ck->recomputed[s])
+        if (ck->recomputed[s] && !on_golden)
             dl__ck_msg_append(r, " [recomputed on the candidate's upstream]");
+        if (!(desc->flags & DL__CK_COPY) && ck->prop_used[s] && !on_golden)
+            dl__ck_msg_append(r, " [+ error propagated from absent upstream]");
         cand_ok = r->n_nonfinite == 0;
         if (cand_ok) {
             ck->eff[s] = cg;
@@ -249,6 +452,8 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
     if (!cand_ok) {
         ck->eff[s] = exact;
         ck->eff_golden[s] = ck->exact_golden[s];
+        if (ck->track[s] && !(desc->flags & DL__CK_COPY) && (rc = absent_delta(ck, s)))
+            return rc;
     }
     return 0;
 }
@@ -288,6 +493,9 @@ int dl__ck_stages(dl__ck_t *ck)
                 if ((up >> u) & 1)
                     ck->need[u] = 1;
         }
+    /* the absent stages whose errors reach a provided one */
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        ck->track[s] = ck->need[s] && !ck->cand_arr[s] && !ck->opt.exact_upstream;
     /* routing and dispatch are cheap and always needed for token accounting */
     for (int s = 0; s <= DL_VALUE_GROUP_OFFSETS; s++)
         ck->need[s] = 1;

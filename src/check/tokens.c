@@ -467,15 +467,21 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
                        const float *y, const float *w, const int32_t *inv, double *p)
 {
     const int64_t k = ck->k, d = ck->d;
-    dl__cmp_t cmp = {.t = ck->act, .K = k, .short_sum = 1};
+    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
+    /* the worst-case error the absent y_sorted and weights carry into the
+     * slots kept (prop.c) */
+    const double *dy = ck->delta[1][DL_VALUE_Y_SORTED], *dw = ck->delta[1][DL_VALUE_TOPK_WEIGHTS];
     for (int64_t i = 0; i < d; i++) {
         int64_t n = 0;
-        double m = 0.0;
+        double m = 0.0, prop = 0.0;
         for (int64_t j = 0; j < k; j++) {
             if (j < 64 && (mask >> j) & 1)
                 continue;
-            p[n] = (double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i];
+            const int64_t q = (int64_t)inv[t * k + j] * d + i;
+            p[n] = (double)w[t * k + j] * (double)y[q];
             m += fabs(p[n]);
+            prop += (dy ? fabs((double)w[t * k + j]) * dy[q] : 0.0) +
+                    (dw ? dw[t * k + j] * fabs((double)y[q]) : 0.0);
             n++;
         }
         int bad = 0;
@@ -483,7 +489,7 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
         const double c = cand_row[i];
         if (bad || !isfinite(c))
             return 0;
-        if (fabs(c - g) > dl__ck_bound(ck, &cmp, g, m, k, 1))
+        if (fabs(c - g) > dl__ck_bound(ck, &cmp, g, m, k, 1) + prop * (1.0 + 0x1p-20))
             return 0;
     }
     return 1;
@@ -568,6 +574,51 @@ static int drop_cmp(const void *a, const void *b)
     return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
+/* Without the dispatch, zero drops rest on out alone: a dropped slot (t, j)
+ * moves out row t by w_j y_j, and with every element's worst-case error B
+ * (the combine's own bound plus what the absent upstream propagates) the
+ * candidate's row then differs from the exact one by at least
+ * |w_j y_j,i| - B, beyond the WARN bound for certain where |w_j y_j,i| > 2B:
+ * 2B is the detection floor. Finds the slot with the smallest ratio of its
+ * largest contribution to the floor (*weak, as t*k+j, -1 if none) and counts
+ * the slots below it. */
+static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max)
+{
+    const int64_t T = ck->T, k = ck->k, d = ck->d;
+    const float *y = ck->eff[DL_VALUE_Y_SORTED], *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
+    const float *g = ck->exact[DL_VALUE_OUT];
+    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
+    const double *prop = ck->prop_out[1];
+    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
+    int64_t n = 0;
+    *weak_ratio = INFINITY;
+    *weak = -1;
+    *floor_max = 0.0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            double best = 0.0;
+            for (int64_t i = 0; i < d; i++) {
+                double m = 0.0;
+                for (int64_t l = 0; l < k; l++)
+                    m += fabs((double)w[t * k + l] * (double)y[(int64_t)inv[t * k + l] * d + i]);
+                const double fl = 2.0 * (dl__ck_bound(ck, &cmp, g[t * d + i], m, k, 1) +
+                                         (prop ? prop[t * d + i] : 0.0));
+                const double cj = fabs((double)w[t * k + j] *
+                                       (double)y[(int64_t)inv[t * k + j] * d + i]);
+                if (fl > *floor_max)
+                    *floor_max = fl;
+                if (cj / fl > best)
+                    best = cj / fl;
+            }
+            n += !(best > 1.0);
+            if (best < *weak_ratio) {
+                *weak_ratio = best;
+                *weak = t * k + j;
+            }
+        }
+    return n;
+}
+
 int dl__ck_zero_drops(dl__ck_t *ck)
 {
     dl_check_report_t *rep = ck->rep;
@@ -619,6 +670,28 @@ int dl__ck_zero_drops(dl__ck_t *ck)
         else if (sum != M)
             dl__ck_msg_append(r, "%sgroup sizes account for %lld of %lld assignments",
                               rep->n_dropped ? "; " : "", (long long)sum, (long long)M);
+    } else if (!has_disp && ck->exact[DL_VALUE_OUT] && ck->eff[DL_VALUE_Y_SORTED]) {
+        /* the proof from out alone: never a PASS by default */
+        double ratio, fmax;
+        int64_t weak;
+        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax);
+        const int64_t wf = weak >= 0 && ck->from_canon ? ck->from_canon[weak] : weak;
+        r->err_pass = r->err_warn = ratio > 0 ? 1.0 / ratio : INFINITY;
+        r->worst_index = wf;
+        if (nb) {
+            r->verdict = DL_VERDICT_WARN;
+            dl__ck_msg(r, "cannot prove zero drops: %lld of %lld (token, slot) pairs contribute "
+                       "less to out than the detection floor (2x its worst-case error, up to %.3g); "
+                       "weakest (%lld,%lld) at %.3g x the floor; no dispatch provided",
+                       (long long)nb, (long long)M, fmax, (long long)(wf / ck->k),
+                       (long long)(wf % ck->k), ratio);
+        } else {
+            r->verdict = DL_VERDICT_PASS;
+            dl__ck_msg(r, "all %lld assignments seen in out: each slot's contribution exceeds "
+                       "the detection floor (2x out's worst-case error, up to %.3g); weakest "
+                       "(%lld,%lld) at %.3g x the floor", (long long)M, fmax,
+                       (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
+        }
     } else {
         r->verdict = DL_VERDICT_PASS;
         dl__ck_msg(r, "all %lld assignments accounted for%s", (long long)M,

@@ -17,20 +17,86 @@
  * and normalise by truncation (Fasi, Higham, Mikaitis, Pranesh 2021), so one
  * step errs by up to an ulp: u_acc = 2^-23 there, 2^-24 for plain fp32 FMA. */
 static const dl_check_profile_t profiles[] = {
-    {"fp32", 24, 8, 0x1p-24, 2.0, 8.0, 32.0, 0,
+    {"fp32", 24, 8, 0x1p-24, 2.0, 8.0, 32.0, 0, 0, 0,
      "fp32 inputs as stored, fp32 round-to-nearest accumulation"},
-    {"tf32", 11, 8, 0x1p-23, 2.0, 8.0, 32.0, 0,
+    {"tf32", 11, 8, 0x1p-23, 2.0, 8.0, 32.0, 0, 0, 0,
      "GEMM operands rounded to tf32 (10-bit mantissa), fp32 accumulation"},
-    {"bf16", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 0,
+    {"bf16", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 0, 0, 0,
      "GEMM operands on the bf16 grid, fp32 accumulation"},
-    {"fp16", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 0,
+    {"fp16", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 0, 0, 0,
      "GEMM operands on the fp16 grid, fp32 accumulation"},
-    {"bf16-acc", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1,
+    {"bf16-acc", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1, 0, 0,
      "as bf16, but short sums (combine, un-permute, gradient terms) add stored bf16 parts"},
-    {"fp16-acc", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1,
+    {"fp16-acc", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1, 0, 0,
      "as fp16, but short sums (combine, un-permute, gradient terms) add stored fp16 parts"},
+    {"bf16-elem", 8, 8, 0x1p-23, 2.0, 8.0, 32.0, 1, 4.0, 12.0,
+     "as bf16-acc, and SwiGLU/score intermediates rounded to bf16 (framework elementwise ops)"},
+    {"fp16-elem", 11, 5, 0x1p-23, 2.0, 8.0, 32.0, 1, 4.0, 12.0,
+     "as fp16-acc, and SwiGLU/score intermediates rounded to fp16 (framework elementwise ops)"},
 };
 #define NPROF ((int)(sizeof profiles / sizeof profiles[0]))
+
+const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s)
+{
+    return (int)s >= 0 && s < DL_VALUE_COUNT && ck->opt.stage_profile[s] ? ck->opt.stage_profile[s]
+                                                                         : ck->prof;
+}
+
+/* The stages of each part of the layer a per-stage profile names. */
+static uint64_t part_mask(const char *name)
+{
+#define B(s) (UINT64_C(1) << DL_VALUE_##s)
+    if (!strcasecmp(name, "router"))
+        return B(ROUTER_LOGITS) | B(ROUTER_SCORES) | B(TOPK_WEIGHTS) | B(D_ROUTER_SCORES) |
+               B(D_ROUTER_LOGITS) | B(D_ROUTER_WEIGHT);
+    if (!strcasecmp(name, "experts"))
+        return B(H_GATE) | B(H_UP) | B(H_ACT) | B(Y_SORTED) | B(D_H_ACT) | B(D_H_GATE) | B(D_H_UP) |
+               B(D_X_SORTED) | B(D_W_GATE) | B(D_W_UP) | B(D_W_DOWN);
+    if (!strcasecmp(name, "combine"))
+        return B(OUT) | B(D_TOPK_WEIGHTS) | B(D_Y_SORTED) | B(D_X);
+#undef B
+    dl_value_t v;
+    return dl_value_parse(name, &v) == 0 && v != DL_VALUE_NONE ? UINT64_C(1) << v : 0;
+}
+
+int dl_check_parse_profiles(const char *spec, const dl_check_profile_t **whole,
+                            const dl_check_profile_t **per_stage)
+{
+    if (!spec || !whole || !per_stage)
+        return DL_EINVAL;
+    *whole = NULL;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage[s] = NULL;
+    if (!strchr(spec, '=')) /* one profile for the whole layer */
+        return (*whole = dl_check_profile_find(spec)) ? 0 : DL_EINVAL;
+    const char *p = spec;
+    while (*p) {
+        char item[96], *eq;
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item)
+            return DL_EINVAL;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += len + (p[len] == ',');
+        if (!(eq = strchr(item, '=')))
+            return DL_EINVAL;
+        *eq = '\0';
+        const dl_check_profile_t *pr = dl_check_profile_find(eq + 1);
+        if (!pr)
+            return DL_EINVAL;
+        if (!strcasecmp(item, "default")) {
+            *whole = pr;
+            continue;
+        }
+        const uint64_t m = part_mask(item);
+        if (!m)
+            return DL_EINVAL;
+        for (int s = 0; s < DL_VALUE_COUNT; s++)
+            if ((m >> s) & 1)
+                per_stage[s] = pr;
+    }
+    return 0;
+}
 
 int dl_check_profile_count(void)
 {
@@ -94,7 +160,7 @@ static double eta(dl_dtype_t t)
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
                     int warn)
 {
-    const dl_check_profile_t *p = ck->prof;
+    const dl_check_profile_t *p = dl__ck_prof(ck, cmp->stage);
     const double uo = dl_dtype_unit_roundoff(cmp->t);
     /* the candidate's own final rounding and the golden's (g = RN(exact)):
      * |c - g| <= |c - x| + |x - g| with each <= u_out |x|, |x| <= |g|(1+2u) */
@@ -111,7 +177,9 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     kap_w = ein + kap_w + ein * kap_w;
     const double kap_p = ein + p->c_pass * sqrt((double)K) * ua;
     double kap = warn ? fmax(kap_w, kap_p) : kap_p;
-    if (cmp->elem)
+    if (cmp->elem && p->elem_s_pass > 0 && uo > U32) /* intermediates in the storage type */
+        kap += (warn ? fmax(p->elem_s_warn, p->elem_s_pass) : p->elem_s_pass) * uo;
+    else if (cmp->elem)
         kap += (warn ? fmax(p->elem_warn, p->elem_pass) : p->elem_pass) * U32;
     if (M != 0.0)
         b += kap * M;
@@ -313,8 +381,8 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
                 M = Mb[(r - r0) * C + j];
             else
                 M = dl__ck_m_elem(cmp->mp, r, j);
-            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0);
-            const double bw = dl__ck_bound(ck, cmp, g, M, K, 1);
+            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
+            const double bw = dl__ck_bound(ck, cmp, g, M, K, 1) + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
             const double ep = err / bp, ew = err / bw;
             const double ul = err / dl__ck_ulp(g, cmp->t);
             if (ep > 1.0)
@@ -338,6 +406,8 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
         }
         if (cmp->row_fail)
             cmp->row_fail[r] = (uint8_t)bad;
+        if (cmp->row_over)
+            cmp->row_over[r] = s->over_pass;
     }
 }
 

@@ -26,8 +26,9 @@ unsigned dl_cli_preflight_seconds(void)
 }
 
 typedef struct {
-    const char *profile, *json, *junit, *stages, *out;
-    int all, force, forward_only;
+    const char *profile, *json, *junit, *stages, *require, *out;
+    int all, force, forward_only, strict_storage;
+    const dl_check_profile_t *per_stage[DL_VALUE_COUNT]; /* from --profile PART=NAME,... */
     double time_limit;
     const char *backends[MAX_BACKENDS];
     int nbackends;
@@ -38,12 +39,16 @@ static void check_usage(FILE *f)
     fprintf(f,
             "usage: dropless check [options] GOLDEN.h5 CANDIDATE.h5\n"
             "  --profile NAME   the candidate's compute mode (default: its compute_mode\n"
-            "                   attribute, else fp32); one of:");
+            "                   attribute, else fp32), or per part: router=fp32,experts=bf16-acc\n"
+            "                   (parts router, experts, combine, default, stage names); one of:");
     for (int i = 0; i < dl_check_profile_count(); i++)
         fprintf(f, " %s", dl_check_profile_at(i)->name);
     fprintf(f,
             "\n"
             "  --stages LIST    check only these stages (comma-separated dataset names)\n"
+            "  --require LIST   these stages must be provided: one missing is a FAIL\n"
+            "  --strict-storage a stage stored coarser than the case's type (bf16 weight\n"
+            "                   gradients of an fp32 stage) FAILs instead of a NOTE\n"
             "  --json FILE      write the report as JSON ('-': stdout, instead of the table)\n"
             "  --junit FILE     write the report as JUnit XML ('-': stdout)\n"
             "  --force          replace existing report files\n"
@@ -61,6 +66,7 @@ static void run_usage(FILE *f)
             "  --forward-only   run the forward stages only\n"
             "  --out FILE       write the (single) backend's outputs as a candidate file\n"
             "  --force          replace --out and report files if they exist\n"
+            "  --require LIST   stages every backend must provide (a missing one FAILs)\n"
             "  --json FILE, --junit FILE, --all   as for 'dropless check'\n"
             "exit status: 0 every backend conformant, 1 some backend not conformant,\n"
             "             2 usage error or unreadable input\n",
@@ -70,14 +76,16 @@ static void run_usage(FILE *f)
 static int parse(int argc, char **argv, opts_t *o, int is_run)
 {
     enum { O_PROFILE = 1, O_JSON, O_JUNIT, O_STAGES, O_ALL, O_BACKEND, O_LIMIT, O_FWD, O_OUT,
-           O_FORCE, O_HELP };
+           O_FORCE, O_HELP, O_REQUIRE, O_STRICT_STORAGE };
     static const struct option longopts[] = {
         {"profile", required_argument, 0, O_PROFILE}, {"json", required_argument, 0, O_JSON},
         {"junit", required_argument, 0, O_JUNIT},     {"stages", required_argument, 0, O_STAGES},
         {"all", no_argument, 0, O_ALL},               {"backend", required_argument, 0, O_BACKEND},
         {"time-limit", required_argument, 0, O_LIMIT}, {"forward-only", no_argument, 0, O_FWD},
         {"out", required_argument, 0, O_OUT},         {"force", no_argument, 0, O_FORCE},
-        {"help", no_argument, 0, O_HELP},             {0, 0, 0, 0}};
+        {"help", no_argument, 0, O_HELP},             {"require", required_argument, 0, O_REQUIRE},
+        {"strict-storage", no_argument, 0, O_STRICT_STORAGE},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     optind = 1;
     opterr = 0;
@@ -91,6 +99,8 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         case O_JSON: o->json = optarg; break;
         case O_JUNIT: o->junit = optarg; break;
         case O_STAGES: o->stages = optarg; break;
+        case O_REQUIRE: o->require = optarg; break;
+        case O_STRICT_STORAGE: o->strict_storage = 1; break;
         case O_ALL: o->all = 1; break;
         case O_FWD: o->forward_only = 1; break;
         case O_OUT: o->out = optarg; break;
@@ -124,34 +134,50 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
     return 0;
 }
 
-/* Keeps only the candidate stages named in list; the others are moved to
- * *kept so they can be restored (and freed) afterwards. */
-static int select_stages(dl_golden_file_t *cand, const char *list, void **kept)
+/* Parses a comma-separated list of stage names into a mask; an unknown
+ * name or an empty list (nothing to check is never a check) is a usage
+ * error. */
+static int parse_stage_list(const char *cmd, const char *opt, const char *list, uint64_t *mask)
 {
-    int want[64] = {0};
+    *mask = 0;
     char *copy = strdup(list), *save = NULL;
     if (!copy)
         return DL_ENOMEM;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
         dl_value_t v;
-        if (dl_value_parse(tok, &v) != 0 || (int)v < 0 || (int)v >= 64) {
-            fprintf(stderr, "dropless check: --stages: unknown stage '%s'\n", tok);
+        if (dl_value_parse(tok, &v) != 0 || v == DL_VALUE_NONE || (int)v < 0 || (int)v >= 64) {
+            const char *near = dl_golden_nearest_dataset(tok, NULL);
+            fprintf(stderr, "dropless %s: --%s: unknown stage '%s'%s%s%s\n", cmd, opt, tok,
+                    near ? " (did you mean " : "", near ? strrchr(near, '/') + 1 : "",
+                    near ? "?)" : "");
             free(copy);
             return DL_EINVAL;
         }
-        want[v] = 1;
+        *mask |= UINT64_C(1) << v;
     }
     free(copy);
+    if (!*mask) {
+        fprintf(stderr, "dropless %s: --%s: no stage named (an empty list checks nothing)\n", cmd, opt);
+        return DL_EINVAL;
+    }
+    return 0;
+}
+
+/* Keeps only the candidate stages in want; the others are moved to *kept so
+ * they can be restored (and freed) afterwards. */
+static void select_stages(dl_golden_file_t *cand, uint64_t want, void **kept)
+{
     for (int i = 0; i < dl_golden_dataset_count(); i++) {
         const dl_golden_dataset_t *ds = dl_golden_dataset(i);
         dl_value_t v;
-        if (ds->group == DL_GOLDEN_INPUTS || dl_value_parse(ds->name, &v) != 0 || want[v])
+        if (ds->group == DL_GOLDEN_INPUTS || dl_value_parse(ds->name, &v) != 0 ||
+            ((want >> v) & 1))
             continue;
         void **slot = dl_golden_slot(cand, ds);
         kept[i] = *slot;
         *slot = NULL;
+        cand->bad_datasets &= ~(UINT64_C(1) << i);
     }
-    return 0;
 }
 
 static void restore_stages(dl_golden_file_t *cand, void **kept)
@@ -161,13 +187,17 @@ static void restore_stages(dl_golden_file_t *cand, void **kept)
             *dl_golden_slot(cand, dl_golden_dataset(i)) = kept[i];
 }
 
-static int resolve_profile(const char *name, const char *cmd, const dl_check_profile_t **p)
+static int resolve_profile(const char *name, const char *cmd, const dl_check_profile_t **p,
+                           const dl_check_profile_t **per_stage)
 {
     *p = NULL;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage[s] = NULL;
     if (!name)
         return 0;
-    if (!(*p = dl_check_profile_find(name))) {
-        fprintf(stderr, "dropless %s: unknown profile '%s' (known:", cmd, name);
+    if (dl_check_parse_profiles(name, p, per_stage) != 0) {
+        fprintf(stderr, "dropless %s: unknown profile or part in '%s' (parts: router, experts, "
+                "combine, default, stage names; profiles:", cmd, name);
         for (int i = 0; i < dl_check_profile_count(); i++)
             fprintf(stderr, " %s", dl_check_profile_at(i)->name);
         fprintf(stderr, ")\n");
@@ -302,30 +332,68 @@ static void note_provenance(dl_check_report_t *rep, const dl_golden_file_t *g,
     }
 }
 
+/* The loader's findings that are no verdict: datasets no value of the case
+ * (a typo, a wrong place), as a NOTE (an INFO line) in the report. */
+static void add_loader_notes(dl_check_report_t *rep, const char *unknown, int n_unknown, int sealed)
+{
+    char msg[256];
+    if (sealed < 0)
+        dl_check_report_add(rep, DL_VALUE_NONE, "note", DL_VERDICT_INFO,
+                            "NOTE: the candidate's seal does not match its bytes (edited after "
+                            "sealing); a candidate needs no seal, a golden keeps it strict");
+    else if (sealed == 0)
+        dl_check_report_add(rep, DL_VALUE_NONE, "note", DL_VERDICT_INFO,
+                            "NOTE: the candidate is not sealed (a candidate needs no seal)");
+    if (n_unknown) {
+        snprintf(msg, sizeof msg, "NOTE: %d dataset%s ignored, no value of this case: %s", n_unknown,
+                 n_unknown == 1 ? "" : "s", unknown);
+        dl_check_report_add(rep, DL_VALUE_NONE, "note", DL_VERDICT_INFO, msg);
+    }
+}
+
+/* The candidate as the runner takes it: datasets the loader set aside
+ * (wrong shape, type or grid) FAIL as such, with the loader's reason;
+ * coarser storage is judged at its precision. */
+static dl_check_candidate_t candidate_of(const dl_golden_file_t *cand, const char *cpath)
+{
+    dl_check_candidate_t c = {.fwd = cand->fwd, .bwd = cand->bwd,
+                              .backend = cand->backend[0] ? cand->backend : cpath,
+                              .backend_version = cand->backend_version[0] ? cand->backend_version : NULL,
+                              .compute_mode = cand->compute_mode[0] ? cand->compute_mode : NULL};
+    for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
+        dl_value_t v;
+        if (dl_value_parse(dl_golden_dataset(i)->name, &v) != 0 || v == DL_VALUE_NONE)
+            continue;
+        if ((cand->bad_datasets >> i) & 1) {
+            c.bad_shape |= UINT64_C(1) << v;
+            c.bad_reason[v] = cand->bad_reason[i];
+            fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
+                    cand->bad_reason[i]);
+        }
+        if ((cand->coarse_datasets >> i) & 1) {
+            c.coarse |= UINT64_C(1) << v;
+            c.store[v] = cand->store[i];
+        }
+    }
+    return c;
+}
+
 /* Checks the loaded candidate against the golden file into *rep; 0 or
  * an exit status (the message printed). */
-static int judge(const opts_t *o, const dl_check_profile_t *profile, const dl_golden_file_t *g,
-                 const dl_golden_file_t *cand, const char *gpath, const char *cpath,
-                 dl_check_report_t *rep)
+static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t require,
+                 const dl_golden_file_t *g, const dl_golden_file_t *cand, const char *gpath,
+                 const char *cpath, dl_check_report_t *rep)
 {
     dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
     dl_check_golden_t gold = {&g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
                               g->case_name};
-    dl_check_candidate_t c = {cand->fwd, cand->bwd, 0, cand->backend[0] ? cand->backend : cpath,
-                              cand->backend_version[0] ? cand->backend_version : NULL,
-                              cand->compute_mode[0] ? cand->compute_mode : NULL};
-    /* datasets the loader set aside (wrong shape, type or grid) FAIL as such */
-    for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
-        dl_value_t v;
-        if (((cand->bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0) {
-            c.bad_shape |= UINT64_C(1) << v;
-            fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
-                    cand->bad_reason[i]);
-        }
-    }
+    dl_check_candidate_t c = candidate_of(cand, cpath);
     dl_check_options_t co;
     dl_check_options_default(&co);
     co.profile = profile;
+    memcpy(co.stage_profile, o->per_stage, sizeof co.stage_profile);
+    co.require = require;
+    co.strict_storage = o->strict_storage;
     int rc;
     if (cand->isolated_groups[0]) {
         /* the backend fed each group the golden inputs: judge each on golden upstream */
@@ -362,8 +430,13 @@ int dl_cli_check(int argc, char **argv)
     const char *inputs[2] = {gpath, cpath};
     const dl_check_profile_t *profile;
     reports_t reports;
-    if ((rc = resolve_profile(o.profile, "check", &profile)) ||
-        (rc = open_reports(&o, "check", inputs, 2, &reports)))
+    uint64_t want = 0, require = 0;
+    if ((rc = resolve_profile(o.profile, "check", &profile, o.per_stage)))
+        return rc;
+    if ((o.stages && parse_stage_list("check", "stages", o.stages, &want)) ||
+        (o.require && parse_stage_list("check", "require", o.require, &require)))
+        return DL_EXIT_USAGE;
+    if ((rc = open_reports(&o, "check", inputs, 2, &reports)))
         return rc;
     dl_golden_file_t g, cand;
     memset(&cand, 0, sizeof cand);
@@ -378,13 +451,26 @@ int dl_cli_check(int argc, char **argv)
         fprintf(stderr, "dropless check: %s\n", err);
         goto out;
     }
-    if (o.stages && select_stages(&cand, o.stages, kept) != 0)
-        goto out;
+    if (o.stages)
+        select_stages(&cand, want, kept);
+    char unknown[200];
+    int n_unknown = 0;
+    if (dl_golden_unknown_datasets(cpath, &g.config, unknown, sizeof unknown, &n_unknown) != 0)
+        n_unknown = 0;
     dl_check_report_t rep;
-    if ((status = judge(&o, profile, &g, &cand, gpath, cpath, &rep)))
+    if ((status = judge(&o, profile, require, &g, &cand, gpath, cpath, &rep)))
         goto out;
-    const dl_check_report_t *rp = &rep;
-    status = emit(&o, "check", &reports, &rp, 1);
+    if (!dl_check_checked(&rep)) {
+        /* no report: a CI job must not go green on a writer that wrote nothing usable */
+        fprintf(stderr, "dropless check: %s: nothing to check: no stage of case %s%s%s%s\n", cpath,
+                g.case_name, o.stages ? " among --stages" : "", n_unknown ? "; ignored: " : "",
+                n_unknown ? unknown : "");
+        status = DL_EXIT_USAGE;
+    } else {
+        add_loader_notes(&rep, unknown, n_unknown, cand.sealed);
+        const dl_check_report_t *rp = &rep;
+        status = emit(&o, "check", &reports, &rp, 1);
+    }
     dl_check_report_free(&rep);
 out:
     discard_reports(&reports);
@@ -454,7 +540,8 @@ static int write_candidate(const opts_t *o, const dl_golden_file_t *g, const dl_
 /* Runs one backend and checks what it produced into *rep; 0 or an exit
  * status (the message printed). */
 static int run_one(const opts_t *o, const char *backend, const dl_check_profile_t *profile,
-                   const dl_golden_file_t *g, const char *gpath, dl_check_report_t *rep)
+                   uint64_t require, const dl_golden_file_t *g, const char *gpath,
+                   dl_check_report_t *rep)
 {
     dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
     dl_check_golden_t gold = {&g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
@@ -472,12 +559,16 @@ static int run_one(const opts_t *o, const char *backend, const dl_check_profile_
         dl_run_result_free(&res);
         return rc;
     }
-    dl_check_candidate_t c = {res.fwd, res.bwd, 0, res.backend.name[0] ? res.backend.name : backend,
-                              res.backend.version,
-                              res.backend.compute_mode[0] ? res.backend.compute_mode : NULL};
+    dl_check_candidate_t c = {.fwd = res.fwd, .bwd = res.bwd,
+                              .backend = res.backend.name[0] ? res.backend.name : backend,
+                              .backend_version = res.backend.version,
+                              .compute_mode = res.backend.compute_mode[0] ? res.backend.compute_mode
+                                                                          : NULL};
     dl_check_options_t co;
     dl_check_options_default(&co);
     co.profile = profile;
+    memcpy(co.stage_profile, o->per_stage, sizeof co.stage_profile);
+    co.require = require;
     /* each stage was fed golden inputs: judge each on golden upstream */
     uint64_t groups[DL_STAGE_COUNT];
     for (int s = 0; s < DL_STAGE_COUNT; s++)
@@ -530,8 +621,16 @@ int dl_cli_run(int argc, char **argv)
     const char *gpath = argv[optind];
     const dl_check_profile_t *profile;
     reports_t reports;
-    if ((rc = resolve_profile(o.profile, "run", &profile)) || (rc = run_preconditions(&o, gpath)) ||
-        (rc = open_reports(&o, "run", &gpath, 1, &reports)))
+    uint64_t require = 0;
+    if ((rc = resolve_profile(o.profile, "run", &profile, o.per_stage)))
+        return rc;
+    if (o.stages) {
+        fprintf(stderr, "dropless run: --stages is for 'dropless check'\n");
+        return DL_EXIT_USAGE;
+    }
+    if (o.require && parse_stage_list("run", "require", o.require, &require))
+        return DL_EXIT_USAGE;
+    if ((rc = run_preconditions(&o, gpath)) || (rc = open_reports(&o, "run", &gpath, 1, &reports)))
         return rc;
     dl_golden_file_t g;
     if ((rc = load_golden("run", gpath, &g))) {
@@ -542,7 +641,7 @@ int dl_cli_run(int argc, char **argv)
     const dl_check_report_t *rp[MAX_BACKENDS];
     int nrep = 0, status = DL_EXIT_USAGE;
     for (int b = 0; b < o.nbackends; b++) {
-        if ((status = run_one(&o, o.backends[b], profile, &g, gpath, &reps[nrep])))
+        if ((status = run_one(&o, o.backends[b], profile, require, &g, gpath, &reps[nrep])))
             goto out;
         rp[nrep] = &reps[nrep];
         nrep++;

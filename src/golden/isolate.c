@@ -125,6 +125,11 @@ int dl_golden_load_isolated(const char *path, const dl_moe_config_t *expect, uns
         return DL_EINVAL;
     memset(g, 0, sizeof *g);
     int sealed = 0, rc = dl__golden_verify_seal(path, &sealed, err, errlen);
+    /* a candidate needs no seal: a stale one makes it untrusted, not refused */
+    if (rc == DL_EFORMAT && expect) {
+        sealed = 0;
+        rc = 0;
+    }
     if (rc < 0)
         return rc;
     if (!sealed && (rc = probe(path, expect, timeout_s, err, errlen)) != 0)

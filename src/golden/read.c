@@ -5,6 +5,7 @@
  * stored (IEEE binary32 both sides): HDF5 never converts a float. */
 #include "config.h"
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@ typedef struct {
     size_t errlen;
     int strict; /* golden file: complete groups, exact types, consistency */
     char why[320]; /* candidates: why the last dataset was set aside */
+    int coarse;         /* candidates: the last float dataset is stored coarser than the case's type */
+    dl_dtype_t store;   /* its storage type then */
 } rctx_t;
 
 /* Messages quote strings from the file (attribute values), which may hold
@@ -288,6 +291,59 @@ static const char *elem_type_name(dl_golden_elem_t e)
     return e == DL_GOLDEN_INT32 ? "int32" : e == DL_GOLDEN_INT64 ? "int64" : "float32";
 }
 
+/* A candidate's float storage the runner converts itself (never HDF5):
+ * IEEE float32 of either byte order, float64, IEEE half and a 2-byte bf16
+ * (8 exponent bits, 7 significand bits). Returns the kind, -1 for any other
+ * type; *be: big-endian. */
+enum { FK_F32 = 0, FK_F64, FK_F16, FK_BF16 };
+static int float_kind(hid_t t, int *be)
+{
+    if (H5Tget_class(t) != H5T_FLOAT)
+        return -1;
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0)
+        return -1;
+    const size_t sz = H5Tget_size(t), bias = H5Tget_ebias(t);
+    *be = H5Tget_order(t) == H5T_ORDER_BE;
+    if (H5Tget_offset(t) != 0 || H5Tget_precision(t) != sz * 8 || mpos != 0 || spos != sz * 8 - 1 ||
+        epos != msize || H5Tget_norm(t) != H5T_NORM_IMPLIED)
+        return -1;
+    if (sz == 4 && esize == 8 && msize == 23 && bias == 127)
+        return FK_F32;
+    if (sz == 8 && esize == 11 && msize == 52 && bias == 1023)
+        return FK_F64;
+    if (sz == 2 && esize == 5 && msize == 10 && bias == 15)
+        return FK_F16;
+    if (sz == 2 && esize == 8 && msize == 7 && bias == 127)
+        return FK_BF16;
+    return -1;
+}
+
+/* Raw element i of a buffer of kind fk as a double (exact for every kind). */
+static double float_at(const unsigned char *raw, int fk, int be, int64_t i)
+{
+    const size_t sz = fk == FK_F64 ? 8 : fk == FK_F32 ? 4 : 2;
+    uint64_t u = 0;
+    for (size_t b = 0; b < sz; b++) /* the file's byte order, whatever the host's */
+        u |= (uint64_t)raw[(size_t)i * sz + (be ? sz - 1 - b : b)] << (8 * b);
+    if (fk == FK_F64) {
+        double v;
+        memcpy(&v, &u, sizeof v);
+        return v;
+    }
+    if (fk == FK_BF16)
+        u <<= 16;
+    if (fk == FK_F32 || fk == FK_BF16) {
+        uint32_t w = (uint32_t)u;
+        float v;
+        memcpy(&v, &w, sizeof v);
+        return v;
+    }
+    const int sgn = (int)(u >> 15) & 1, ex = (int)(u >> 10) & 31, m = (int)(u & 1023);
+    double v = ex == 31 ? (m ? NAN : INFINITY) : ex ? ldexp(1024 + m, ex - 25) : ldexp(m, -24);
+    return sgn ? -v : v;
+}
+
 /* A problem confined to one dataset: in a golden file an error naming the
  * dataset; in a candidate the dataset is set aside (returns 2) with the
  * reason in r->why, and loading goes on. */
@@ -300,6 +356,46 @@ static const char *elem_type_name(dl_golden_elem_t e)
         rc = 2;                                                         \
         goto fail;                                                      \
     } while (0)
+
+/* A candidate float dataset's storage type: the dtype attribute (dt, may
+ * be NULL), else a 2-byte HDF5 type's; finer than the case's type st is
+ * fine, coarser is marked (r->coarse, r->store) for the runner to judge at
+ * its own precision; values must lie on the declared grid. Returns 0, or
+ * 2 with the dataset set aside (reason in r->why). */
+static int cand_storage(rctx_t *r, int fk, const char *dt, dl_dtype_t st, const float *v,
+                        int64_t n, const int64_t *dims, int rank)
+{
+    int has = fk == FK_F16 || fk == FK_BF16;
+    dl_dtype_t store = fk == FK_F16 ? DL_F16 : DL_BF16, at;
+    r->coarse = 0;
+    if (dt) {
+        if (dl_dtype_parse(dt, &at) != 0 || at == DL_F64) {
+            snprintf(r->why, sizeof r->why, "dtype attribute '%s' is not fp32, bf16 or fp16", dt);
+            return 2;
+        }
+        if (has && at != store) {
+            snprintf(r->why, sizeof r->why, "dtype attribute is '%s' but the data are stored as %s",
+                     dt, dl_dtype_name(store));
+            return 2;
+        }
+        store = at;
+        has = 1;
+    }
+    if (!has)
+        return 0; /* float32/float64 without a grid: judged at the case's type */
+    for (int64_t i = 0; store != DL_F32 && i < n; i++)
+        if (!dl_on_grid((double)v[i], store)) {
+            char at_s[96];
+            fmt_index(at_s, sizeof at_s, i, dims, rank);
+            snprintf(r->why, sizeof r->why, "element %s = %a is not a %s value", at_s, (double)v[i],
+                     dl_dtype_name(store));
+            one_line(r->why);
+            return 2;
+        }
+    r->coarse = dl_dtype_unit_roundoff(store) > dl_dtype_unit_roundoff(st);
+    r->store = store;
+    return 0;
+}
 
 /* Opens the dataset: 1 open (*d, *t, *sp set), 0 absent, 2 set aside,
  * < 0 error. */
@@ -361,8 +457,10 @@ fail:
 }
 
 /* The stored type: exact, or (candidates) any integer type, read wide
- * (*wide_read = 1). */
-static int check_type(rctx_t *r, const dl_golden_dataset_t *ds, hid_t t, int *wide_read)
+ * (*wide_read = 1), or a float kind the runner converts (*wide_read = 2,
+ * the kind in *fk, big-endian in *be). */
+static int check_type(rctx_t *r, const dl_golden_dataset_t *ds, hid_t t, int *wide_read, int *fk,
+                      int *be)
 {
     int rc = 0;
     const char *p = ds->path;
@@ -374,10 +472,15 @@ static int check_type(rctx_t *r, const dl_golden_dataset_t *ds, hid_t t, int *wi
     if (eq < 0)
         FAILF(DL_EFORMAT, "%s: cannot read its type", p);
     *wide_read = 0;
-    if (!eq) {
-        if (ds->elem == DL_GOLDEN_FLOAT)
-            BAD(DL_EDTYPE, "stored as %s; float datasets must be IEEE float32 "
-                "little-endian (H5T_IEEE_F32LE)", tdesc);
+    *fk = FK_F32;
+    *be = 0;
+    if (!eq && ds->elem == DL_GOLDEN_FLOAT) {
+        if (r->strict || (*fk = float_kind(t, be)) < 0)
+            BAD(DL_EDTYPE, "stored as %s; float datasets must be %s", tdesc,
+                r->strict ? "IEEE float32 little-endian (H5T_IEEE_F32LE)"
+                          : "float32, float64, IEEE half or a 2-byte bf16 float");
+        *wide_read = 2; /* a candidate's floats: read as stored, converted here */
+    } else if (!eq) {
         if (r->strict || H5Tget_class(t) != H5T_INTEGER || H5Tget_size(t) > 8)
             BAD(DL_EDTYPE, "stored as %s, must be %s%s", tdesc, r->strict ? "" : "an integer type like ",
                 elem_type_name(ds->elem));
@@ -389,8 +492,8 @@ fail:
 
 /* Reads the n elements into a fresh *out; the count comes from the
  * configuration, never the file. */
-static int read_data(rctx_t *r, const dl_golden_dataset_t *ds, hid_t d, int64_t n,
-                     const int64_t *dims, int wide_read, void **out)
+static int read_data(rctx_t *r, const dl_golden_dataset_t *ds, hid_t d, hid_t t, int64_t n,
+                     const int64_t *dims, int wide_read, int fk, int be, void **out)
 {
     int rc = 0;
     const char *p = ds->path;
@@ -402,17 +505,20 @@ static int read_data(rctx_t *r, const dl_golden_dataset_t *ds, hid_t d, int64_t 
     size_t cnt = (size_t)(n > 0 ? n : 1);
     buf = malloc(cnt * esz);
     if (wide_read)
-        wide = malloc(cnt * 8);
+        wide = malloc(cnt * 8); /* as wide as any stored element */
     if (!buf || (wide_read && !wide))
         FAILF(DL_ENOMEM, "%s: out of memory (%" PRId64 " elements)", p, n);
     if (n > 0) {
-        hid_t mt = wide_read ? H5T_NATIVE_INT64
+        /* floats read with the file's own type: HDF5 copies bytes, converts nothing */
+        hid_t mt = wide_read == 2 ? t : wide_read ? H5T_NATIVE_INT64
                    : ds->elem == DL_GOLDEN_FLOAT ? H5T_NATIVE_FLOAT
                    : ds->elem == DL_GOLDEN_INT32 ? H5T_NATIVE_INT32 : H5T_NATIVE_INT64;
         if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, wide_read ? (void *)wide : buf) < 0)
             FAILF(DL_EFORMAT, "%s: cannot read the data (file truncated or damaged)", p);
     }
-    for (int64_t i = 0; wide_read && i < n; i++) {
+    for (int64_t i = 0; wide_read == 2 && i < n; i++) /* float64 rounds to nearest: finer than any case */
+        ((float *)buf)[i] = (float)float_at((const unsigned char *)wide, fk, be, i);
+    for (int64_t i = 0; wide_read == 1 && i < n; i++) {
         if (ds->elem == DL_GOLDEN_INT32) {
             if (wide[i] < INT32_MIN || wide[i] > INT32_MAX) {
                 char hs[96];
@@ -436,7 +542,7 @@ fail:
 /* The dataset's dtype attribute; on a bf16/fp16 grid every value is
  * verified. */
 static int check_dtype(rctx_t *r, const dl_golden_dataset_t *ds, const dl_moe_config_t *c,
-                       hid_t d, const void *buf, int64_t n, const int64_t *dims)
+                       hid_t d, int fk, const void *buf, int64_t n, const int64_t *dims)
 {
     int rc = 0;
     const char *p = ds->path;
@@ -465,8 +571,15 @@ static int check_dtype(rctx_t *r, const dl_golden_dataset_t *ds, const dl_moe_co
         }
         have_dt = rc;
         rc = 0;
-        if (have_dt && strcmp(dt, want_dt))
+        if (!r->strict && ds->elem == DL_GOLDEN_FLOAT) {
+            if ((rc = cand_storage(r, fk, have_dt ? dt : NULL, st, buf, n, dims, ds->rank)) != 0) {
+                one_line(r->why); /* it quotes the file's attribute */
+                goto fail;
+            }
+            have_dt = 0; /* the grid is verified */
+        } else if (have_dt && strcmp(dt, want_dt)) {
             BAD(DL_EDTYPE, "dtype attribute is '%s', the case needs '%s'", dt, want_dt);
+        }
     }
     if (ds->elem == DL_GOLDEN_FLOAT && have_dt && st != DL_F32) {
         const float *v = buf;
@@ -521,8 +634,9 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
     hid_t d = -1, t = -1, sp = -1;
     void *buf = NULL;
     int64_t dims[3];
-    int wide_read = 0;
+    int wide_read = 0, fk = FK_F32, be = 0;
     r->why[0] = '\0';
+    r->coarse = 0;
     int rc = open_dataset(r, grp, ds, &d, &t, &sp);
     if (rc != 1)
         goto fail;
@@ -531,9 +645,10 @@ static int read_dataset(rctx_t *r, hid_t grp, const dl_golden_dataset_t *ds,
         const char *p = ds->path;
         FAILF(DL_EOVERFLOW, "%s: the configuration's shape overflows", p);
     }
-    if ((rc = check_shape(r, ds, sp, dims)) || (rc = check_type(r, ds, t, &wide_read)) ||
-        (rc = read_data(r, ds, d, n, dims, wide_read, &buf)) != 1 ||
-        (rc = check_dtype(r, ds, c, d, buf, n, dims)) || (rc = check_ranges(r, ds, c, buf, n, dims)))
+    if ((rc = check_shape(r, ds, sp, dims)) || (rc = check_type(r, ds, t, &wide_read, &fk, &be)) ||
+        (rc = read_data(r, ds, d, t, n, dims, wide_read, fk, be, &buf)) != 1 ||
+        (rc = check_dtype(r, ds, c, d, fk, buf, n, dims)) ||
+        (rc = check_ranges(r, ds, c, buf, n, dims)))
         goto fail;
     *slot = buf;
     buf = NULL;
@@ -583,7 +698,57 @@ fail:
     return rc;
 }
 
+/* A golden value that is NaN or Inf where every input is finite is a
+ * damaged golden, not an answer: the oracle rounds finite exact values and
+ * the case generator never overflows; against such a value every candidate
+ * value would "match" or none could. Inputs holding NaN/Inf make
+ * non-finite stages legitimate. */
+static int check_finite(rctx_t *r, dl_golden_file_t *g)
+{
+    int rc = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < dl_golden_dataset_count(); i++) {
+            const dl_golden_dataset_t *ds = dl_golden_dataset(i);
+            dl_value_t sv;
+            if (ds->elem != DL_GOLDEN_FLOAT || (ds->group == DL_GOLDEN_INPUTS) != (pass == 0))
+                continue;
+            /* tie_margin is no stage: +Inf is its value where nothing competes */
+            if (pass == 1 && (dl_value_parse(ds->name, &sv) != 0 || sv == DL_VALUE_NONE))
+                continue;
+            const float *v = *dl_golden_slot(g, ds);
+            int64_t dims[3];
+            int64_t n = v ? dl_golden_dataset_shape(ds, &g->config, dims) : 0;
+            for (int64_t e = 0; e < n; e++) {
+                if (isfinite(v[e]))
+                    continue;
+                if (pass == 0)
+                    return 0; /* non-finite inputs: nothing to refuse */
+                char at[96];
+                fmt_index(at, sizeof at, e, dims, ds->rank);
+                FAILF(DL_EFORMAT, "%s: element %s = %g where the case's inputs are all finite "
+                      "(a damaged golden)", ds->path, at, (double)v[e]);
+            }
+        }
+    }
+fail:
+    return rc;
+}
+
 /* ------------------------------------------------------------ loading */
+
+/* A candidate needs no seal: an edited copy of a golden (h5py 'r+') is the
+ * natural way to make one, so a stale or unreadable seal only sets
+ * sealed = -1; a golden keeps the strict seal. */
+static int seal(const char *path, int strict, dl_golden_file_t *g, char *err, size_t errlen)
+{
+    int rc = dl__golden_verify_seal(path, &g->sealed, err, errlen);
+    if (rc >= 0 || strict || rc != DL_EFORMAT)
+        return rc;
+    g->sealed = -1;
+    if (errlen)
+        err[0] = '\0';
+    return 0;
+}
 
 /* Opens path read-only after its seal (when it has one) checked out,
  * unless the caller verified it already (*sealed set). */
@@ -599,7 +764,7 @@ static int open_file(rctx_t *r, int seal_checked, dl_golden_file_t *g, hid_t *fa
         FAILF(DL_EIO, "not a regular file");
     if (seal_checked)
         g->sealed = 1;
-    else if ((rc = dl__golden_verify_seal(r->path, &g->sealed, r->err, r->errlen)) < 0)
+    else if ((rc = seal(r->path, r->strict, g, r->err, r->errlen)) < 0)
         goto fail;
     if ((*fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
         H5Pset_fclose_degree(*fapl, H5F_CLOSE_STRONG) < 0)
@@ -675,6 +840,10 @@ static int read_groups(rctx_t *r, hid_t file, dl_golden_file_t *g)
                 g->bad_datasets |= (uint64_t)1 << i;
                 snprintf(g->bad_reason[i], sizeof g->bad_reason[i], "%s", r->why);
             }
+            if (rc == 1 && !r->strict && r->coarse) {
+                g->coarse_datasets |= (uint64_t)1 << i;
+                g->store[i] = r->store;
+            }
             if (rc == 0 && r->strict)
                 FAILF(DL_EFORMAT, "%s is missing", ds->path);
         }
@@ -696,7 +865,7 @@ int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict,
         return DL_EINVAL;
     memset(g, 0, sizeof *g);
     g->owner_ = DL__GOLDEN_OWNER_MALLOC;
-    rctx_t rr = {path, err, errlen, strict, ""}, *r = &rr;
+    rctx_t rr = {path, err, errlen, strict, "", 0, DL_F32}, *r = &rr;
     int rc = 0;
     hid_t fapl = -1, file = -1;
     dl__h5_quiet_t q;
@@ -714,6 +883,8 @@ int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict,
     if ((rc = read_groups(r, file, g)) < 0)
         goto fail;
     if (strict && g->has_forward && (rc = check_forward(r, g)) < 0)
+        goto fail;
+    if (strict && g->has_inputs && (rc = check_finite(r, g)) < 0)
         goto fail;
     rc = 0;
 fail:
