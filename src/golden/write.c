@@ -215,6 +215,33 @@ fail:
 
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
+/* The root attributes and /config; candidates' backend attributes, a
+ * slice's expert range. */
+static int write_root(wctx_t *w, hid_t file, const dl_golden_file_t *g)
+{
+    int rc;
+    char gen[64];
+    snprintf(gen, sizeof gen, "dropless %s", DL_VERSION_STRING);
+    if ((rc = attr_str(w, file, "format", DL_GOLDEN_FORMAT)) ||
+        (rc = attr_i64(w, file, "format_version", DL_GOLDEN_FORMAT_VERSION)) ||
+        (rc = attr_str(w, file, "generator", gen)) ||
+        (rc = attr_str(w, file, "case", g->case_name)) ||
+        (rc = attr_write(w, file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &g->seed)) ||
+        (rc = write_config(w, file, &g->config)))
+        return rc;
+    if (w->src && w->src->expert_end > 0 &&
+        ((rc = attr_i64(w, file, "expert_begin", w->src->expert_begin)) ||
+         (rc = attr_i64(w, file, "expert_end", w->src->expert_end))))
+        return rc;
+    if (w->candidate && ((g->backend[0] && (rc = attr_str(w, file, "backend", g->backend))) ||
+                         (g->compute_mode[0] &&
+                          (rc = attr_str(w, file, "compute_mode", g->compute_mode))) ||
+                         (g->isolated_groups[0] &&
+                          (rc = attr_str(w, file, "isolated_groups", g->isolated_groups)))))
+        return rc;
+    return 0;
+}
+
 /* The whole file into an HDF5 file at tmp. */
 static int write_h5(wctx_t *w, const char *tmp, int fd, const dl_golden_file_t *g,
                     dl_golden_progress_fn progress, void *pctx)
@@ -240,24 +267,7 @@ static int write_h5(wctx_t *w, const char *tmp, int fd, const dl_golden_file_t *
     if ((rc = dl__golden_mark_incomplete(fd, w->err, w->errlen, w->path)))
         goto fail;
 
-    char gen[64];
-    snprintf(gen, sizeof gen, "dropless %s", DL_VERSION_STRING);
-    if ((rc = attr_str(w, file, "format", DL_GOLDEN_FORMAT)) ||
-        (rc = attr_i64(w, file, "format_version", DL_GOLDEN_FORMAT_VERSION)) ||
-        (rc = attr_str(w, file, "generator", gen)) ||
-        (rc = attr_str(w, file, "case", g->case_name)) ||
-        (rc = attr_write(w, file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &g->seed)) ||
-        (rc = write_config(w, file, &g->config)))
-        goto fail;
-    if (w->src && w->src->expert_end > 0 &&
-        ((rc = attr_i64(w, file, "expert_begin", w->src->expert_begin)) ||
-         (rc = attr_i64(w, file, "expert_end", w->src->expert_end))))
-        goto fail;
-    if (w->candidate && ((g->backend[0] && (rc = attr_str(w, file, "backend", g->backend))) ||
-                         (g->compute_mode[0] &&
-                          (rc = attr_str(w, file, "compute_mode", g->compute_mode))) ||
-                         (g->isolated_groups[0] &&
-                          (rc = attr_str(w, file, "isolated_groups", g->isolated_groups)))))
+    if ((rc = write_root(w, file, g)))
         goto fail;
 
     int has[3] = {g->has_inputs, g->has_forward, g->has_backward};
