@@ -267,6 +267,15 @@ START_TEST(files)
     ck_assert_int_eq(dl_api_golden_save(g, gp, 0, err, sizeof err), DL_EEXIST);
     ck_assert_int_eq(dl_api_golden_load(gp, &g2, err, sizeof err), 0);
     dl_api_candidate_t *c = copy_all(g, NULL), *c2 = NULL;
+    ck_assert_int_eq(dl_api_candidate_set_attr(c, "backend_version", "v1.2", err, sizeof err), 0);
+    ck_assert_int_eq(dl_api_candidate_set_attr(c, "device", "a CPU", err, sizeof err), 0);
+    ck_assert_int_eq(dl_api_candidate_set_attr(c, "colour", "red", err, sizeof err), DL_EINVAL);
+    ck_assert_int_eq(dl_api_candidate_set_attr(c, "compute_mode", "fp33", err, sizeof err), DL_EINVAL);
+    char longv[300];
+    memset(longv, 'v', sizeof longv - 1);
+    longv[sizeof longv - 1] = '\0';
+    ck_assert_int_eq(dl_api_candidate_set_attr(c, "backend_version", longv, err, sizeof err),
+                     DL_EOVERFLOW);
     const char *iso = "h_gate,h_up;h_act;y_sorted";
     ck_assert_int_eq(dl_api_candidate_save(c, cp, "h_gate;nope", 0, err, sizeof err), DL_EINVAL);
     ck_assert_int_eq(dl_api_candidate_save(c, cp, NULL, 0, err, sizeof err), 0);
@@ -274,6 +283,7 @@ START_TEST(files)
     ck_assert_int_eq(dl_api_candidate_load(g2, cp, &c2, err, sizeof err), 0);
     char *a = json_of(g, c, NULL), *b = json_of(g2, c2, NULL);
     same_text(a, b);
+    ck_assert_ptr_nonnull(strstr(b, "\"backend_version\":\"v1.2\""));
     dl_api_free_text(a);
     dl_api_free_text(b);
     dl_api_candidate_free(c2);

@@ -97,6 +97,13 @@ DL_EXTERN int dl_api_golden_array(const dl_api_golden_t *g, const char *name, co
 DL_EXTERN int dl_api_candidate_new(const dl_api_golden_t *g, const char *backend,
                                    const char *compute_mode, dl_api_candidate_t **out, char *err,
                                    size_t errlen);
+/* Sets a descriptive root attribute of the candidate: name is "backend",
+ * "backend_version", "compute_mode" (a profile name, else DL_EINVAL) or
+ * "device"; value NULL or "" clears it. They go into reports (backend,
+ * backend_version, the default profile) and candidate files. Errors:
+ * DL_EINVAL (unknown name), DL_EOVERFLOW (value too long for the field). */
+DL_EXTERN int dl_api_candidate_set_attr(dl_api_candidate_t *c, const char *name, const char *value,
+                                        char *err, size_t errlen);
 /* Copies one stage value into the candidate: data holds the product of
  * dims[0..rank-1] elements of type elem, contiguous in row-major order.
  * Refused, with a message naming the stage: an unknown name or an input

@@ -116,6 +116,18 @@ def prepare(name, x):
     return code, arr
 
 
+def to_numpy(x):
+    """Any array-like as a host numpy array, exactly: bf16 as
+    ml_dtypes.bfloat16, everything else in its own dtype."""
+    a, code = to_host(x)
+    if code == BF16:
+        bf16 = _bf16_dtype()
+        if bf16 is None:
+            raise _lib.error("DL_EDTYPE", "bf16 arrays need ml_dtypes")
+        return np.asarray(a).view(bf16)
+    return np.asarray(a)
+
+
 def as_storage(a, dtype, kind, device=None):
     """Golden array a (float32 holding exact values, or integers) in its
     storage type dtype, as `kind`: "numpy" (float32 as stored), "ml_dtypes"

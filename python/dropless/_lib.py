@@ -74,6 +74,7 @@ def _declare(lib):
                                         P(ctypes.c_int64), c_char_p, c_size_t]),
         "dl_api_candidate_new": (c_int, [c_void_p, c_char_p, c_char_p, P(c_void_p), c_char_p,
                                          c_size_t]),
+        "dl_api_candidate_set_attr": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_size_t]),
         "dl_api_candidate_set": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int,
                                          P(ctypes.c_int64), c_char_p, c_size_t]),
         "dl_api_candidate_load": (c_int, [c_void_p, c_char_p, P(c_void_p), c_char_p, c_size_t]),

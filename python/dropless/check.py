@@ -19,7 +19,7 @@ def _name(key):
 class _Candidate:
     """A candidate handle (owned; freed on close)."""
 
-    def __init__(self, golden, outputs, backend, compute_mode):
+    def __init__(self, golden, outputs, backend, compute_mode, **attrs):
         self.h = ctypes.c_void_p()
         gh = golden._handle()
         if isinstance(outputs, (str, bytes, os.PathLike)):
@@ -30,6 +30,9 @@ class _Candidate:
         _lib.call("dl_api_candidate_new", gh, backend.encode() if backend else None,
                   compute_mode.encode() if compute_mode else None, ctypes.byref(self.h))
         try:
+            for k, v in attrs.items():
+                if v is not None:
+                    _lib.call("dl_api_candidate_set_attr", self.h, k.encode(), str(v).encode())
             for key, x in outputs.items():
                 name = _name(key)
                 code, a = _arrays.prepare(name, x)
@@ -90,13 +93,14 @@ def _options(profile, isolated, strict_storage, options):
 
 
 def check(golden, outputs, profile=None, isolated=None, strict_storage=False, backend="python",
-          compute_mode=None, **options):
+          compute_mode=None, backend_version=None, **options):
     """Checks a kernel's outputs against golden and returns a Report.
 
     outputs maps stage names ("out", "d_x", "router_logits", ...) to arrays
     (numpy; torch CPU or CUDA; JAX; CuPy; anything with __dlpack__ or
     __array__) in fp32, bf16, fp16 or fp64, integers for the integer
-    stages; or it is the path of a candidate file. profile names the
+    stages; or it is the path of a candidate file (backend, compute_mode and
+    backend_version then come from the file). profile names the
     compute profile (default: compute_mode, else fp32); isolated: see
     isolation_spec; strict_storage: a float stage off its storage grid FAILs
     instead of being judged numerically. Further keyword options go to the
@@ -106,7 +110,7 @@ def check(golden, outputs, profile=None, isolated=None, strict_storage=False, ba
     if not isinstance(golden, Golden):
         raise TypeError("golden must be a dropless.Golden (dropless.generate or dropless.load)")
     opts = _options(profile, isolated, strict_storage, options)
-    with _Candidate(golden, outputs, backend, compute_mode) as cand:
+    with _Candidate(golden, outputs, backend, compute_mode, backend_version=backend_version) as cand:
         r = ctypes.c_void_p()
         _lib.call("dl_api_check", golden._handle(), cand.h, opts, ctypes.byref(r))
     try:
@@ -121,14 +125,16 @@ def check(golden, outputs, profile=None, isolated=None, strict_storage=False, ba
 
 
 def write_candidate(path, outputs, golden, backend="python", compute_mode=None, isolated=None,
-                    force=False):
+                    force=False, backend_version=None, device=None):
     """Writes outputs (as for check) as a candidate file for `dropless
     check` (doc/format.md): temporary name then rename, an existing path
     kept unless force, every float stage on its storage grid (else Error).
     isolated: the stage-isolation groups (see isolation_spec; True: every
-    stage its own group)."""
+    stage its own group). backend_version and device are root attributes
+    (reports show the backend_version)."""
     spec = isolation_spec(isolated) or ""
-    with _Candidate(golden, outputs, backend, compute_mode) as cand:
+    with _Candidate(golden, outputs, backend, compute_mode, backend_version=backend_version,
+                    device=device) as cand:
         _lib.call("dl_api_candidate_save", cand.h, _fspath(path), spec.encode(), int(bool(force)))
     return path
 

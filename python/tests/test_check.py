@@ -221,3 +221,12 @@ def test_report_formats(goldens):
     assert bool(r) and repr(r).startswith("<dropless.Report tiny")
     only = dropless.check(g, {"out": g.forward["out"]})
     assert "skipped (not provided)" in only.table() and "SKIP" in only.table(all=True)
+
+
+def test_to_numpy(goldens):
+    g = goldens("mixtral-small-bf16")
+    a = g.forward["out"].astype(BF16)
+    assert dropless.to_numpy(a).dtype == a.dtype and dropless.to_numpy(DLPackOnly(g.forward["out"])).dtype == np.float32
+    jnp = pytest.importorskip("jax.numpy", reason="JAX is not installed")
+    b = dropless.to_numpy(jnp.asarray(a))
+    assert b.dtype.name == "bfloat16" and np.array_equal(b.astype(np.float32), g.forward["out"])

@@ -48,10 +48,13 @@ def test_same_report(tmp_path, goldens, cli, case, isolated, broken):
         outs[broken] = perturbed(outs[broken], by=2.0)
     gpath, cpath = tmp_path / "g.h5", tmp_path / "c.h5"
     g.save(gpath)
-    dropless.write_candidate(cpath, outs, g, backend="mine", compute_mode="fp32", isolated=isolated)
+    dropless.write_candidate(cpath, outs, g, backend="mine", compute_mode="fp32", isolated=isolated,
+                             backend_version="v9", device="a test")
     rc, table, js = cli_check(cli, gpath, cpath, tmp_path)
     from_file = dropless.check(dropless.load(gpath), cpath)
-    in_memory = dropless.check(g, outs, backend="mine", compute_mode="fp32", isolated=isolated)
+    in_memory = dropless.check(g, outs, backend="mine", compute_mode="fp32", isolated=isolated,
+                               backend_version="v9")
+    assert in_memory.data["backend_version"] == "v9"
     assert rc == (0 if from_file.conformant else 1) and from_file.conformant == (broken is None)
     assert _json(from_file.to_json()) == _json(js) == _json(in_memory.to_json())
     assert _table(str(from_file)) == _table(table) == _table(str(in_memory))

@@ -3,7 +3,6 @@ token, and the pytest plugin (option, fixture, JUnit properties)."""
 import numpy as np
 import pytest
 
-import dropless
 from dropless.testing import assert_conformant
 from conftest import stage_values
 

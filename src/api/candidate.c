@@ -27,6 +27,37 @@ static int new_candidate(const dl_golden_file_t *g, dl_api_candidate_t **out, ch
     return 0;
 }
 
+int dl_api_candidate_set_attr(dl_api_candidate_t *c, const char *name, const char *value,
+                              char *err, size_t errlen)
+{
+    dl_api_candidate_t *h = cand_of(c);
+    if (!h || !name)
+        return dl__api_fail(err, errlen, DL_EINVAL, "not a candidate handle, or no name");
+    char *field;
+    size_t size;
+    if (!strcmp(name, "backend"))
+        field = h->f.backend, size = sizeof h->f.backend;
+    else if (!strcmp(name, "backend_version"))
+        field = h->f.backend_version, size = sizeof h->f.backend_version;
+    else if (!strcmp(name, "compute_mode"))
+        field = h->f.compute_mode, size = sizeof h->f.compute_mode;
+    else if (!strcmp(name, "device"))
+        field = h->f.device, size = sizeof h->f.device;
+    else
+        return dl__api_fail(err, errlen, DL_EINVAL,
+                            "unknown candidate attribute '%s' (backend, backend_version, "
+                            "compute_mode, device)", name);
+    if (!value)
+        value = "";
+    if (strlen(value) >= size)
+        return dl__api_fail(err, errlen, DL_EOVERFLOW, "%s: '%.40s...' is longer than %zu bytes",
+                            name, value, size - 1);
+    if (field == h->f.compute_mode && *value && !dl_check_profile_find(value))
+        return dl__api_fail(err, errlen, DL_EINVAL, "unknown compute mode '%s' (not a profile)", value);
+    snprintf(field, size, "%s", value);
+    return 0;
+}
+
 int dl_api_candidate_new(const dl_api_golden_t *g, const char *backend, const char *compute_mode,
                          dl_api_candidate_t **out, char *err, size_t errlen)
 {
@@ -35,16 +66,14 @@ int dl_api_candidate_new(const dl_api_golden_t *g, const char *backend, const ch
         *out = NULL;
     if (!gf || !out)
         return dl__api_fail(err, errlen, DL_EINVAL, "not a golden handle, or NULL out");
-    if (compute_mode && *compute_mode && !dl_check_profile_find(compute_mode))
-        return dl__api_fail(err, errlen, DL_EINVAL, "unknown compute mode '%s' (not a profile)",
-                            compute_mode);
     int rc = new_candidate(gf, out, err, errlen);
-    if (rc)
-        return rc;
-    snprintf((*out)->f.backend, sizeof (*out)->f.backend, "%s", backend ? backend : "");
-    snprintf((*out)->f.compute_mode, sizeof (*out)->f.compute_mode, "%s",
-             compute_mode ? compute_mode : "");
-    return 0;
+    if (!rc && !(rc = dl_api_candidate_set_attr(*out, "backend", backend, err, errlen)))
+        rc = dl_api_candidate_set_attr(*out, "compute_mode", compute_mode, err, errlen);
+    if (rc) {
+        dl_api_candidate_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 const dl_golden_dataset_t *dl__api_dataset_of(dl_value_t v)
