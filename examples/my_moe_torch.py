@@ -81,7 +81,7 @@ def moe_layer(g):
         h = store("h_act", torch.nn.functional.silu(hg) * hu, act)
     y = store("y_sorted", grouped(h, inp["w_down"]), act)
     inv = torch.argsort(perm, stable=True)
-    out = store("out", torch.einsum("tkd,tk->td", y[inv].reshape(T, k, -1), w), act)
+    out = store("out", torch.einsum("tkd,tk->td", y[inv].reshape(T, k, cfg["hidden"]), w), act)
     out.backward(inp["d_out"])
     res = {n: t.detach().to(act if g.dtype_of(n) != "fp32" else torch.float32)
            for n, t in fw.items()}
