@@ -88,5 +88,41 @@ check "the seal is the SHA-256 of the bytes after 512" \
     'want=$(head -c 512 "$T/a.h5" | tr "\0" "\n" | sed -n "s/^sha256 //p") &&
      got=$(tail -c +513 "$T/a.h5" | sha256sum | cut -d" " -f1) && [ -n "$want" ] && [ "$want" = "$got" ]'
 
+# --stream, --experts, --tier, the memory estimate, the progress bar
+check "gen --stream: the same bytes as in memory" \
+    'run 0 gen mixtral-small -q -o "$T/m.h5" && run 0 gen mixtral-small --stream -q -o "$T/ms.h5" &&
+     cmp "$T/m.h5" "$T/ms.h5"'
+check "gen --experts 2:5 writes CASE.experts-2-5.h5 with the range" \
+    'run 0 gen mixtral-small --experts 2:5 -d "$T" && [ -s "$T/mixtral-small.experts-2-5.h5" ] &&
+     grep -q "^wrote $T/mixtral-small.experts-2-5.h5" "$T/out"'
+for bad in 3 3:3 5:2 a:b -1:2 2: :4; do
+    check "gen --experts $bad: exit 2, one line" \
+        "run 2 gen mixtral-small --experts $bad -d \"\$T/x\" && one_line_err && grep -q -- --experts \"\$T/err\""
+done
+check "gen --experts beyond E: exit 2, one line, nothing written" \
+    'mkdir "$T/ex" && run 2 gen mixtral-small --experts 6:9 -d "$T/ex" && one_line_err &&
+     grep -q "expert range" "$T/err" && [ -z "$(ls -A "$T/ex")" ]'
+check "gen --tier kernel is accepted by cases, bogus tiers are not" \
+    'run 0 cases --tier kernel && [ "$(wc -l <"$T/out")" -ge 8 ] && run 2 gen --tier bogus -d "$T" && one_line_err'
+cat >"$T/huge.case" <<'EOF'
+base = tiny
+name = huge
+tokens = 1000000000
+EOF
+check "gen refuses a case that needs more memory than there is: exit 2, one line, nothing written" \
+    'mkdir "$T/huge" && run 2 gen --config "$T/huge.case" -d "$T/huge" && one_line_err &&
+     grep -q "needs about .* available; refusing (--ignore-memory" "$T/err" && [ -z "$(ls -A "$T/huge")" ]'
+check "gen refuses mixtral-layer under a 2 GiB address-space limit, even streamed" \
+    '(ulimit -v 2097152 && "$DL" gen mixtral-layer -d "$T/huge" >"$T/out" 2>"$T/err"; echo $? >"$T/rc") ;
+     [ "$(cat "$T/rc")" -eq 2 ] && one_line_err && grep -q "even streamed" "$T/err" && [ -z "$(ls -A "$T/huge")" ]'
+check "gen --ignore-memory is accepted" 'run 0 gen tiny --ignore-memory -q -o "$T/im.h5" && cmp "$T/im.h5" "$T/a.h5"'
+if command -v script >/dev/null 2>&1; then
+    check "gen on a terminal: a progress bar with an ETA; with -q none" \
+        'script -qec "\"$DL\" gen kernel-sizes-bf16 -o \"$T/k.h5\"" /dev/null >"$T/tty" 2>&1 &&
+         grep -q "ETA" "$T/tty" && rm -f "$T/k.h5" &&
+         script -qec "\"$DL\" gen -q kernel-sizes-bf16 -o \"$T/k.h5\"" /dev/null >"$T/tty" 2>&1 &&
+         ! grep -q "ETA" "$T/tty" && rm -f "$T/k.h5"'
+fi
+
 echo "1..$n"
 [ "$fails" -eq 0 ]

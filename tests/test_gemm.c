@@ -700,64 +700,24 @@ START_TEST(nonfinite)
 }
 END_TEST
 
-static Suite *grouped_suite(void)
-{
-    Suite *s = suite_create("gemm_grouped");
-    TCase *tc = tcase_create("grids");
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, grid_by_out_type, 0, 2);
-    tcase_add_test(tc, random_shapes);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("edges");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, empty_groups);
-    tcase_add_test(tc, degenerate_sizes);
-    tcase_add_test(tc, dynamic_range);
-    tcase_add_test(tc, subnormals_and_overflow);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("slow_tiers");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, cancellation_reaches_slow_tiers);
-    tcase_add_test(tc, midpoints_with_sticky);
-    tcase_add_test(tc, two_terms);
-    tcase_add_test(tc, long_k);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-static Suite *ragged_suite(void)
-{
-    Suite *s = suite_create("gemm_ragged_k");
-    TCase *tc = tcase_create("ragged");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, ragged_random);
-    tcase_add_test(tc, ragged_cancellation);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-static Suite *threads_suite(void)
-{
-    Suite *s = suite_create("gemm_threads");
-    TCase *tc = tcase_create("threads");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, thread_invariance);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-static Suite *errors_suite(void)
-{
-    Suite *s = suite_create("gemm_errors");
-    TCase *tc = tcase_create("errors");
-    tcase_add_test(tc, errors);
-    tcase_add_test(tc, nonfinite);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
-    Suite *s[] = {grouped_suite(), ragged_suite(), threads_suite(), errors_suite()};
-    return dl_test_run(s, 4);
+    const dl_test_t tests[] = {
+        DL_TEST_LOOP("gemm_grouped", "grids", grid_by_out_type, 0, 2, 120),
+        DL_TEST("gemm_grouped", "grids", random_shapes, 120),
+        DL_TEST("gemm_grouped", "edges", empty_groups, 120),
+        DL_TEST("gemm_grouped", "edges", degenerate_sizes, 120),
+        DL_TEST("gemm_grouped", "edges", dynamic_range, 120),
+        DL_TEST("gemm_grouped", "edges", subnormals_and_overflow, 120),
+        DL_TEST("gemm_grouped", "slow_tiers", cancellation_reaches_slow_tiers, 120),
+        DL_TEST("gemm_grouped", "slow_tiers", midpoints_with_sticky, 120),
+        DL_TEST("gemm_grouped", "slow_tiers", two_terms, 120),
+        DL_TEST("gemm_grouped", "slow_tiers", long_k, 120),
+        DL_TEST("gemm_ragged_k", "ragged", ragged_random, 120),
+        DL_TEST("gemm_ragged_k", "ragged", ragged_cancellation, 120),
+        DL_TEST("gemm_threads", "threads", thread_invariance, 120),
+        DL_TEST("gemm_errors", "errors", errors, 0),
+        DL_TEST("gemm_errors", "errors", nonfinite, 0),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -621,6 +621,109 @@ END_TEST
 
 /* ---------------------------------------------------------- catalogue */
 
+/* The kernel tier covers the shapes issue 13 names: each listed value of
+ * d or f, T, E, top-k and dtype occurs in some member, and some member has
+ * a K that is not a multiple of 64. Every member is on demand. */
+START_TEST(kernel_tier_coverage)
+{
+    static const int64_t dims[] = {512, 1024, 2048, 4096, 7168, 14336};
+    static const int64_t toks[] = {1, 7, 33, 128, 1024, 4096};
+    static const int64_t experts[] = {8, 64, 128, 256};
+    static const int64_t topk[] = {1, 2, 6, 8};
+    int n = 0, odd = 0, dt[3] = {0}, sizes = 0;
+    uint64_t seen_d = 0, seen_t = 0, seen_e = 0, seen_k = 0;
+    for (int i = 0; i < dl_case_count(); i++) {
+        const dl_case_t *c = dl_case_get(i);
+        if (c->tier != DL_TIER_KERNEL)
+            continue;
+        const dl_moe_config_t *k = &c->config;
+        n++;
+        ck_assert(c->large);
+        odd |= k->hidden % 64 != 0 || k->ffn % 64 != 0;
+        dt[k->dtype == DL_F32 ? 0 : k->dtype == DL_BF16 ? 1 : 2] = 1;
+        sizes |= c->inputs == DL_INPUTS_SIZES;
+        for (int j = 0; j < 6; j++) {
+            if (k->hidden == dims[j] || k->ffn == dims[j])
+                seen_d |= 1u << j;
+            if (k->tokens == toks[j])
+                seen_t |= 1u << j;
+        }
+        for (int j = 0; j < 4; j++) {
+            if (k->route.experts == experts[j])
+                seen_e |= 1u << j;
+            if (k->route.top_k == topk[j])
+                seen_k |= 1u << j;
+        }
+        /* each generates in at most 8 GiB: the whole file in memory */
+        ck_assert_int_lt(dl_case_data_bytes(c), INT64_C(6) << 30);
+    }
+    ck_assert_int_ge(n, 8);
+    ck_assert(odd && sizes && dt[0] && dt[1] && dt[2]);
+    ck_assert_uint_eq(seen_d, 63);
+    ck_assert_uint_eq(seen_t, 63);
+    ck_assert_uint_eq(seen_e, 15);
+    ck_assert_uint_eq(seen_k, 15);
+    dl_case_tier_t t;
+    ck_assert_int_eq(dl_case_tier_parse("kernel", &t), 0);
+    ck_assert(t == DL_TIER_KERNEL);
+    ck_assert_str_eq(dl_case_tier_name(DL_TIER_LAYER), "layer");
+    ck_assert_int_eq(dl_case_tier_parse("kernels", &t), DL_ENOTFOUND);
+    ck_assert_ptr_null(dl_case_tier_name((dl_case_tier_t)3));
+}
+END_TEST
+
+/* inputs = sizes: the forward pass routes exactly the planted group sizes
+ * (0, 1, 63, 64, 65, 127, 128, 129, every token to the hot expert E-1, the
+ * fillers as equal as possible), on a small configuration and on the
+ * kernel tier's member. */
+START_TEST(planted_sizes_route_as_planned)
+{
+    dl_case_t cs[2];
+    ck_assert_int_eq(dl_case_find("kernel-sizes-bf16", &cs[0]), 0);
+    cs[1] = cs[0];
+    cs[1].config.hidden = 80;
+    cs[1].config.ffn = 8;
+    cs[1].config.tokens = 300;
+    cs[1].config.route.top_k = 3;
+    cs[1].config.route.experts = 12;
+    cs[1].config.dtype = DL_F16;
+    for (int v = 0; v < 2; v++) {
+        const dl_moe_config_t *k = &cs[v].config;
+        int64_t E = k->route.experts, T = k->tokens, q[256];
+        ck_assert_int_eq(dl__case_planted_sizes(k, q), 0);
+        static const int64_t want[] = {0, 1, 63, 64, 65, 127, 128, 129};
+        int64_t total = 0;
+        for (int e = 0; e < 8; e++)
+            ck_assert_int_eq(q[e], want[e]);
+        ck_assert_int_eq(q[E - 1], T);
+        for (int64_t e = 0; e < E; e++)
+            total += q[e];
+        ck_assert_int_eq(total, T * k->route.top_k);
+        for (int64_t e = 8; e + 1 < E; e++)
+            ck_assert(q[e] == q[8] || q[e] == q[8] - 1);
+        dl_golden_file_t g;
+        int berr;
+        dl_golden_gen_opts_t o = {0};
+        o.no_backward = 1;
+        ck_assert_int_eq(dl_golden_generate(&cs[v], &o, &g, &berr, NULL, 0), 0);
+        for (int64_t e = 0; e < E; e++)
+            ck_assert_int_eq(g.fwd.group_sizes[e], q[e]);
+        for (int64_t t = 0; t < T; t++) /* best first: the planted ranks */
+            ck_assert(g.fwd.topk_weights[t * k->route.top_k] >
+                      g.fwd.topk_weights[t * k->route.top_k + 1]);
+        dl_golden_free(&g);
+    }
+    /* a plan that cannot fit: too few tokens for a run of 129 */
+    dl_moe_config_t small = cs[1].config;
+    small.tokens = 100;
+    int64_t q[256];
+    ck_assert_int_eq(dl__case_planted_sizes(&small, q), DL_EINVAL);
+    small = cs[1].config;
+    small.hidden = 11; /* needs d >= E + 1 */
+    ck_assert_int_eq(dl__case_planted_sizes(&small, q), DL_EINVAL);
+}
+END_TEST
+
 START_TEST(catalogue_valid_and_unique)
 {
     static const char *const required[] = {
@@ -642,8 +745,8 @@ START_TEST(catalogue_valid_and_unique)
         for (int v = 0; v < 2; v++) {
             char name[80];
             snprintf(name, sizeof name, "%s%s", c->name, v ? "-fp16" : "-bf16");
-            if (c->config.dtype != DL_F32)
-                continue;
+            if (c->config.dtype != DL_F32 || c->tier == DL_TIER_KERNEL)
+                continue; /* the kernel tier has one dtype per case */
             ck_assert_int_eq(dl_case_find(name, &f), 0);
             ck_assert(f.config.dtype == (v ? DL_F16 : DL_BF16));
             ck_assert(f.seed == c->seed && f.config.tokens == c->config.tokens &&
@@ -1745,6 +1848,7 @@ int main(void)
     SUITE("inputs", 60, inputs_on_grid_and_finite, inputs_follow_the_spec,
           inputs_fp32_full_significands, inputs_thread_invariant, inputs_constructions);
     SUITE("catalogue", 30, catalogue_valid_and_unique, catalogue_set_dtype);
+    SUITE("kernel tier", 120, kernel_tier_coverage, planted_sizes_route_as_planned);
     SUITE("case files", 30, casefile_valid, casefile_errors_name_file_and_line);
     SUITE("write", 60, roundtrip_every_variant, write_is_byte_reproducible,
           write_never_clobbers_never_leaves_partial_files, hdf5_errors_are_silenced);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "tap.h"
 #include "mpref.h"
+#include "stages/stages_priv.h"
 
 /* Finite differences: step FD_STEP (relative to 1; inputs are O(1)) makes
  * truncation error ~h^2 |f'''| ~ 1e-10 and cancellation ~eps/h ~ 1e-11 in
@@ -442,6 +443,48 @@ START_TEST(bad_inputs)
 }
 END_TEST
 
+/* The input validation's bit test agrees with isfinite and dl_on_grid on
+ * every exponent and sign with the low bits that matter for each grid
+ * (every pattern of the top 16 bits, 24 patterns of the low 16), and on
+ * every fp16 value and its neighbours. */
+START_TEST(validation_bits_match_on_grid)
+{
+    static const uint32_t lows[] = {0, 1, 2, 0x10, 0x100, 0x800, 0xfff, 0x1000, 0x1fff,
+                                    0x2000, 0x3fff, 0x4000, 0x7fff, 0x8000, 0xc000, 0xe000,
+                                    0xf000, 0xfff0, 0xffff, 0x0400, 0x0200, 0x6000, 0xa000, 0x5555};
+    const dl_dtype_t ts[3] = {DL_F32, DL_BF16, DL_F16};
+    int64_t n = 0, bad = 0;
+    uint32_t first_bad = 0;
+    for (uint32_t hi = 0; hi < 0x10000u; hi++)
+        for (size_t l = 0; l < sizeof lows / sizeof lows[0]; l++) {
+            uint32_t b = hi << 16 | lows[l];
+            float f;
+            memcpy(&f, &b, 4);
+            for (int i = 0; i < 3; i++) {
+                int want = !isfinite(f) ? 2 : !dl_on_grid(f, ts[i]);
+                if (dl__float_verdict(b, ts[i]) != want && !bad++)
+                    first_bad = b;
+                n++;
+            }
+        }
+    for (uint32_t h = 0; h < 0x10000u; h++) { /* every fp16, as a float, and one ulp off */
+        float f = dl_f16_to_float((uint16_t)h);
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        for (int dlt = -1; dlt <= 1; dlt++) {
+            uint32_t c = b + (uint32_t)dlt;
+            float g;
+            memcpy(&g, &c, 4);
+            int want = !isfinite(g) ? 2 : !dl_on_grid(g, DL_F16);
+            if (dl__float_verdict(c, DL_F16) != want && !bad++)
+                first_bad = c;
+        }
+    }
+    ck_assert_msg(bad == 0, "%lld mismatches, first bits %08x", (long long)bad, first_bad);
+    ck_assert_int_gt(n, 4000000);
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -452,8 +495,9 @@ int main(void)
         DL_TEST("vjp-dense", "dense-formulation", empty_expert_grads_zero, 300),
         DL_TEST("vjp-finite-differences", "central-differences", fd_softmax, 300),
         DL_TEST("vjp-finite-differences", "central-differences", fd_sigmoid_scaled, 300),
-        DL_TEST("layer", "determinism-and-errors", threads_same_bits, 0),
-        DL_TEST("layer", "determinism-and-errors", bad_inputs, 0),
+        DL_TEST("layer", "determinism-and-errors", threads_same_bits, 120),
+        DL_TEST("layer", "determinism-and-errors", bad_inputs, 120),
+        DL_TEST("layer", "determinism-and-errors", validation_bits_match_on_grid, 120),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

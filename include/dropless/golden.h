@@ -24,8 +24,17 @@ typedef enum {
     DL_INPUTS_ZIPF = 1,     /* logit offsets -zipf_s * ln(e+1): heavy imbalance */
     DL_INPUTS_TIES = 2,     /* duplicated router columns/groups, zero token: exact and near ties */
     DL_INPUTS_EMPTY = 3,    /* experts 0, E/2 and E-1 never selected */
-    DL_INPUTS_ONE_HOT = 4   /* every token's top choice is expert E/2 */
+    DL_INPUTS_ONE_HOT = 4,  /* every token's top choice is expert E/2 */
+    DL_INPUTS_SIZES = 5     /* planted routing: group sizes 0, 1, 63, 64, 65, 127, 128,
+                             * 129, a hot expert with every token, fillers */
 } dl_inputs_kind_t;
+
+/* Which part of the catalogue a case belongs to. */
+typedef enum {
+    DL_TIER_VECTORS = 0, /* small, committed under vectors/ (vectors/SHA256SUMS) */
+    DL_TIER_KERNEL = 1,  /* kernel-scale, on demand, pinned by vectors/KERNEL_SHA256SUMS */
+    DL_TIER_LAYER = 2    /* a whole model layer, on demand, streamed */
+} dl_case_tier_t;
 
 typedef struct {
     char name[DL_GOLDEN_NAME_MAX + 1];
@@ -34,8 +43,14 @@ typedef struct {
     uint64_t seed;
     dl_inputs_kind_t inputs;
     double zipf_s;               /* DL_INPUTS_ZIPF only */
-    int large;                   /* layer-scale: generated on demand, not committed */
+    int large;                   /* generated on demand, not committed (tiers kernel, layer) */
+    dl_case_tier_t tier;
 } dl_case_t;
+
+/* The tier's name ("vectors", "kernel", "layer"), or NULL; and the reverse
+ * (0 or DL_ENOTFOUND). */
+DL_EXTERN const char *dl_case_tier_name(dl_case_tier_t t);
+DL_EXTERN int dl_case_tier_parse(const char *s, dl_case_tier_t *t);
 
 /* Number of cases in the built-in catalogue (every dtype variant counted). */
 DL_EXTERN int dl_case_count(void);
@@ -186,6 +201,10 @@ typedef struct {
     int no_backward;         /* skip the backward pass and /backward */
     dl_golden_progress_fn progress; /* may be NULL; done in [0, 1] */
     void *progress_ctx;
+    int stream;              /* generate dataset by dataset, expert by expert
+                              * (dl_golden_gen_stream); the same bytes */
+    int64_t expert_begin, expert_end; /* expert_end > 0: only experts [begin, end)
+                              * (a slice, doc/format.md); implies stream */
 } dl_golden_gen_opts_t;
 
 /* Writes g to path: the root attributes, /config, and each group whose
@@ -226,6 +245,29 @@ DL_EXTERN int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t 
  * (DL_EEXIST) before any work unless opts->force. */
 DL_EXTERN int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *opts,
                                  int *backward_err, char *err, size_t errlen);
+
+/* Generates case c straight into a file at path, dataset by dataset in the
+ * format's order: the expert weights are drawn, and the weight gradients
+ * computed and written, one expert at a time, so memory is the token-sized
+ * inputs and activations plus one expert's weights, not the file
+ * (dl_case_memory_bytes). The bytes are those of dl_golden_gen_file. With
+ * opts->expert_end > 0, writes the slice of experts [expert_begin,
+ * expert_end): the whole routing, only those experts' weights, sorted rows
+ * and weight gradients (doc/format.md, "Expert slices"), each value equal
+ * to the same element of the whole file. A failed backward pass fails the
+ * call. Same temporary-name and no-overwrite rules as dl_golden_write.
+ * Errors: DL_EINVAL (configuration, range), DL_EEXIST, DL_EIO, DL_ENOMEM,
+ * a stage's error; a one-line message goes to err. */
+DL_EXTERN int dl_golden_gen_stream(const dl_case_t *c, const char *path,
+                                   const dl_golden_gen_opts_t *opts, char *err, size_t errlen);
+
+/* The peak memory, in bytes, that generating c takes with these options
+ * (opts may be NULL: in memory): the file's data in memory, or with
+ * opts->stream / a slice the file less its expert weights and weight
+ * gradients plus one expert's; GEMM scratch included. An estimate for
+ * refusing early, not a bound proven to the byte. Negative DL_EOVERFLOW
+ * if it does not fit int64, DL_EINVAL. */
+DL_EXTERN int64_t dl_case_memory_bytes(const dl_case_t *c, const dl_golden_gen_opts_t *opts);
 
 /* The HDF5 library version in use ("1.10.8"): byte-identity of files is
  * pinned for one HDF5 version (doc/format.md). */

@@ -66,6 +66,20 @@ DL_EXTERN int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in
                              dl_moe_forward_t *f);
 DL_EXTERN void dl_moe_forward_free(dl_moe_forward_t *f);
 
+/* The router and the dispatch of dl_moe_forward, alone, into arrays of *f
+ * the caller allocated (f keeps no ownership it did not have): the router
+ * GEMM (router_logits), dl_route_scores (router_scores), dl_route_topk
+ * (topk_ids, topk_weights; tie_margin when not NULL); then, when sort_perm
+ * is not NULL, dl_sort_assignments (sort_perm, inv_perm, group_sizes,
+ * group_offsets), and when x_sorted is not NULL too, dl_permute. Needs only
+ * in->x, in->router_weight and, with route.has_bias, in->expert_bias; the
+ * tiers taken are added to f->stats. The one sequence the oracle, the
+ * streaming generator and the capacity analysis run. Errors: those of
+ * dl_moe_config_validate, DL_EINVAL (a needed array NULL), and those of the
+ * stages (DL_ENONFINITE, DL_EGRID, DL_ERANGE, DL_ENOMEM). */
+DL_EXTERN int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                           dl_moe_forward_t *f);
+
 /* Every gradient of the backward pass, each an exact function of stored
  * forward values and upstream gradients, rounded once. */
 typedef struct {
@@ -92,6 +106,16 @@ typedef struct {
 DL_EXTERN int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                               const dl_moe_forward_t *f, dl_moe_backward_t *b);
 DL_EXTERN void dl_moe_backward_free(dl_moe_backward_t *b);
+
+/* The tail of dl_moe_backward, alone, into arrays of *b the caller
+ * allocated: dl_route_backward (d_router_scores, d_router_logits from the
+ * stored d_topk_weights), the router weight gradient d_router_weight =
+ * x^T d_router_logits, and dl_input_backward (d_x, from the stored
+ * d_x_sorted). The one sequence the oracle and the streaming generator run.
+ * Errors: those of dl_moe_config_validate, DL_EINVAL (a needed array NULL),
+ * and those of the stages. */
+DL_EXTERN int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                                    const dl_moe_forward_t *f, dl_moe_backward_t *b);
 
 #ifdef __cplusplus
 }

@@ -41,22 +41,22 @@ static void gather(dl_capacity_routing_t *r, const float *scores)
 }
 
 /* Router logits, scores, top-k and group sizes: the first stages of
- * dl_moe_forward, on x and the router alone. */
+ * dl_moe_forward (dl_moe_route), on x and the router alone. */
 static int route(const dl_moe_config_t *c, const dl_golden_inputs_t *in, dl_capacity_routing_t *r)
 {
-    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
+    const int64_t T = c->tokens, E = c->route.experts, k = c->route.top_k;
     float *logits = alloc(T * E, sizeof(float)), *scores = alloc(T * E, sizeof(float));
     float *w = alloc(T * k, sizeof(float));
     int32_t *perm = alloc(T * k, sizeof(int32_t)), *inv = alloc(T * k, sizeof(int32_t));
     int64_t *off = alloc(E + 1, sizeof(int64_t));
     int rc = DL_ENOMEM;
     if (logits && scores && w && perm && inv && off) {
-        const int64_t all_rows[2] = {0, T};
-        dl_gemm_term_t term = {in->x, d, in->router_weight, DL_RHS_KN};
-        if (!(rc = dl_gemm_grouped(&term, 1, E, all_rows, 1, DL_F32, logits, NULL)) &&
-            !(rc = dl_route_scores(&c->route, logits, T, scores)) &&
-            !(rc = dl_route_topk(&c->route, scores, in->expert_bias, T, r->ids, w, NULL)) &&
-            !(rc = dl_sort_assignments(r->ids, T, k, E, perm, inv, r->group_sizes, off)))
+        dl_moe_forward_t f = {.router_logits = logits, .router_scores = scores,
+                              .topk_ids = r->ids, .topk_weights = w, .sort_perm = perm,
+                              .inv_perm = inv, .group_sizes = r->group_sizes,
+                              .group_offsets = off};
+        dl_moe_inputs_t view = dl_golden_inputs_view(in);
+        if (!(rc = dl_moe_route(c, &view, &f)))
             gather(r, scores);
     }
     free(logits), free(scores), free(w), free(perm), free(inv), free(off);

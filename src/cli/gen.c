@@ -5,13 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "dropless.h"
 #include "cli.h"
 
-/* Cases larger than this get a progress bar (when stderr is a terminal). */
-#define PROGRESS_BYTES (64 * 1024 * 1024)
+/* The progress bar appears once a case has run this long (seconds), and
+ * only when stderr is a terminal and -q is not given. */
+#define PROGRESS_AFTER_S 2.0
 
 static void human(int64_t b, char *buf, size_t n)
 {
@@ -45,6 +48,13 @@ static void gen_usage(FILE *f)
             "      --dtype T       fp32, bf16 or fp16 for every case (renames it: tiny-bf16)\n"
             "      --seed N        override the seed\n"
             "      --no-backward   skip the backward pass and /backward\n"
+            "      --tier T        every case of tier T (vectors, kernel, layer)\n"
+            "      --stream        generate expert by expert (automatic when the case does\n"
+            "                      not fit in memory whole, and for the layer tier)\n"
+            "      --experts A:B   only experts A..B-1 (an expert-parallel slice; streams);\n"
+            "                      the file is DIR/CASE.experts-A-B.h5\n"
+            "      --ignore-memory generate even when the case needs more memory than is\n"
+            "                      available\n"
             "  -q, --quiet         print nothing on success\n"
             "  -h, --help          this text\n");
 }
@@ -54,21 +64,155 @@ typedef struct {
     int shown;
     int last_pct;
     const char *phase;
+    double t0;
 } progress_t;
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void eta_str(double secs, char *buf, size_t n)
+{
+    if (!(secs >= 0) || secs > 1e6)
+        snprintf(buf, n, "--:--");
+    else if (secs >= 3600)
+        snprintf(buf, n, "%dh%02dm", (int)(secs / 3600), (int)(secs / 60) % 60);
+    else
+        snprintf(buf, n, "%dm%02ds", (int)(secs / 60), (int)secs % 60);
+}
+
+/* A bar with the phase, the share done and the time left, redrawn in place
+ * when the percentage or the phase changes; nothing in the first
+ * PROGRESS_AFTER_S seconds, so short cases print nothing. */
 static void progress_cb(void *ctx, const char *phase, double done)
 {
     progress_t *p = ctx;
+    double el = now_s() - p->t0;
     int pct = (int)(done * 100.0);
-    if (p->phase == phase && pct == p->last_pct)
+    if (el < PROGRESS_AFTER_S || (p->phase == phase && pct == p->last_pct))
         return;
     p->phase = phase;
     p->last_pct = pct;
     int bar = pct / 5;
-    fprintf(stderr, "\r%s: %-8s [%.*s%*s] %3d%%", p->name, phase, bar, "####################",
-            20 - bar, "", pct);
+    char eta[32];
+    eta_str(done > 0.005 ? el / done * (1.0 - done) : -1.0, eta, sizeof eta);
+    fprintf(stderr, "\r%s: %-16.16s [%.*s%*s] %3d%% ETA %-8s", p->name, phase, bar,
+            "####################", 20 - bar, "", pct, eta);
     fflush(stderr);
     p->shown = 1;
+}
+
+/* Bytes this process may still use: MemAvailable, or the address-space
+ * limit if lower; -1 if neither is known. */
+static int64_t memory_available(void)
+{
+    int64_t avail = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        long long kb;
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            avail = (int64_t)kb * 1024;
+    }
+    if (f)
+        fclose(f);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (avail < 0 || (int64_t)rl.rlim_cur < avail))
+        avail = (int64_t)rl.rlim_cur;
+    return avail;
+}
+
+/* Chooses in-memory or streamed generation for c and checks the estimate
+ * against the memory available: 0, or 1 after printing the refusal. */
+static int plan_memory(const dl_case_t *c, dl_golden_gen_opts_t *o, int ignore)
+{
+    int64_t avail = memory_available();
+    if (c->tier == DL_TIER_LAYER)
+        o->stream = 1;
+    int64_t need = dl_case_memory_bytes(c, o);
+    if (!o->stream && avail >= 0 && (need < 0 || need > avail)) {
+        o->stream = 1; /* the same bytes, a fraction of the memory */
+        need = dl_case_memory_bytes(c, o);
+    }
+    if (ignore || avail < 0 || (need >= 0 && need <= avail))
+        return 0;
+    char a[32], b[32];
+    human(need, a, sizeof a);
+    human(avail, b, sizeof b);
+    fprintf(stderr, "dropless gen: %s: needs about %s of memory%s, %s available; refusing "
+                    "(--ignore-memory to try anyway)\n", c->name, need < 0 ? "more than 8 EiB" : a,
+            o->stream ? " even streamed" : "", b);
+    return 1;
+}
+
+/* "A:B" with 0 <= A < B: experts A..B-1. */
+static int parse_experts(const char *s, int64_t *a, int64_t *b)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
+    long long x = strtoll(s, &end, 10);
+    if (*end != ':' || end[1] < '0' || end[1] > '9')
+        return -1;
+    long long y = strtoll(end + 1, &end, 10);
+    if (*end || x < 0 || y <= x || y > INT32_MAX)
+        return -1;
+    *a = x;
+    *b = y;
+    return 0;
+}
+
+/* gen's long options without a short form */
+enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM };
+
+/* The options of issue 13: --tier, --stream, --experts, --ignore-memory. */
+typedef struct {
+    int tier; /* -1: none */
+    int stream, ignore_memory;
+    int64_t ex_a, ex_b; /* ex_b > 0: --experts ex_a:ex_b */
+} scale_opts_t;
+
+/* 0, or 1 after printing why arg is not a valid value of option ch. */
+static int scale_option(int ch, const char *arg, scale_opts_t *sc)
+{
+    dl_case_tier_t t;
+    switch (ch) {
+    case O_STREAM: sc->stream = 1; return 0;
+    case O_IGNMEM: sc->ignore_memory = 1; return 0;
+    case O_TIER:
+        if (dl_case_tier_parse(arg, &t)) {
+            fprintf(stderr, "dropless gen: --tier must be vectors, kernel or layer, not '%s'\n", arg);
+            return 1;
+        }
+        sc->tier = (int)t;
+        return 0;
+    case O_EXPERTS:
+        if (parse_experts(arg, &sc->ex_a, &sc->ex_b)) {
+            fprintf(stderr, "dropless gen: --experts needs A:B with 0 <= A < B, not '%s'\n", arg);
+            return 1;
+        }
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+/* DIR/NAME.h5, DIR/NAME.experts-A-B.h5 for a slice, or the --output path;
+ * 1 if it does not fit. */
+static int output_path(const char *output, const char *dir, const char *name,
+                       const scale_opts_t *sc, char *path, size_t n)
+{
+    char suffix[64] = "";
+    if (sc->ex_b > 0)
+        snprintf(suffix, sizeof suffix, ".experts-%lld-%lld", (long long)sc->ex_a,
+                 (long long)sc->ex_b);
+    int w = output ? snprintf(path, n, "%s", output)
+                   : snprintf(path, n, "%s/%s%s.h5", dir, name, suffix);
+    return w < 0 || (size_t)w >= n;
 }
 
 static int exit_for(int rc)
@@ -80,20 +224,22 @@ static int exit_for(int rc)
 
 int dl_cli_gen(int argc, char **argv)
 {
-    enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK };
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'}, {"dir", required_argument, NULL, 'd'},
         {"force", no_argument, NULL, 'f'},        {"config", required_argument, NULL, 'c'},
         {"all", no_argument, NULL, O_ALL},         {"dtype", required_argument, NULL, O_DTYPE},
         {"seed", required_argument, NULL, O_SEED}, {"no-backward", no_argument, NULL, O_NOBACK},
         {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
-        {"case", required_argument, NULL, 'C'},   {NULL, 0, NULL, 0}};
+        {"case", required_argument, NULL, 'C'},   {"tier", required_argument, NULL, O_TIER},
+        {"stream", no_argument, NULL, O_STREAM},  {"experts", required_argument, NULL, O_EXPERTS},
+        {"ignore-memory", no_argument, NULL, O_IGNMEM}, {NULL, 0, NULL, 0}};
     const char *output = NULL, *dir = ".", *config = NULL;
     const char *named[64];
     int nnamed = 0;
     int force = 0, all = 0, quiet = 0, no_backward = 0, have_dtype = 0, have_seed = 0;
     dl_dtype_t dtype = DL_F32;
     uint64_t seed = 0;
+    scale_opts_t sc = {-1, 0, 0, 0, 0};
     opterr = 0;
     optind = 1;
     int ch;
@@ -114,6 +260,13 @@ int dl_cli_gen(int argc, char **argv)
         case 'h': gen_usage(stdout); return DL_EXIT_OK;
         case O_ALL: all = 1; break;
         case O_NOBACK: no_backward = 1; break;
+        case O_STREAM:
+        case O_IGNMEM:
+        case O_TIER:
+        case O_EXPERTS:
+            if (scale_option(ch, optarg, &sc))
+                return DL_EXIT_USAGE;
+            break;
         case O_DTYPE:
             if (dl_dtype_parse(optarg, &dtype) || dtype == DL_F64) {
                 fprintf(stderr, "dropless gen: --dtype must be fp32, bf16 or fp16, not '%s'\n", optarg);
@@ -170,6 +323,10 @@ int dl_cli_gen(int argc, char **argv)
         for (int i = 0; i < ncat; i++)
             if (!dl_case_get(i)->large)
                 cases[n++] = *dl_case_get(i);
+    if (sc.tier >= 0)
+        for (int i = 0; i < ncat && n < cap; i++)
+            if ((int)dl_case_get(i)->tier == sc.tier)
+                cases[n++] = *dl_case_get(i);
     if (n == 0) {
         fprintf(stderr, "dropless gen: no case given (try 'dropless gen --help')\n");
         rc = DL_EXIT_USAGE;
@@ -201,16 +358,18 @@ int dl_cli_gen(int argc, char **argv)
     }
     for (int i = 0; i < n; i++) {
         char path[4096];
-        if (output)
-            snprintf(path, sizeof path, "%s", output);
-        else if ((size_t)snprintf(path, sizeof path, "%s/%s.h5", dir, cases[i].name) >= sizeof path) {
+        if (output_path(output, dir, cases[i].name, &sc, path, sizeof path)) {
             fprintf(stderr, "dropless gen: output path too long\n");
             rc = DL_EXIT_USAGE;
             goto done;
         }
-        progress_t pr = {cases[i].name, 0, -1, NULL};
-        dl_golden_gen_opts_t o = {force, no_backward, NULL, NULL};
-        if (!quiet && isatty(2) && dl_case_data_bytes(&cases[i]) > PROGRESS_BYTES) {
+        progress_t pr = {cases[i].name, 0, -1, NULL, now_s()};
+        dl_golden_gen_opts_t o = {force, no_backward, NULL, NULL, sc.stream, sc.ex_a, sc.ex_b};
+        if (plan_memory(&cases[i], &o, sc.ignore_memory)) {
+            rc = DL_EXIT_USAGE;
+            goto done;
+        }
+        if (!quiet && isatty(2)) {
             o.progress = progress_cb;
             o.progress_ctx = &pr;
         }
@@ -243,19 +402,28 @@ done:
 static void cases_usage(FILE *f)
 {
     fprintf(f,
-            "usage: dropless cases [--names] [--verbose]\n"
+            "usage: dropless cases [--tier vectors|kernel|layer] [--names] [--verbose]\n"
             "Lists the catalogue: name, shapes (T tokens, d hidden, f ffn, E experts, k top-k),\n"
-            "routing, dtype and the file's data size; 'on demand' marks layer-scale cases that\n"
-            "'dropless gen --all' and vectors/ leave out.\n"
+            "routing, dtype and the file's data size; 'on demand' marks the kernel-scale and\n"
+            "layer-scale cases that 'dropless gen --all' and vectors/ leave out.\n"
+            "  --tier T    only the cases of tier T\n"
             "  --names     names only\n"
             "  --verbose   add each case's description\n");
 }
 
 int dl_cli_cases(int argc, char **argv)
 {
-    int names = 0, verbose = 0;
+    int names = 0, verbose = 0, tier = -1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--names"))
+        if (!strcmp(argv[i], "--tier")) {
+            dl_case_tier_t t;
+            if (i + 1 >= argc || dl_case_tier_parse(argv[i + 1], &t)) {
+                fprintf(stderr, "dropless cases: --tier needs vectors, kernel or layer\n");
+                return DL_EXIT_USAGE;
+            }
+            tier = (int)t;
+            i++;
+        } else if (!strcmp(argv[i], "--names"))
             names = 1;
         else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v"))
             verbose = 1;
@@ -269,6 +437,8 @@ int dl_cli_cases(int argc, char **argv)
     }
     for (int i = 0; i < dl_case_count(); i++) {
         const dl_case_t *c = dl_case_get(i);
+        if (tier >= 0 && (int)c->tier != tier)
+            continue;
         if (names) {
             printf("%s\n", c->name);
             continue;
@@ -291,7 +461,10 @@ int dl_cli_cases(int argc, char **argv)
                " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s\n",
                c->name, k->tokens, k->hidden, k->ffn, r->experts, r->top_k, route,
                k->ffn_kind == DL_FFN_PLAIN ? "plain" : "swiglu", dl_dtype_name(k->dtype),
-               r->renormalize ? "norm" : "", sz, c->large ? "  on demand" : "");
+               r->renormalize ? "norm" : "", sz,
+               c->tier == DL_TIER_KERNEL  ? "  on demand (kernel)"
+               : c->tier == DL_TIER_LAYER ? "  on demand (layer)"
+                                          : "");
         if (verbose)
             printf("    %s\n", c->description);
     }

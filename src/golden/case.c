@@ -18,13 +18,21 @@
     {.name = nm, .description = desc,                                               \
      .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
                 .dtype = dt},                                                        \
-     .seed = seed_, .inputs = kind, .zipf_s = zs, .large = big}
+     .seed = seed_, .inputs = kind, .zipf_s = zs, .large = big,                     \
+     .tier = (big) ? DL_TIER_LAYER : DL_TIER_VECTORS}
 /* Every case comes in fp32 (no suffix), bf16 and fp16; all three draw the
  * same normals (same seed) and round them to their own grid. */
 #define CASE3(nm, desc, T, d, f, rt, fk, seed_, kind, zs, big)                        \
     ONE(nm, desc, T, d, f, rt, fk, DL_F32, seed_, kind, zs, big),                    \
     ONE(nm "-bf16", desc, T, d, f, rt, fk, DL_BF16, seed_, kind, zs, big),           \
     ONE(nm "-fp16", desc, T, d, f, rt, fk, DL_F16, seed_, kind, zs, big)
+
+/* A kernel-tier case: one dtype, on demand, pinned by vectors/KERNEL_SHA256SUMS. */
+#define KCASE(nm, desc, T, d, f, rt, dt, seed_, kind, zs)                              \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt,                 \
+                .ffn_kind = DL_FFN_SWIGLU, .dtype = dt},                             \
+     .seed = seed_, .inputs = kind, .zipf_s = zs, .large = 1, .tier = DL_TIER_KERNEL}
 
 #define SM DL_SCORE_SOFTMAX
 #define SG DL_SCORE_SIGMOID
@@ -65,8 +73,44 @@ static const dl_case_t catalogue[] = {
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
           4096, 7168, 2048, (256, 8, SG, 8, 4, G2, 1, 2.5, 1), SWI, 102, DL_INPUTS_RANDOM, 0, 1),
+
+    /* The kernel tier: the shapes at which a GPU grouped GEMM tiles, pads,
+     * splits K and changes code path (doc/format.md, "The kernel tier"). */
+    KCASE("kernel-sizes-bf16", "planted group sizes 0, 1, 63, 64, 65, 127, 128, 129 and a hot expert with every token",
+          1024, 512, 512, (64, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_BF16, 201, DL_INPUTS_SIZES, 0),
+    KCASE("kernel-sizes-k6", "planted group sizes, top-6 of 128 experts, fp32 with full 24-bit inputs",
+          1024, 1024, 512, (128, 6, SM, 1, 1, GMAX, 1, 1.0, 0), DL_F32, 202, DL_INPUTS_SIZES, 0),
+    KCASE("kernel-m1-bf16", "T = 1: one row per selected expert, d = 4096",
+          1, 4096, 2048, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_BF16, 203, DL_INPUTS_RANDOM, 0),
+    KCASE("kernel-t7-fp16", "T = 7, d = 7168: sigmoid + bias, 4 groups keep 2, top2_sum, scale 2.5",
+          7, 7168, 2048, (8, 2, SG, 4, 2, G2, 1, 2.5, 1), DL_F16, 204, DL_INPUTS_RANDOM, 0),
+    KCASE("kernel-t33-bf16", "T = 33, DeepSeek-V3 routing over 256 experts: most groups empty or 1-2 rows",
+          33, 512, 512, (256, 8, SG, 8, 4, G2, 1, 2.5, 1), DL_BF16, 205, DL_INPUTS_RANDOM, 0),
+    KCASE("kernel-t128", "T = 128, f = 14336 (K of the down projection), fp32 with full 24-bit inputs",
+          128, 1024, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_F32, 206, DL_INPUTS_RANDOM, 0),
+    KCASE("kernel-t4096-bf16", "T = 4096, Zipf(1.2) loads: one expert takes most rows",
+          4096, 2048, 1024, (8, 2, SM, 1, 1, GMAX, 0, 1.0, 0), DL_BF16, 207, DL_INPUTS_ZIPF, 1.2),
+    KCASE("kernel-oddk-fp16", "d = 1000, f = 2900: K not a multiple of 64 (nor 8) in any GEMM, top-1",
+          1024, 1000, 2900, (8, 1, SM, 1, 1, GMAX, 1, 1.0, 0), DL_F16, 208, DL_INPUTS_RANDOM, 0),
 };
 #define NCAT ((int)(sizeof catalogue / sizeof catalogue[0]))
+
+static const char *const tier_names[] = {"vectors", "kernel", "layer"};
+
+const char *dl_case_tier_name(dl_case_tier_t t)
+{
+    return (int)t >= 0 && (int)t < 3 ? tier_names[t] : NULL;
+}
+
+int dl_case_tier_parse(const char *s, dl_case_tier_t *t)
+{
+    for (int i = 0; s && t && i < 3; i++)
+        if (strcmp(s, tier_names[i]) == 0) {
+            *t = (dl_case_tier_t)i;
+            return 0;
+        }
+    return DL_ENOTFOUND;
+}
 
 int dl_case_count(void) { return NCAT; }
 
@@ -370,6 +414,7 @@ int dl_case_parse_file(const char *path, dl_case_t *out, char *err, size_t errle
             c = base;
             c.description = "";
             c.large = 0;
+            c.tier = DL_TIER_VECTORS;
             break;
         }
         case K_TOKENS:

@@ -126,7 +126,9 @@ void dl_golden_free(dl_golden_file_t *g)
 static const char *const score_names[] = {"softmax", "sigmoid"};
 static const char *const group_names[] = {"max", "top2_sum", "topk_sum"};
 static const char *const ffn_names[] = {"swiglu", "plain"};
-static const char *const inputs_names[] = {"random", "zipf", "ties", "empty-experts", "one-hot"};
+static const char *const inputs_names[] = {"random", "zipf", "ties", "empty-experts", "one-hot",
+                                           "sizes"};
+#define NINPUTS ((int)(sizeof inputs_names / sizeof inputs_names[0]))
 
 static int lookup(const char *const *names, int n, const char *s)
 {
@@ -139,11 +141,11 @@ static int lookup(const char *const *names, int n, const char *s)
 const char *dl__golden_score_name(int v) { return v >= 0 && v < 2 ? score_names[v] : NULL; }
 const char *dl__golden_group_name(int v) { return v >= 0 && v < 3 ? group_names[v] : NULL; }
 const char *dl__golden_ffn_name(int v) { return v >= 0 && v < 2 ? ffn_names[v] : NULL; }
-const char *dl__golden_inputs_name(int v) { return v >= 0 && v < 5 ? inputs_names[v] : NULL; }
+const char *dl__golden_inputs_name(int v) { return v >= 0 && v < NINPUTS ? inputs_names[v] : NULL; }
 int dl__golden_score_parse(const char *s) { return lookup(score_names, 2, s); }
 int dl__golden_group_parse(const char *s) { return lookup(group_names, 3, s); }
 int dl__golden_ffn_parse(const char *s) { return lookup(ffn_names, 2, s); }
-int dl__golden_inputs_parse(const char *s) { return lookup(inputs_names, 5, s); }
+int dl__golden_inputs_parse(const char *s) { return lookup(inputs_names, NINPUTS, s); }
 
 /* One-line messages: "<file>: <what>". */
 void dl__golden_msg(char *err, size_t errlen, const char *fmt, ...)

@@ -23,6 +23,36 @@ void dl__golden_msg(char *err, size_t errlen, const char *fmt, ...);
 /* Checks what the golden format needs of a configuration beyond
  * dl_moe_config_validate; 0 or DL_EINVAL with a reason in why. */
 int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen);
+/* Inputs a piece at a time (inputs.c), for the streaming generator: every
+ * input but the expert weights (those stay NULL), and expert e of one
+ * expert weight (d*f floats, the same values as dl_case_inputs draws). */
+#define DL__W_GATE 0
+#define DL__W_UP 1
+#define DL__W_DOWN 2
+int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in);
+void dl__case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf);
+/* inputs = sizes: every expert's planted group size into q[E]; DL_EINVAL
+ * when the configuration cannot hold the plan (doc/format.md). */
+int dl__case_planted_sizes(const dl_moe_config_t *k, int64_t *q);
+/* Writing a file whose datasets are produced piece by piece (write.c for
+ * stream.c). shape() gives a dataset's extents in this file (a slice
+ * shrinks E and M) and its element count, or -1 to leave it out;
+ * produce() writes its rows, in order, through dl__golden_sink_put (0 or
+ * an error code with the message in the writer's err). expert_end > 0
+ * marks a slice: root attributes expert_begin and expert_end. */
+typedef struct dl__golden_sink dl__golden_sink_t;
+typedef struct {
+    void *ctx;
+    int64_t (*shape)(void *ctx, const dl_golden_dataset_t *ds, int64_t dims[3]);
+    int (*produce)(void *ctx, const dl_golden_dataset_t *ds, dl__golden_sink_t *sink);
+    int64_t expert_begin, expert_end;
+} dl__golden_source_t;
+int dl__golden_sink_put(dl__golden_sink_t *s, int64_t row0, int64_t nrows, const void *data);
+/* dl_golden_write with the datasets from src; hdr gives the root
+ * attributes, /config and the has_* flags (its arrays are not used). */
+int dl__golden_write_source(const char *path, const dl_golden_file_t *hdr,
+                            const dl__golden_source_t *src, int force,
+                            dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen);
 /* Silences HDF5's automatic error-stack printing, restoring it after. */
 typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
 void dl__h5_quiet_on(dl__h5_quiet_t *q);

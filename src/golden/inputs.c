@@ -65,16 +65,23 @@ double dl_golden_ln(double x)
     return (double)k * 0x1.62e42fefa39efp-1 + 2.0 * sum;
 }
 
-/* v[i] = RN_t(normal(i) * sigma + add) for i in [0, n). */
-static void fill(float *v, int64_t n, uint64_t seed, uint64_t stream, double sigma,
-                 dl_dtype_t t)
+/* v[i] = RN_t(normal(base + i) * sigma) for i in [0, n): element base + i
+ * of the tensor, so that a tensor can be drawn a piece at a time. */
+static void fill_at(float *v, int64_t base, int64_t n, uint64_t seed, uint64_t stream,
+                    double sigma, dl_dtype_t t)
 {
     uint64_t key = stream_key(seed, stream);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (n > 65536)
 #endif
     for (int64_t i = 0; i < n; i++)
-        v[i] = (float)dl_round(normal_k(key, (uint64_t)i) * sigma, t);
+        v[i] = (float)dl_round(normal_k(key, (uint64_t)(base + i)) * sigma, t);
+}
+
+static void fill(float *v, int64_t n, uint64_t seed, uint64_t stream, double sigma,
+                 dl_dtype_t t)
+{
+    fill_at(v, 0, n, seed, stream, sigma, t);
 }
 
 void dl_golden_inputs_free(dl_golden_inputs_t *in)
@@ -120,6 +127,9 @@ static void offsets(const dl_case_t *c, double *b)
     }
     if (c->inputs == DL_INPUTS_ONE_HOT)
         b[E / 2] = 40.0;
+    if (c->inputs == DL_INPUTS_SIZES)
+        for (int64_t e = 0; e < E; e++)
+            b[e] = 0.0;
 }
 
 /* Copies router column (and bias of) expert src to dst. */
@@ -156,7 +166,97 @@ static void make_ties(const dl_case_t *c, dl_golden_inputs_t *in)
         memset(in->x, 0, (size_t)d * sizeof(float));
 }
 
-int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
+/* ------------------------------------------------------ planted routing */
+
+/* The planted group sizes of inputs = sizes (doc/format.md): slots
+ * s = j*T + t (choice j of token t, j = 0 best) are handed out in order, in
+ * runs, to experts 0..7 (these sizes), then the hot expert E-1 (up to T:
+ * every token), then experts 8..E-2 in runs as equal as possible. A run of
+ * at most T consecutive slots never holds one token twice, which is why
+ * every run must be at most T long. */
+static const int64_t planted_sizes[] = {0, 1, 63, 64, 65, 127, 128, 129};
+#define NPLANTED ((int64_t)(sizeof planted_sizes / sizeof planted_sizes[0]))
+
+/* The run length of every expert into q[E]; 0 or DL_EINVAL when the
+ * configuration cannot hold the plan. */
+int dl__case_planted_sizes(const dl_moe_config_t *k, int64_t *q)
+{
+    int64_t T = k->tokens, E = k->route.experts, slots = T * k->route.top_k, used = 0;
+    if (E < 2 || k->hidden < E + 1 || k->route.n_group != 1)
+        return DL_EINVAL;
+    int64_t nq = E - 1 < NPLANTED ? E - 1 : NPLANTED;
+    for (int64_t e = 0; e < E; e++)
+        q[e] = 0;
+    for (int64_t e = 0; e < nq; e++) {
+        q[e] = planted_sizes[e] < slots - used ? planted_sizes[e] : slots - used;
+        used += q[e];
+    }
+    q[E - 1] = T < slots - used ? T : slots - used;
+    used += q[E - 1];
+    int64_t nf = E - 1 - nq, rest = slots - used;
+    if (rest > 0 && nf < 1)
+        return DL_EINVAL;
+    for (int64_t i = 0; i < nf; i++)
+        q[nq + i] = rest / nf + (i < rest % nf);
+    for (int64_t e = 0; e < E; e++)
+        if (q[e] > T)
+            return DL_EINVAL;
+    return 0;
+}
+
+/* Features 1..E of each token name its experts: x[t, 1 + e] = 2 (k - j) when
+ * e is its choice j, else 0; router rows 1..E are the identity, rows beyond
+ * E are drawn 16 times smaller, row 0 carries no offsets. The planted
+ * logits are 2k, 2(k-1), ..., 2 against noise of about 0.07. */
+static int plant(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    const dl_moe_config_t *k = &c->config;
+    int64_t T = k->tokens, d = k->hidden, E = k->route.experts, K = k->route.top_k;
+    int64_t *q = malloc((size_t)E * sizeof *q);
+    if (!q)
+        return DL_ENOMEM;
+    int rc = dl__case_planted_sizes(k, q);
+    if (rc) {
+        free(q);
+        return rc;
+    }
+    double sd = 1.0 / sqrt((double)d);
+    if (d > E + 1)
+        fill_at(in->router_weight + (E + 1) * E, (E + 1) * E, (d - E - 1) * E, c->seed, S_ROUTER,
+                sd * 0.0625, DL_F32);
+    for (int64_t r = 1; r <= E; r++)
+        for (int64_t e = 0; e < E; e++)
+            in->router_weight[r * E + e] = r - 1 == e ? 1.0f : 0.0f;
+    for (int64_t t = 0; t < T; t++)
+        memset(in->x + t * d + 1, 0, (size_t)E * sizeof(float));
+    int64_t s = 0;
+    /* the order of the runs: experts 0..nq-1, then E-1, then nq..E-2 */
+    int64_t nq = E - 1 < NPLANTED ? E - 1 : NPLANTED;
+    for (int64_t n = 0; n < E; n++) {
+        int64_t e = n < nq ? n : n == nq ? E - 1 : n - 1;
+        for (int64_t r = 0; r < q[e]; r++, s++) {
+            int64_t j = s / T, t = s % T;
+            in->x[t * d + 1 + e] = (float)(2 * (K - j));
+        }
+    }
+    free(q);
+    return 0;
+}
+
+/* ------------------------------------------------------------- drawing */
+
+static double sigma_of(int64_t n) { return 1.0 / sqrt((double)n); }
+
+void dl__case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf)
+{
+    const dl_moe_config_t *k = &c->config;
+    int64_t n = k->hidden * k->ffn;
+    int stream = which == DL__W_GATE ? S_GATE : which == DL__W_UP ? S_UP : S_DOWN;
+    double sd = sigma_of(which == DL__W_DOWN ? k->ffn : k->hidden);
+    fill_at(buf, e * n, n, c->seed, (uint64_t)stream, sd, k->dtype);
+}
+
+int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
 {
     if (!c || !in)
         return DL_EINVAL;
@@ -166,23 +266,18 @@ int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
     int rc = dl__golden_config_check(k, why, sizeof why);
     if (rc)
         return rc;
-    int64_t T = k->tokens, d = k->hidden, f = k->ffn, E = k->route.experts;
-    int64_t nx, nw, nffn, ndown;
-    if (dl_mul_size(T, d, &nx) || dl_mul_size(d, E, &nw) || dl_mul_size(E, d, &nffn) ||
-        dl_mul_size(nffn, f, &nffn) || dl_mul_size(E, f, &ndown) || dl_mul_size(ndown, d, &ndown))
+    int64_t T = k->tokens, d = k->hidden, E = k->route.experts;
+    int64_t nx, nw;
+    if (dl_mul_size(T, d, &nx) || dl_mul_size(d, E, &nw))
         return DL_EOVERFLOW;
-    int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
     dl_dtype_t t = k->dtype;
     double *b = malloc((size_t)E * sizeof(double));
     in->x = alloc_f(nx);
     in->router_weight = alloc_f(nw);
     in->expert_bias = k->route.has_bias ? alloc_f(E) : NULL;
-    in->w_gate = swiglu ? alloc_f(nffn) : NULL;
-    in->w_up = swiglu ? alloc_f(nffn) : NULL;
-    in->w_down = alloc_f(ndown);
     in->d_out = alloc_f(nx);
     if (!b || !in->x || !in->router_weight || (k->route.has_bias && !in->expert_bias) ||
-        (swiglu && (!in->w_gate || !in->w_up)) || !in->w_down || !in->d_out) {
+        !in->d_out) {
         free(b);
         dl_golden_inputs_free(in);
         return DL_ENOMEM;
@@ -196,7 +291,7 @@ int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
         in->x[r * d] = (float)dl_round(8.0 + normal_k(kx, (uint64_t)(r * d)) * 0.0625, t);
 
     /* router weight: N(0, 1/d); row 0 carries the offsets through the feature */
-    double sd = 1.0 / sqrt((double)d);
+    double sd = sigma_of(d);
     fill(in->router_weight, nw, c->seed, S_ROUTER, sd, DL_F32);
     uint64_t kr = stream_key(c->seed, S_ROUTER);
     for (int64_t e = 0; e < E; e++)
@@ -206,14 +301,41 @@ int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
 
     if (in->expert_bias)
         fill(in->expert_bias, E, c->seed, S_BIAS, 0.0625, DL_F32);
-    if (swiglu) {
-        fill(in->w_gate, nffn, c->seed, S_GATE, sd, t);
-        fill(in->w_up, nffn, c->seed, S_UP, sd, t);
-    }
-    fill(in->w_down, ndown, c->seed, S_DOWN, 1.0 / sqrt((double)f), t);
     fill(in->d_out, nx, c->seed, S_DOUT, 1.0, t);
 
     if (c->inputs == DL_INPUTS_TIES)
         make_ties(c, in);
+    if (c->inputs == DL_INPUTS_SIZES && (rc = plant(c, in))) {
+        dl_golden_inputs_free(in);
+        return rc;
+    }
+    return 0;
+}
+
+int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    int rc = dl__case_inputs_small(c, in);
+    if (rc)
+        return rc;
+    const dl_moe_config_t *k = &c->config;
+    int64_t E = k->route.experts, nffn;
+    if (dl_mul_size(E, k->hidden, &nffn) || dl_mul_size(nffn, k->ffn, &nffn)) {
+        dl_golden_inputs_free(in);
+        return DL_EOVERFLOW;
+    }
+    int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
+    in->w_gate = swiglu ? alloc_f(nffn) : NULL;
+    in->w_up = swiglu ? alloc_f(nffn) : NULL;
+    in->w_down = alloc_f(nffn);
+    if ((swiglu && (!in->w_gate || !in->w_up)) || !in->w_down) {
+        dl_golden_inputs_free(in);
+        return DL_ENOMEM;
+    }
+    dl_dtype_t t = k->dtype;
+    if (swiglu) {
+        fill(in->w_gate, nffn, c->seed, S_GATE, sigma_of(k->hidden), t);
+        fill(in->w_up, nffn, c->seed, S_UP, sigma_of(k->hidden), t);
+    }
+    fill(in->w_down, nffn, c->seed, S_DOWN, sigma_of(k->ffn), t);
     return 0;
 }

@@ -21,7 +21,18 @@ typedef struct {
     size_t errlen;
     hid_t gcpl, dcpl;
     int candidate; /* write only the arrays present, plus the backend's attributes */
+    const dl__golden_source_t *src; /* datasets produced piece by piece (stream.c), or NULL */
 } wctx_t;
+
+/* One open dataset that a source fills by rows (dl__golden_sink_put). */
+struct dl__golden_sink {
+    wctx_t *w;
+    const dl_golden_dataset_t *ds;
+    hid_t d, mt;
+    int rank;
+    hsize_t dims[3];
+    int64_t written; /* rows so far, in order */
+};
 
 #define H5TRY(expr, ...)                                                           \
     do {                                                                           \
@@ -92,7 +103,7 @@ static int write_dataset(wctx_t *w, hid_t grp, const dl_golden_dataset_t *ds,
     int rc = DL_EIO;
     int64_t dims[3];
     hsize_t hd[3];
-    int64_t n = dl_golden_dataset_shape(ds, c, dims);
+    int64_t n = w->src ? w->src->shape(w->src->ctx, ds, dims) : dl_golden_dataset_shape(ds, c, dims);
     if (n < 0) {
         dl__golden_msg(w->err, w->errlen, "%s: %s: size overflows", w->path, ds->path);
         return DL_EOVERFLOW;
@@ -106,7 +117,18 @@ static int write_dataset(wctx_t *w, hid_t grp, const dl_golden_dataset_t *ds,
     H5TRY(sp = H5Screate_simple(ds->rank, hd, NULL), "dataspace of %s", ds->path);
     H5TRY(d = H5Dcreate2(grp, ds->name, ft, sp, H5P_DEFAULT, w->dcpl, H5P_DEFAULT),
           "creating %s", ds->path);
-    if (n > 0)
+    if (w->src) {
+        struct dl__golden_sink sink = {w, ds, d, mt, ds->rank, {hd[0], hd[1], hd[2]}, 0};
+        if ((rc = w->src->produce(w->src->ctx, ds, &sink)))
+            goto fail;
+        rc = DL_EIO;
+        if (sink.written != (int64_t)hd[0] && n > 0) {
+            dl__golden_msg(w->err, w->errlen, "%s: %s: %lld of %lld rows produced", w->path,
+                           ds->path, (long long)sink.written, (long long)hd[0]);
+            rc = DL_EINTERNAL;
+            goto fail;
+        }
+    } else if (n > 0)
         H5TRY(H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing %s", ds->path);
     const char *tn = ds->elem == DL_GOLDEN_INT32   ? "int32"
                      : ds->elem == DL_GOLDEN_INT64 ? "int64"
@@ -120,6 +142,36 @@ static int write_dataset(wctx_t *w, hid_t grp, const dl_golden_dataset_t *ds,
 fail:
     CLOSE(H5Dclose, d);
     CLOSE(H5Sclose, sp);
+    return rc;
+}
+
+int dl__golden_sink_put(dl__golden_sink_t *s, int64_t row0, int64_t nrows, const void *data)
+{
+    wctx_t *w = s->w;
+    const dl_golden_dataset_t *ds = s->ds;
+    hid_t fs = -1, ms = -1;
+    int rc = DL_EIO;
+    if (row0 != s->written || nrows < 0 || (hsize_t)(row0 + nrows) > s->dims[0]) {
+        dl__golden_msg(w->err, w->errlen, "%s: %s: rows %lld+%lld out of order", w->path,
+                       ds->path, (long long)row0, (long long)nrows);
+        return DL_EINTERNAL;
+    }
+    hsize_t start[3] = {(hsize_t)row0, 0, 0}, count[3] = {(hsize_t)nrows, s->dims[1], s->dims[2]};
+    int64_t rest = 1;
+    for (int i = 1; i < s->rank; i++)
+        rest *= (int64_t)s->dims[i];
+    s->written += nrows;
+    if (nrows == 0 || rest == 0)
+        return 0;
+    H5TRY(fs = H5Dget_space(s->d), "dataspace of %s", ds->path);
+    H5TRY(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL), "selecting rows of %s",
+          ds->path);
+    H5TRY(ms = H5Screate_simple(s->rank, count, NULL), "dataspace of %s", ds->path);
+    H5TRY(H5Dwrite(s->d, s->mt, ms, fs, H5P_DEFAULT, data), "writing %s", ds->path);
+    rc = 0;
+fail:
+    CLOSE(H5Sclose, ms);
+    CLOSE(H5Sclose, fs);
     return rc;
 }
 
@@ -183,6 +235,10 @@ static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
         (rc = attr_write(w, file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &g->seed)) ||
         (rc = write_config(w, file, &g->config)))
         goto fail;
+    if (w->src && w->src->expert_end > 0 &&
+        ((rc = attr_i64(w, file, "expert_begin", w->src->expert_begin)) ||
+         (rc = attr_i64(w, file, "expert_end", w->src->expert_end))))
+        goto fail;
     if (w->candidate && ((g->backend[0] && (rc = attr_str(w, file, "backend", g->backend))) ||
                          (g->compute_mode[0] &&
                           (rc = attr_str(w, file, "compute_mode", g->compute_mode))) ||
@@ -212,7 +268,14 @@ static int write_h5(wctx_t *w, const char *tmp, const dl_golden_file_t *g,
             H5TRY(grp = H5Gcreate2(file, group_names[cur], H5P_DEFAULT, w->gcpl, H5P_DEFAULT),
                   "creating /%s", group_names[cur]);
         }
-        if (dl_golden_dataset_applies(ds, &g->config)) {
+        int64_t sdims[3];
+        if (w->src && (!dl_golden_dataset_applies(ds, &g->config) ||
+                       w->src->shape(w->src->ctx, ds, sdims) < 0)) {
+            /* left out of this file (a slice) */
+        } else if (w->src) {
+            if ((rc = write_dataset(w, grp, ds, &g->config, NULL)))
+                goto fail;
+        } else if (dl_golden_dataset_applies(ds, &g->config)) {
             void **slot = dl_golden_slot((dl_golden_file_t *)g, ds);
             if (!*slot && w->candidate) {
                 /* a stage the backend did not produce */
@@ -266,7 +329,8 @@ static int valid_for_write(const dl_golden_file_t *g, int candidate, char *why, 
 }
 
 static int write_file(const char *path, const dl_golden_file_t *g, int force, int candidate,
-                      dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
+                      const dl__golden_source_t *src, dl_golden_progress_fn progress, void *pctx,
+                      char *err, size_t errlen)
 {
     if (!path || !g || !*path)
         return DL_EINVAL;
@@ -300,7 +364,7 @@ static int write_file(const char *path, const dl_golden_file_t *g, int force, in
         free(tmp);
         return DL_EIO;
     }
-    wctx_t w = {path, err, errlen, -1, -1, candidate};
+    wctx_t w = {path, err, errlen, -1, -1, candidate, src};
     dl__h5_quiet_t q;
     dl__h5_quiet_on(&q);
     rc = write_h5(&w, tmp, g, progress, pctx);
@@ -344,11 +408,18 @@ static int write_file(const char *path, const dl_golden_file_t *g, int force, in
 int dl_golden_write(const char *path, const dl_golden_file_t *g, int force,
                     dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
 {
-    return write_file(path, g, force, 0, progress, pctx, err, errlen);
+    return write_file(path, g, force, 0, NULL, progress, pctx, err, errlen);
+}
+
+int dl__golden_write_source(const char *path, const dl_golden_file_t *hdr,
+                            const dl__golden_source_t *src, int force,
+                            dl_golden_progress_fn progress, void *pctx, char *err, size_t errlen)
+{
+    return write_file(path, hdr, force, 0, src, progress, pctx, err, errlen);
 }
 
 int dl_golden_write_candidate(const char *path, const dl_golden_file_t *g, int force,
                               char *err, size_t errlen)
 {
-    return write_file(path, g, force, 1, NULL, NULL, err, errlen);
+    return write_file(path, g, force, 1, NULL, NULL, NULL, err, errlen);
 }

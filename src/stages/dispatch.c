@@ -92,6 +92,28 @@ int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
     return bad ? DL_ENONFINITE : 0;
 }
 
+int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *inv_perm,
+                         const float *d_out, int64_t T, int64_t k, int64_t d, dl_dtype_t t,
+                         int64_t r0, int64_t r1, float *d_w, float *d_y)
+{
+    const int64_t M = T * k;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (int64_t fl = 0; fl < M; fl++) {
+        const int64_t p = inv_perm[fl];
+        const float *g = d_out + (fl / k) * d;
+        if (d_w)
+            d_w[fl] = (float)dl__dot_cert(g, 1, y_sorted + p * d, 1, d, DL_F32, &bad);
+        if (!d_y || p < r0 || p >= r1)
+            continue;
+        const double wt = w[fl];
+        float *dy = d_y + (p - r0) * d;
+        for (int64_t i = 0; i < d; i++) /* one product of floats: exact, then rounded once */
+            dy[i] = (float)dl_round(wt * (double)g[i], t);
+    }
+    return bad ? DL_ENONFINITE : 0;
+}
+
 int dl_combine_backward(const float *d_out, const float *y_sorted, const float *w,
                         const int32_t *inv_perm, int64_t T, int64_t k, int64_t d, dl_dtype_t t,
                         float *d_w, float *d_y_sorted)
@@ -104,21 +126,7 @@ int dl_combine_backward(const float *d_out, const float *y_sorted, const float *
     int rc = check_inv(inv_perm, M);
     if (rc)
         return rc;
-    int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-    for (int64_t fl = 0; fl < M; fl++) {
-        const int64_t p = inv_perm[fl];
-        const float *g = d_out + (fl / k) * d;
-        if (d_w)
-            d_w[fl] = (float)dl__dot_cert(g, 1, y_sorted + p * d, 1, d, DL_F32, &bad);
-        if (d_y_sorted) {
-            const double wf = w[fl];
-            float *dy = d_y_sorted + p * d;
-            for (int64_t i = 0; i < d; i++) /* one product of floats: exact, then rounded once */
-                dy[i] = (float)dl_round(wf * (double)g[i], t);
-        }
-    }
-    return bad ? DL_ENONFINITE : 0;
+    return dl__combine_backward(y_sorted, w, inv_perm, d_out, T, k, d, t, 0, M, d_w, d_y_sorted);
 }
 
 int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T,

@@ -455,16 +455,18 @@ static inline int lsb_exp(float v)
     return (e ? e - 150 : -149) + __builtin_ctz(m);
 }
 
-/* lo[r] = min over k of lsb_exp(row r), for rows [0, rows) of every part of
- * op, read in each part's own layout. */
-static void lsb_rows(const operand_t *op, int64_t rows, int *lo)
+/* lo[r] = min over k of lsb_exp(row r) for the rows listed in rl[0..nr) of
+ * every part of op, read in each part's own layout; other entries of lo
+ * are left alone. */
+static void lsb_rows(const operand_t *op, const int64_t *rl, int64_t nr, int *lo)
 {
-    for (int64_t r = 0; r < rows; r++)
-        lo[r] = INT_MAX;
+    for (int64_t x = 0; x < nr; x++)
+        lo[rl[x]] = INT_MAX;
     for (int i = 0; i < op->n; i++) {
         const part_t *q = &op->part[i];
         for (int64_t k = 0; k < q->klen; k++)
-            for (int64_t r = 0; r < rows; r++) {
+            for (int64_t x = 0; x < nr; x++) {
+                int64_t r = rl[x];
                 int e = lsb_exp(q->kmajor ? q->p[k * q->ld + r] : q->p[r * q->ld + k]);
                 lo[r] = e < lo[r] ? e : lo[r];
             }
@@ -476,30 +478,59 @@ static void lsb_rows(const operand_t *op, int64_t rows, int *lo)
  * of row i and column j is a multiple of 2^(la+lb) and sum |a_k b_k| <=
  * |a| |b| < 2^(la+lb+53), every partial sum in any order, FMA or not, is an
  * integer number of 2^(la+lb) below 2^53 of them: binary64 added them
- * exactly, and C is the exact value. Returns how many it decided. */
+ * exactly, and C is the exact value. The exponents are computed only for
+ * the rows and columns that hold a miss (a few per tile: computing them for
+ * all cost as much as converting the operands); miss[i] counts row i's
+ * misses and is kept up to date. Returns how many it decided. */
 static int64_t exact_sums(const double *C, const double *na, const double *nb, int64_t mb,
                           int64_t nbc, const operand_t *A, const operand_t *B, dl_dtype_t t,
-                          float *out, int64_t ldo)
+                          float *out, int64_t ldo, int64_t *miss)
 {
     int *la = malloc((size_t)(mb + nbc) * sizeof *la);
-    if (!la)
+    int64_t *rl = malloc((size_t)(mb + nbc) * sizeof *rl);
+    char *colneed = calloc((size_t)nbc + 1, 1);
+    if (!la || !rl || !colneed) {
+        free(la);
+        free(rl);
+        free(colneed);
         return 0; /* the slower tiers still decide everything */
+    }
     int *lb = la + mb;
-    lsb_rows(A, mb, la);
-    lsb_rows(B, nbc, lb);
+    int64_t nr = 0, nc = 0;
+    for (int64_t i = 0; i < mb; i++) {
+        if (!miss[i])
+            continue;
+        const float *o = out + i * ldo;
+#pragma omp simd
+        for (int64_t j = 0; j < nbc; j++) /* branch-free: vectorises */
+            colneed[j] |= (char)(o[j] != o[j]);
+        rl[nr++] = i;
+    }
+    lsb_rows(A, rl, nr, la);
+    int64_t *cl = rl + nr;
+    for (int64_t j = 0; j < nbc; j++)
+        if (colneed[j])
+            cl[nc++] = j;
+    lsb_rows(B, cl, nc, lb);
     int64_t done = 0;
-    for (int64_t i = 0; i < mb; i++)
-        for (int64_t j = 0; j < nbc; j++) {
+    for (int64_t x = 0; x < nr; x++) {
+        int64_t i = rl[x];
+        for (int64_t y = 0; y < nc; y++) {
+            int64_t j = cl[y];
             float *o = out + i * ldo + j;
             if (*o == *o || la[i] == INT_MAX || lb[j] == INT_MAX)
                 continue;
             if (na[i] * nb[j] * (1.0 + 0x1p-40) < ldexp(1.0, la[i] + lb[j] + 53)) {
                 double v = C[i * nbc + j]; /* exact; an exact zero is +0 */
                 *o = v == 0.0 ? 0.0f : (float)dl_round(v, t);
+                miss[i]--;
                 done++;
             }
         }
+    }
     free(la);
+    free(rl);
+    free(colneed);
     return done;
 }
 
@@ -548,7 +579,7 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
         nfail += tb->miss[i];
     }
     if (nfail) {
-        int64_t ex = exact_sums(C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo);
+        int64_t ex = exact_sums(C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo, tb->miss);
         nfail -= ex;
     }
     cnt->fast += total - nfail;
@@ -740,73 +771,6 @@ static void add_counts(dl_tier_stats_t *stats, const counts_t *c)
 }
 
 /* ------------------------------------------------------- validation */
-
-static int add_size(int64_t a, int64_t b, int64_t *r)
-{
-    if (a > INT64_MAX - b)
-        return DL_EOVERFLOW;
-    *r = a + b;
-    return 0;
-}
-
-int dl__gemm_check_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
-                           const int64_t *offsets, int64_t E, const float *out,
-                           int64_t *ks_out, int64_t *io_out)
-{
-    if (!terms || nterms < 1 || N < 0 || E < 1 || !offsets)
-        return DL_EINVAL;
-    int rc = dl__gemm_check_offsets(offsets, E);
-    if (rc)
-        return rc;
-    int64_t M = offsets[E], ks = 0, io = 0, x;
-    for (int t = 0; t < nterms; t++) {
-        int64_t K = terms[t].K;
-        if (K < 0 || (terms[t].layout != DL_RHS_KN && terms[t].layout != DL_RHS_NK))
-            return DL_EINVAL;
-        if ((rc = add_size(ks, K, &ks)))
-            return rc;
-        if ((rc = dl_mul_size(M, K, &x)) || (rc = add_size(io, x, &io)))
-            return rc;
-        if ((rc = dl_mul_size(E, K, &x)) || (rc = dl_mul_size(x, N, &x)) ||
-            (rc = add_size(io, x, &io)))
-            return rc;
-        if (K > 0 && M > 0 && N > 0 && (!terms[t].lhs || !terms[t].rhs))
-            return DL_EINVAL;
-    }
-    if ((rc = dl_mul_size(M, N, &x)) || (rc = add_size(io, x, &io)) ||
-        (rc = dl_mul_size(io, 8, &x)))
-        return rc;
-    if (!out && M > 0 && N > 0)
-        return DL_EINVAL;
-    if (ks_out)
-        *ks_out = ks;
-    if (io_out)
-        *io_out = io * 4;
-    return 0;
-}
-
-int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
-                          const int64_t *offsets, int64_t E, const float *out,
-                          int64_t *io_out)
-{
-    if (I < 0 || J < 0 || E < 1 || !offsets)
-        return DL_EINVAL;
-    int rc = dl__gemm_check_offsets(offsets, E);
-    if (rc)
-        return rc;
-    int64_t M = offsets[E], x, y, io;
-    if ((rc = dl_mul_size(M, I, &x)) || (rc = dl_mul_size(M, J, &y)) ||
-        (rc = add_size(x, y, &io)))
-        return rc;
-    if ((rc = dl_mul_size(E, I, &x)) || (rc = dl_mul_size(x, J, &x)) ||
-        (rc = add_size(io, x, &io)) || (rc = dl_mul_size(io, 8, &x)))
-        return rc;
-    if ((!out && x > 0) || (M > 0 && ((!a && I > 0) || (!b && J > 0))))
-        return DL_EINVAL;
-    if (io_out)
-        *io_out = io * 4;
-    return 0;
-}
 
 /* --------------------------------------------------------- grouped GEMM */
 

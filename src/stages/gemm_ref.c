@@ -5,16 +5,6 @@
 #include <math.h>
 #include "stages/stages_priv.h"
 
-int dl__gemm_check_offsets(const int64_t *offsets, int64_t E)
-{
-    if (!offsets || E < 1 || offsets[0] != 0)
-        return DL_EINVAL;
-    for (int64_t e = 0; e < E; e++)
-        if (offsets[e + 1] < offsets[e])
-            return DL_EINVAL;
-    return 0;
-}
-
 int dl_gemm_grouped_ref(const dl_gemm_term_t *terms, int nterms, int64_t N,
                         const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                         float *out)

@@ -47,10 +47,10 @@ static int check_tensor(const float *p, int64_t n, dl_dtype_t t)
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(max : bad)
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(p[i]))
-            bad = bad > 2 ? bad : 2;
-        else if (t != DL_F32 && !dl_on_grid(p[i], t))
-            bad = bad > 1 ? bad : 1;
+        uint32_t b;
+        memcpy(&b, &p[i], 4);
+        int v = dl__float_verdict(b, t);
+        bad = v > bad ? v : bad;
     }
     return bad == 2 ? DL_ENONFINITE : bad == 1 ? DL_EGRID : 0;
 }
@@ -97,6 +97,29 @@ static int grouped(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_
     return dl_gemm_grouped(&term, 1, N, offsets, E, t, out, st);
 }
 
+int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
+{
+    int rc = dl_moe_config_validate(c);
+    if (rc)
+        return rc;
+    if (!in || !f || !f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights)
+        return DL_EINVAL;
+    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
+    const int64_t all_rows[2] = {0, T};
+    if ((rc = grouped(in->x, d, in->router_weight, DL_RHS_KN, E, all_rows, 1, DL_F32,
+                      f->router_logits, &f->stats)) ||
+        (rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)) ||
+        (rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, f->topk_ids,
+                            f->topk_weights, f->tie_margin)))
+        return rc;
+    if (!f->sort_perm)
+        return 0;
+    if ((rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
+                                  f->group_sizes, f->group_offsets)))
+        return rc;
+    return f->x_sorted ? dl_permute(in->x, T, d, k, f->sort_perm, f->x_sorted) : 0;
+}
+
 int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
 {
     if (!f)
@@ -113,19 +136,7 @@ int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     if (dl__moe_arrays_alloc(c, f, NULL))
         return DL_ENOMEM;
 
-    const int64_t all_rows[2] = {0, T};
-    if ((rc = grouped(in->x, d, in->router_weight, DL_RHS_KN, E, all_rows, 1, DL_F32,
-                      f->router_logits, &f->stats)))
-        return rc;
-    if ((rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)))
-        return rc;
-    if ((rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, f->topk_ids,
-                            f->topk_weights, f->tie_margin)))
-        return rc;
-    if ((rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
-                                  f->group_sizes, f->group_offsets)))
-        return rc;
-    if ((rc = dl_permute(in->x, T, d, k, f->sort_perm, f->x_sorted)))
+    if ((rc = dl_moe_route(c, in, f)))
         return rc;
     const int64_t *off = f->group_offsets;
     if (swiglu) {
@@ -188,13 +199,25 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return rc;
     }
 
-    if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
-                                b->d_router_scores, b->d_router_logits)))
+    return dl_moe_route_backward(c, in, f, b);
+}
+
+int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                          const dl_moe_forward_t *f, dl_moe_backward_t *b)
+{
+    int rc = dl_moe_config_validate(c);
+    if (rc)
         return rc;
+    if (!in || !f || !b || !b->d_router_scores || !b->d_router_logits || !b->d_router_weight ||
+        !b->d_x)
+        return DL_EINVAL;
+    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
     const int64_t all_rows[2] = {0, T};
-    if ((rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
+    if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
+                                b->d_router_scores, b->d_router_logits)) ||
+        (rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
                                b->d_router_weight, &b->stats)))
         return rc;
     return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight, T,
-                             k, d, E, t, b->d_x);
+                             k, d, E, c->dtype, b->d_x);
 }

@@ -26,6 +26,36 @@ int dl__gemm_check_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
 int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
                           const int64_t *offsets, int64_t E, const float *out,
                           int64_t *io_out);
+/* The combine's backward over the sorted rows [r0, r1): d_y[p - r0, :] =
+ * RN_t(w[fl] d_out[fl / k, :]) for the assignment fl at p = inv_perm[fl],
+ * and, if d_w is not NULL (it needs every row of y_sorted),
+ * d_w[fl] = RN_fp32(<d_out[fl / k], y_sorted[p]>). inv_perm must be a
+ * valid permutation of [0, T*k). 0 or DL_ENONFINITE. */
+int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *inv_perm,
+                         const float *d_out, int64_t T, int64_t k, int64_t d, dl_dtype_t t,
+                         int64_t r0, int64_t r1, float *d_w, float *d_y);
+/* Bit tests of one float: 2 = NaN or infinity, 1 = finite but off the
+ * grid of t, 0 = fine. The same verdicts as isfinite and dl_on_grid, on the
+ * bits and branch-free so that the loop over a tensor vectorises (input
+ * validation was a large share of the layer before). bf16 has fp32's
+ * exponent range, so its grid is "the low 16 bits are zero"; fp16 normals
+ * (2^-14 <= |v| <= 65504) keep 10 fraction bits, fp16 subnormals are the
+ * multiples of 2^-24 below 2^-14. */
+static inline int dl__float_verdict(uint32_t b, dl_dtype_t t)
+{
+    uint32_t a = b & 0x7fffffffu;
+    int nonfinite = a >= 0x7f800000u;
+    if (t == DL_F32)
+        return nonfinite ? 2 : 0;
+    if (t == DL_BF16)
+        return nonfinite ? 2 : (b & 0xffffu) != 0;
+    int e = (int)(a >> 23) - 127;
+    uint32_t sub_mask = e < -14 && e >= -24 ? (UINT32_C(1) << (-1 - e)) - 1 : 0;
+    int ok = a == 0 || (a <= 0x477fe000u && e >= -24 &&
+                        (e >= -14 ? (a & 0x1fffu) == 0 : (a & sub_mask) == 0));
+    return nonfinite ? 2 : !ok;
+}
+
 /* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
  * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
@@ -37,6 +67,11 @@ void **dl__value_slot(dl_moe_forward_t *f, dl_moe_backward_t *b, dl_value_t s);
  * that exists for c, zero-filled, a zero-sized one as one element; 0 or
  * DL_ENOMEM (the arrays that were allocated stay, for the caller's free). */
 int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b);
+/* Allocates, zero-filled, the arrays of the stage values in the mask
+ * (bit s for dl_value_t s) that live in *f or *b (either may be NULL); 0 or
+ * DL_ENOMEM. */
+int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b,
+                     uint64_t values);
 /* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
 

@@ -211,6 +211,24 @@ int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_b
     return rc;
 }
 
+int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b,
+                     uint64_t values)
+{
+    int rc = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        if (!((values >> s) & 1))
+            continue;
+        void **p = dl__value_slot(f, b, (dl_value_t)s);
+        if (!p)
+            continue;
+        int64_t n = dl_value_numel(c, (dl_value_t)s);
+        *p = calloc(n > 0 ? (size_t)n : 1, dl_value_store((dl_value_t)s) == DL_STORE_I64 ? 8 : 4);
+        if (!*p)
+            rc = DL_ENOMEM;
+    }
+    return rc;
+}
+
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b)
 {
     for (int i = 0; i < NROWS; i++) {
