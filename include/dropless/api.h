@@ -48,8 +48,10 @@ DL_EXTERN void dl_api_free_text(char *s);
 /* ---------------------------------------------------------- static tables */
 
 /* The catalogue as JSON: an array of {"name", "description", "seed",
- * "large", "data_bytes", "config": {key: value as in case files}, "dims":
- * {"T", "d", "f", "E", "k", "M", "P"}}. NULL when out of memory. */
+ * "large", "tier" ("vectors", "kernel", "layer"), "data_bytes",
+ * "memory_bytes" (dl_case_memory_bytes in memory: what generating it into
+ * a handle takes), "config": {key: value as in case files}, "dims": {"T",
+ * "d", "f", "E", "k", "M", "P"}}. NULL when out of memory. */
 DL_EXTERN char *dl_api_cases_json(void);
 /* The one table of the layer's arrays (DL_VALUE_MAP) as the JSON that
  * `dropless info --layout --json` prints. NULL when out of memory. */

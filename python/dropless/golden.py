@@ -24,8 +24,9 @@ class Record(dict):
 
 def cases(large=True):
     """The built-in catalogue: a list of Records (name, description, seed,
-    large, data_bytes, config, dims with T d f E k M P). large=False leaves
-    out the layer-scale cases."""
+    large, tier: "vectors" | "kernel" | "layer", data_bytes, memory_bytes:
+    what generate() takes, config, dims with T d f E k M P). large=False
+    leaves out the cases generated on demand (tiers kernel and layer)."""
     out = [Record(c, config=Record(c["config"]), dims=Record(c["dims"]))
            for c in json.loads(_lib.text(_lib.lib().dl_api_cases_json()))]
     return [c for c in out if large or not c.large]

@@ -5,18 +5,17 @@
     JUnit properties                     every assert_conformant records its report's figures
 
 NAMES is a comma-separated list of catalogue names (or case files); small
-is every catalogue case that is not layer-scale; kernel is the cases whose
-shapes stress a kernel's edges (empty experts, no tokens, one hot expert,
-one token, odd sizes, the plain FFN), in every dtype. Goldens are made in
-memory once per session. The library is loaded only when a test asks.
+is the catalogue's vectors tier (the small cases committed under vectors/,
+every dtype); kernel its kernel tier (the shapes at which GPU grouped GEMMs
+tile, pad and split K; larger: see each case's memory_bytes). Goldens are
+made in memory once per session. The library is loaded only when a test
+asks.
 """
 
 import pytest
 
 from . import testing
 
-KERNEL_CASES = ("tiny", "empty-experts", "no-tokens", "one-hot", "single-token", "odd-shapes",
-                "plain-ffn")
 _goldens = {}
 
 
@@ -24,8 +23,8 @@ def pytest_addoption(parser):
     g = parser.getgroup("dropless", "dropless golden cases")
     g.addoption("--dropless-cases", default="small", metavar="NAMES|small|kernel",
                 help="cases for the dropless_golden fixture: comma-separated catalogue names or "
-                     "case files, 'small' (every case that is not layer-scale, default) or "
-                     "'kernel' (edge shapes, every dtype)")
+                     "case files, 'small' (the vectors tier, default) or 'kernel' (the kernel "
+                     "tier)")
 
 
 def case_names(spec):
@@ -35,12 +34,9 @@ def case_names(spec):
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
-        if part == "small":
-            out += [c.name for c in cases(large=False)]
-        elif part == "kernel":
-            base = {c.name: c for c in cases(large=False)}
-            out += [n for n in base if any(n == k or n.startswith(k + "-") and
-                                           n[len(k) + 1:] in ("bf16", "fp16") for k in KERNEL_CASES)]
+        if part in ("small", "kernel"):
+            tier = "vectors" if part == "small" else "kernel"
+            out += [c.name for c in cases() if c.tier == tier]
         else:
             out.append(part)
     return list(dict.fromkeys(out))

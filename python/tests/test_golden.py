@@ -14,6 +14,9 @@ def test_cases_catalogue():
     assert "mixtral-small" in names and "deepseek-v3-small-fp16" in names
     small = dropless.cases(large=False)
     assert all(not c.large for c in small) and len(small) < len(cs)
+    assert {c.tier for c in cs} == {"vectors", "kernel", "layer"}
+    assert [c.name for c in small] == [c.name for c in cs if c.tier == "vectors"]
+    assert all(c.memory_bytes >= c.data_bytes > 0 for c in small if c.dims["T"])
     c = cs[names.index("deepseek-v3-small")]
     assert c.config["scaling"] == 2.5 and c.config["score_function"] == "sigmoid"
     assert c.dims["M"] == c.dims["T"] * c.dims["k"] and c.dims["P"] == c.dims["E"] + 1

@@ -26,9 +26,11 @@ char *dl_api_cases_json(void)
         dl__api_json_str(&t, c->name);
         dl__api_printf(&t, ", \"description\": ");
         dl__api_json_str(&t, c->description);
-        dl__api_printf(&t, ", \"seed\": %llu, \"large\": %s, \"data_bytes\": %lld, \"config\": {",
-                       (unsigned long long)c->seed, c->large ? "true" : "false",
-                       (long long)dl_case_data_bytes(c));
+        dl__api_printf(&t, ", \"seed\": %llu, \"large\": %s, \"tier\": ",
+                       (unsigned long long)c->seed, c->large ? "true" : "false");
+        dl__api_json_str(&t, dl_case_tier_name(c->tier));
+        dl__api_printf(&t, ", \"data_bytes\": %lld, \"memory_bytes\": %lld, \"config\": {",
+                       (long long)dl_case_data_bytes(c), (long long)dl_case_memory_bytes(c, NULL));
         dl__api_json_config(&t, &c->config);
         dl__api_printf(&t, "}, \"dims\": ");
         dl__api_json_dims(&t, &c->config);
