@@ -3,7 +3,8 @@
 includes the umbrella dropless.h, and on an include cycle.
 
 The layers (doc/architecture.md), lowest first:
-    core -> stages -> {golden, check} -> {run (over check), capacity (over golden)} -> cli
+    core -> stages -> {golden, check} -> {run (over check), capacity (over golden),
+    api (over golden and check)} -> cli
 A file may include its own layer's headers and those of the layers it
 builds on, never one above. The public sections of include/dropless/ belong
 to the layer that implements them.
@@ -21,14 +22,15 @@ ALLOWED = {
     "check": {"core", "stages", "check"},
     "run": {"core", "stages", "check", "run"},
     "capacity": {"core", "stages", "golden", "capacity"},
-    "cli": {"core", "stages", "golden", "check", "run", "capacity", "cli", "umbrella"},
-    "umbrella": {"core", "stages", "golden", "check", "run", "capacity"},
+    "api": {"core", "stages", "golden", "check", "api"},
+    "cli": {"core", "stages", "golden", "check", "run", "capacity", "api", "cli", "umbrella"},
+    "umbrella": {"core", "stages", "golden", "check", "run", "capacity", "api"},
 }
 # the public sections, by the layer that implements them
 SECTIONS = {
     "core.h": "core", "route.h": "stages", "dispatch.h": "stages", "gemm.h": "stages",
     "moe.h": "stages", "values.h": "stages", "golden.h": "golden", "check.h": "check",
-    "run.h": "run", "backend.h": "run", "capacity.h": "capacity",
+    "run.h": "run", "backend.h": "run", "capacity.h": "capacity", "api.h": "api",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

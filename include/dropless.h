@@ -32,5 +32,6 @@
 #include "dropless/check.h"
 #include "dropless/golden.h"
 #include "dropless/capacity.h"
+#include "dropless/api.h"
 
 #endif

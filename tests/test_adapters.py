@@ -1,13 +1,11 @@
 #!/usr/bin/env python3
-"""The GPU adapters (tools/adapters) on the CPU: golden reading, candidate
-writing, the float64 reference model, and the JAX (and, where installed,
-PyTorch) adapters end to end on small golden files, with every candidate
-checked for layout, attributes, shapes, storage grids and closeness to the
-golden. Speaks TAP; run through tests/test_adapters.sh.
-
-Golden files come from `$top_builddir/dropless gen` when that exists, else
-from the float64 reference model (tools/adapters/refmodel.py: golden-shaped,
-not exact, enough for plumbing).
+"""The GPU adapters (tools/adapters) on the CPU: the shared pieces (fp32
+probe, profiles, stage-isolated groups, candidate files through the package
+`dropless`), and the JAX (and, where installed, PyTorch) adapters end to end
+on small golden cases, every candidate checked for layout, attributes,
+closeness to the golden and, through `dropless check`, verdicts. Speaks
+TAP; run through tests/test_adapters.sh (which points the package at this
+build's library).
 """
 
 import glob
@@ -19,28 +17,28 @@ import tempfile
 import time
 import traceback
 
-# Tolerances, relative to the largest |golden| element of a stage: stage
-# errors of a correct backend on these small cases (K <= 32) stay well
-# inside them; a wrong stage (wrong expert, wrong order, missing scaling)
-# is off by O(1).
+# Closeness relative to the largest |golden| element of a stage, a plumbing
+# check only (the verdicts are the runner's): a correct backend's stages on
+# these small cases stay well inside; a wrong expert, order or scaling is
+# off by O(1).
 RTOL = {"fp32": 1e-5, "fp16": 5e-3, "bf16": 3e-2}
-# JAX at default precision on a CPU computes fp32 like HIGHEST; on a GPU it
-# would not, which is what the GPU report is for.
-RTOL_DEFAULT_FP32 = 1e-4
+RTOL_DEFAULT_FP32 = 1e-4  # JAX's DEFAULT precision: on a CPU like HIGHEST
 
 try:
     import numpy as np
     import h5py
-except ImportError as e:
+    import dropless
+    dropless.library_path()
+except Exception as e:  # ImportError, or dropless.Error: no library
     print("1..1")
-    print("ok 1 # SKIP numpy/h5py not available (%s)" % e)
+    print("ok 1 # SKIP numpy, h5py or the package dropless unavailable (%s)" % e)
     sys.exit(0)
 
 top_srcdir = os.environ.get("top_srcdir", os.path.join(os.path.dirname(__file__), ".."))
 top_builddir = os.environ.get("top_builddir", top_srcdir)
 sys.path.insert(0, os.path.abspath(top_srcdir))
 
-from tools.adapters import common, refmodel  # noqa: E402
+from tools.adapters import common  # noqa: E402
 
 results = []
 
@@ -66,166 +64,86 @@ def have(mod):
 
 
 TMP = tempfile.mkdtemp(prefix="dl-adapters-")
-
-# --------------------------------------------------------------- fixtures
-
-CASES = {  # name: refmodel arguments that mirror the catalogue case
-    "mixtral-small": dict(T=32, d=16, f=16, E=8, k=2, score="softmax", seed=10),
-    "mixtral-small-bf16": dict(T=32, d=16, f=16, E=8, k=2, score="softmax", dtype="bf16", seed=10),
-    "deepseek-v3-small-fp16": dict(T=16, d=8, f=8, E=32, k=8, score="sigmoid", n_group=8,
-                                   topk_group=4, group_score="top2_sum", scaling=2.5,
-                                   has_bias=1, dtype="fp16", seed=11),
-    "plain-ffn": dict(T=24, d=24, f=24, E=6, k=2, score="softmax", ffn_kind="plain", seed=13),
-    "empty-experts-bf16": None,  # catalogue only: needs the generator's input pattern
-}
-
 DROPLESS = os.path.join(top_builddir, "dropless")
-
-
-def dropless_has(cmd):
-    if not os.access(DROPLESS, os.X_OK):
-        return False
-    r = subprocess.run([DROPLESS, "help"], capture_output=True, text=True)
-    return any(line.split()[:1] == [cmd] for line in (r.stdout + r.stderr).splitlines())
-
-
-GEN = dropless_has("gen")
+CASES = ("mixtral-small", "mixtral-small-bf16", "deepseek-v3-small-fp16", "plain-ffn",
+         "empty-experts-bf16")
 GOLDEN = {}
 
 
 def make_goldens():
     d = os.path.join(TMP, "golden")
     os.makedirs(d)
-    for name, args in CASES.items():
-        path = os.path.join(d, name + ".h5")
-        if GEN:
-            subprocess.run([DROPLESS, "gen", "-q", "-d", d, name], check=True)
-        elif args is None:
-            continue
-        else:
-            refmodel.make_golden(path, case=name, **args)
-        GOLDEN[name] = path
+    for name in CASES:
+        with dropless.generate(name) as g:
+            GOLDEN[name] = g.save(os.path.join(d, name + ".h5"))
 
 
-check("golden fixtures (%s)" % ("dropless gen" if GEN else "float64 reference model"),
-      make_goldens)
+check("golden fixtures (dropless.generate, saved)", make_goldens)
 
-# ------------------------------------------------------------------ grids
-
-
-def t_bf16():
-    f32 = lambda *v: np.array(v, dtype=np.float32)
-    # ties to even at the 8-bit significand, carry into the exponent, NaN, inf
-    got = common.bf16_round(f32(1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, 2 - 2**-9,
-                                np.inf, -0.0))
-    want = f32(1.0, 1 + 2**-6, 1 + 2**-7, 2.0, np.inf, -0.0)
-    assert np.array_equal(got, want), got
-    assert np.isnan(common.bf16_round(f32(np.nan)))[0]
-    assert common.bf16_round(f32(3.4e38))[0] == np.inf
-    if have("ml_dtypes"):
-        import ml_dtypes
-        x = np.random.default_rng(1).standard_normal(100000).astype(np.float32) * 1e3
-        ref = x.astype(ml_dtypes.bfloat16).astype(np.float32)
-        assert np.array_equal(common.bf16_round(x), ref)
+# ------------------------------------------------------------ shared parts
 
 
-def t_round_f64_once():
-    # 1 + 2^-8 + 2^-30: rounding to float32 first lands on the bf16 tie
-    # 1 + 2^-8 and then on 1.0; rounding once goes up to 1 + 2^-7.
-    x = np.array([1 + 2**-8 + 2**-30, 1 + 2**-11 + 2**-40, 65519.99, 2**-25 * 1.5])
-    got = common.round_to(x, "bf16")
-    assert got[0] == np.float32(1 + 2**-7), got
-    got = common.round_to(x, "fp16")
-    assert got[1] == np.float32(1 + 2**-10) and got[2] == 65504.0 and got[3] == 2**-24, got
-    assert common.on_grid(got, "fp16") and not common.on_grid(np.float32([1 + 2**-12]), "fp16")
+def t_probe():
+    # the probe's verdict, both ways: an exact fp32 GEMM, one on tf32
+    # operands, one on bf16 operands, one far off
+    def gemm(bits, f=np.rint, noise=0.0):
+        def run(a, b, sizes):
+            A, B = common._keep_bits(a, bits, f), common._keep_bits(b, bits, f)
+            c = np.concatenate([A[:128] @ B[0], A[128:] @ B[1]], 0)
+            return (c * (1 + noise)).astype(np.float32)
+        return run
+    assert common.probe_fp32(gemm(24))["mode"] == "fp32"
+    assert common.probe_fp32(gemm(11))["mode"] == "tf32"
+    assert common.probe_fp32(gemm(11, np.trunc))["closest"] == "tf32-rz"
+    assert common.probe_fp32(gemm(8))["mode"] == "bf16"
+    assert common.probe_fp32(gemm(24, noise=1e-3))["mode"] == "unknown"
+    assert common.profile_for("bf16") == "bf16-acc" and common.profile_for("fp32") == "fp32"
+    assert common.profile_for("fp32", {"mode": "tf32"}) == "tf32"
+    assert common.profile_for("fp32", {"mode": "unknown"}) == "fp32"  # the strictest
 
 
-check("bf16 rounding: ties to even, carries, specials (and ml_dtypes where present)", t_bf16)
-check("round_to rounds float64 once to bf16/fp16", t_round_f64_once)
-
-# ------------------------------------------------------- reference model
-
-
-def t_refmodel_exact():
-    # The float64 model reproduces the oracle's stages bit for bit on these
-    # cases: evidence that the adapters' reading of each stage is the oracle's.
-    for name, path in GOLDEN.items():
-        g = common.read_golden(path)
-        ins = {k.split("/")[1]: v for k, v in g.data.items() if k.startswith("inputs/")}
-        fw, bw = refmodel.compute(g.config, ins)
-        for grp, vals in (("forward", fw), ("backward", bw)):
-            for n, a in vals.items():
-                if n == "tie_margin":
-                    continue
-                ref = g[grp + "/" + n]
-                assert np.array_equal(np.asarray(a), ref), "%s %s/%s" % (name, grp, n)
-
-
-check("float64 reference model equals the oracle on the generated cases", t_refmodel_exact,
-      skip=None if GEN else "needs `dropless gen` (the fixtures are the model's own)")
-
-# ------------------------------------------------------ candidate writing
-
-
-def t_candidate_rules():
-    g = common.read_golden(GOLDEN["mixtral-small-bf16"])
-    c = common.Candidate(g, "test", "0", "cpu", "bf16", "isolated")
-    ok = g["forward/h_gate"]
-    c.put("forward/h_gate", ok)
-    path = common.write_candidate(os.path.join(TMP, "c.h5"), c)
-    try:
-        common.write_candidate(path, c)
-        raise AssertionError("an existing file was overwritten without force")
-    except FileExistsError:
-        pass
-    bad = [("inputs/x", g["inputs/x"], KeyError),                      # an input
-           ("forward/h_gate", ok[:-1], ValueError),                    # shape
-           ("forward/h_gate", ok + np.float32(2**-12), ValueError),   # off the bf16 grid
-           ("forward/h_gate", ok.astype(np.float64), ValueError),      # not float32
-           ("forward/topk_ids", g["forward/topk_ids"].astype(np.float32), ValueError),
-           ("forward/nonsense", ok, KeyError)]
-    for key, arr, exc in bad:
-        c2 = common.Candidate(g, "test", "0", "cpu", "bf16", "isolated")
-        c2.put(key, arr)
+def t_groups():
+    with dropless.load(GOLDEN["mixtral-small"]) as g:
+        iso = {n: None for n in ("h_gate", "h_up", "h_act", "y_sorted", "d_h_act", "d_w_down",
+                                 "d_h_gate", "d_h_up", "d_x_sorted", "d_w_gate", "d_w_up")}
+        groups = common.isolated_groups(g, iso)
+        assert sorted(n for grp in groups for n in grp) == sorted(iso)
+        # no group holds a stage together with one upstream of it
+        up = {"h_act": {"h_gate", "h_up"}, "y_sorted": {"h_act", "h_gate", "h_up"},
+              "d_h_gate": {"h_gate", "h_up", "d_h_act"},
+              "d_x_sorted": {"d_h_gate", "d_h_up", "h_gate", "h_up", "d_h_act"},
+              "d_w_gate": {"d_h_gate", "h_gate", "h_up", "d_h_act"}}
+        for grp in groups:
+            for n in grp:
+                assert not (up.get(n, set()) & set(grp)), (grp, n)
         try:
-            common.write_candidate(os.path.join(TMP, "bad.h5"), c2, force=True)
-            raise AssertionError("accepted %s" % key)
-        except exc:
+            common.isolated_groups(g, {"out": None})
+            raise AssertionError("a chained stage landed in an isolated group")
+        except KeyError:
             pass
-    assert not os.path.exists(os.path.join(TMP, "bad.h5"))
-    attrs, data, dt = common.read_candidate(path)
-    assert attrs["backend"] == "test" and attrs["compute_mode"] == "bf16"
-    assert attrs["format"] == common.FORMAT and int(attrs["format_version"]) == 1
-    assert list(data) == ["forward/h_gate"] and dt["forward/h_gate"] == "bf16"
-    with h5py.File(path) as f:
-        assert f["forward/h_gate"].dtype == np.dtype("<f4")
-        assert f["config"].attrs["dtype"] == "bf16"
 
 
-def t_split():
-    g = common.read_golden(GOLDEN["mixtral-small"])
-    iso = {k: g[k] for k in ("forward/h_gate", "forward/h_up", "forward/h_act",
-                             "forward/y_sorted", "backward/d_h_act", "backward/d_w_down",
-                             "backward/d_h_gate", "backward/d_h_up", "backward/d_x_sorted",
-                             "backward/d_w_gate", "backward/d_w_up")}
-    parts = common.split_isolated(g, iso)
-    assert sorted(k for _, sub in parts for k in sub) == sorted(iso)
-    # no part holds a stage together with one upstream of it
-    up = {"forward/h_act": {"forward/h_gate", "forward/h_up"},
-          "forward/y_sorted": {"forward/h_act", "forward/h_gate", "forward/h_up"},
-          "backward/d_h_gate": {"forward/h_gate", "forward/h_up", "backward/d_h_act"},
-          "backward/d_x_sorted": {"backward/d_h_gate", "backward/d_h_up", "forward/h_gate",
-                                  "forward/h_up", "backward/d_h_act"},
-          "backward/d_w_gate": {"backward/d_h_gate", "forward/h_gate", "forward/h_up",
-                                "backward/d_h_act"}}
-    for name, sub in parts:
-        for k in sub:
-            assert not (up.get(k, set()) & set(sub)), (name, k)
+def t_emit():
+    out = os.path.join(TMP, "emit")
+    os.makedirs(out)
+    with dropless.load(GOLDEN["mixtral-small-bf16"]) as g:
+        res = common.Result("test", {"h_gate": g.forward["h_gate"], "h_up": g.forward["h_up"]},
+                            {"kernel": "none"}, "bf16")
+        path, s = common.emit(g, out, res, "isolated", "v1", "a CPU", 0.0, log=lambda s: None,
+                              groups=common.isolated_groups(g, res.outputs))
+        assert s["errors"] == {"h_gate": 0.0, "h_up": 0.0} and s["isolated_groups"] == "h_gate,h_up"
+        with h5py.File(path) as f:
+            a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            assert a["backend"] == "test" and a["backend_version"] == "v1" and a["device"] == "a CPU"
+            assert a["compute_mode"] == "bf16" and a["isolated_groups"] == "h_gate,h_up"
+            assert sorted(f["forward"]) == ["h_gate", "h_up"]
+        r = dropless.check(g, path)
+        assert r.conformant and r.backend == "test" and r.profile == "bf16"
 
 
-check("candidate writer: layout, attributes, refuses inputs/shapes/off-grid/float64/names",
-      t_candidate_rules)
-check("stage-isolated results split so that no part holds a stage's upstream", t_split)
+check("fp32 probe: fp32, tf32 (nearest and toward zero), bf16 and off-grid GEMMs told apart", t_probe)
+check("stage-isolated groups: every stage in one, none holding its own upstream", t_groups)
+check("emit: a candidate file with its attributes, read back by the runner", t_emit)
 
 # ---------------------------------------------------------------- adapters
 
@@ -233,55 +151,52 @@ PROFILES = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc"}
 
 
 def verify_candidate(path, g, rtol):
-    attrs, data, dt = common.read_candidate(path)
+    with h5py.File(path) as f:
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        names = [n for grp in ("forward", "backward") if grp in f for n in f[grp]]
     assert attrs["compute_mode"] in PROFILES, attrs["compute_mode"]
     assert attrs["case"] == g.case and attrs["backend"] and attrs["backend_version"]
-    assert attrs["mode"] in ("isolated", "chained", "isolated_tf32", "wgrad_fp32")
-    json.loads(attrs["notes"])
-    assert data, "empty candidate"
-    if attrs["mode"] == "chained":
-        assert "isolated_groups" not in attrs
-    else:  # every dataset in exactly one group, no group holding its own upstream
+    assert names, "empty candidate"
+    if "isolated_groups" in attrs:  # every dataset in exactly one group
         groups = [grp.split(",") for grp in attrs["isolated_groups"].split(";")]
-        names = [n for grp in groups for n in grp]
-        assert sorted(names) == sorted(k.split("/")[1] for k in data), attrs["isolated_groups"]
-    errs = common.compare(g, data)
-    for key, a in data.items():
-        assert common.SPEC[key][0] != "inputs" and g.applies(key), key
-        assert a.shape == g.shape(key), (key, a.shape)
-        assert dt[key] == g.stage_dtype(key), (key, dt[key])
-        if common.SPEC[key][2] == "f":
-            assert a.dtype == np.float32 and common.on_grid(a, dt[key]), key
-            assert np.all(np.isfinite(a)), key
-            assert errs[key][1] <= rtol, "%s: %s relative error %.3g > %.3g" % (
-                path, key, errs[key][1], rtol)
-        elif key == "forward/topk_ids":
-            assert np.array_equal(np.sort(a, 1), np.sort(g[key], 1)), "selected experts differ"
-        elif key in ("forward/group_sizes", "forward/group_offsets"):
-            assert np.array_equal(a, g[key]), key
-        elif key in ("forward/sort_perm", "forward/inv_perm"):
-            assert sorted(a.tolist()) == list(range(g.M)), key
-    return attrs, data
+        assert sorted(n for grp in groups for n in grp) == sorted(names), attrs["isolated_groups"]
+    rep = dropless.check(g, path)  # loads it as `dropless check` does
+    assert rep.backend == attrs["backend"] and rep.profile == attrs["compute_mode"]
+    data = {}
+    with h5py.File(path) as f:
+        for n in names:
+            data[n] = f[("forward/" if n in g.forward else "backward/") + n][()]
+    for n, rel in common.compare(g, data).items():
+        if isinstance(rel, float):
+            assert np.all(np.isfinite(data[n])), n
+            assert rel <= rtol, "%s: %s relative error %.3g > %.3g" % (path, n, rel, rtol)
+        elif n == "topk_ids":
+            assert np.array_equal(np.sort(data[n], 1), np.sort(g.array(n), 1)), "experts differ"
+        elif n in ("group_sizes", "group_offsets"):
+            assert rel == 0, n
+        elif n in ("sort_perm", "inv_perm"):
+            assert sorted(data[n].tolist()) == list(range(g.dims["M"])), n
+    return attrs, names, rep
 
 
 def run_adapter(module, name, expect_backends):
     out = os.path.join(TMP, name)
     os.makedirs(out, exist_ok=True)
     for case, path in GOLDEN.items():
-        g = common.read_golden(path)
-        written, errors = module.run(path, out, device="cpu", log=lambda s: None, repeat=False)
-        assert not errors, errors[0]["traceback"]
-        names = {s["backend"].split(":")[0] for _, s in written}
-        for b in expect_backends(g):
-            assert b in names, "%s: no %s candidate (%s)" % (case, b, sorted(names))
-        for p, s in written:
-            rtol = RTOL[g.dtype]
-            if g.dtype == "fp32" and "default" in s["backend"]:
-                rtol = RTOL_DEFAULT_FP32
-            attrs, data = verify_candidate(p, g, rtol)
-            if s["mode"] == "chained":
-                want = {k for k in common.SPEC if common.SPEC[k][0] != "inputs" and g.applies(k)}
-                assert set(data) == want - {"forward/tie_margin"}, sorted(want - set(data))
+        with dropless.load(path) as g:
+            written, errors = module.run(path, out, device="cpu", log=lambda s: None, repeat=False)
+            assert not errors, errors[0]["traceback"]
+            names = {s["backend"] for _, s in written}
+            for b in expect_backends(g):
+                assert b in names, "%s: no %s candidate (%s)" % (case, b, sorted(names))
+            for p, s in written:
+                rtol = RTOL[g.config["dtype"]]
+                if g.config["dtype"] == "fp32" and "default" in s["backend"]:
+                    rtol = RTOL_DEFAULT_FP32
+                attrs, got, rep = verify_candidate(p, g, rtol)
+                if s["mode"] == "chained":
+                    assert "isolated_groups" not in attrs
+                    assert set(got) == set(g.stages()), sorted(set(g.stages()) ^ set(got))
 
 
 def t_jax():
@@ -293,7 +208,7 @@ def t_jax():
 def t_torch():
     from tools.adapters import torch_adapter
     run_adapter(torch_adapter, "torch",
-                lambda g: ["torch-moe" if g.d % 8 == 0 else "torch-moe[mm_loop]"])
+                lambda g: ["torch-moe" if g.dims["d"] % 8 == 0 else "torch-moe[mm_loop]"])
 
 
 GEMM_STAGES = {"h_gate", "h_up", "y_sorted", "d_h_act", "d_w_down", "d_x_sorted", "d_w_gate",
@@ -315,7 +230,7 @@ def t_runner_reads():
         assert r.returncode in (0, 1), "%s: exit %d: %s" % (p, r.returncode, r.stderr[-500:])
         rep = json.load(open(rj))
         rep = rep[0] if isinstance(rep, list) else rep
-        assert rep["backend"] and rep["profile"] in PROFILES
+        assert rep["backend"] and rep["profile"] in PROFILES and rep["backend_version"]
         if "ragged_dot_highest" in p and not case.endswith(("-bf16", "-fp16")):
             for c in rep["checks"]:
                 if c["stage"] in GEMM_STAGES and c["check"] == "numerics":
@@ -340,13 +255,26 @@ def t_gpu_report():
         assert len(t.getnames()) == len(lines)
 
 
+def t_report_table():
+    from tools.adapters import report
+    files = sorted(glob.glob(os.path.join(TMP, "jax", "*.h5")))
+    reps = []
+    for p in files:
+        with dropless.load(GOLDEN[os.path.basename(p).split("--")[0]]) as g:
+            reps.append(json.loads(dropless.check(g, p).to_json()))
+    table = report.table(report.aggregate(reps))
+    assert table.count("\n") > 10 and "| jax-moe[highest] | fp32 |" in table, table[:500]
+
+
 jax_skip = None if have("jax") else "JAX not installed (tools/setup_python.sh installs it)"
-check("JAX adapter on the CPU: every mode and precision, layout and values", t_jax, jax_skip)
-check("PyTorch adapter on the CPU: every mode, layout and values", t_torch,
+check("JAX adapter on the CPU: every mode and precision, layout, values and verdicts", t_jax,
+      jax_skip)
+check("PyTorch adapter on the CPU: every mode, layout, values and verdicts", t_torch,
       None if have("torch") else "PyTorch not installed (the GPU report runs it on the H200)")
 check("dropless check reads every JAX candidate; fp32 ragged_dot GEMMs at HIGHEST pass",
-      t_runner_reads,
-      jax_skip or (None if dropless_has("check") else "no `dropless check` in this build"))
+      t_runner_reads, jax_skip)
+check("report.py tables the JAX candidates' reports in the runner's stage order", t_report_table,
+      jax_skip)
 check("gpu_report.py end to end (JAX on the CPU, packed)", t_gpu_report, jax_skip)
 
 print("1..%d" % len(results))

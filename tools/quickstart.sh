@@ -21,7 +21,7 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-# Python for the GPU adapters' CPU test (JAX's CPU backend runs ragged_dot);
+# Python for the package's pytest suites and the GPU adapters' CPU test (JAX);
 # optional: without it that test SKIPs, saying so.
 tools/setup_python.sh || echo "quickstart: no JAX venv; the adapter tests will SKIP" >&2
 

@@ -1,6 +1,8 @@
 #!/bin/sh
-# Makes a Python virtual environment with numpy, h5py and JAX (CPU) for the
-# adapters' test (tests/test_adapters.sh finds it at the default path).
+# Makes a Python virtual environment with numpy, h5py, JAX (CPU) and pytest,
+# and installs the package `dropless` (python/) into it, for the adapters'
+# and the package's tests (tests/test_adapters.sh and tests/test_python.sh
+# find it at the default path).
 # Usage: tools/setup_python.sh [DIR]   (default ~/.cache/dropless/adapters-venv)
 # About 1 minute and 650 MB; reruns are quick. Fails softly: exit 1 with a
 # message, and the test then skips what needs JAX.
@@ -18,6 +20,9 @@ if [ ! -x "$dir/bin/python3" ]; then
         "$py" -m venv "$dir" || { echo "setup_python: cannot make a venv with $py" >&2; exit 1; }
     fi
 fi
-"$dir/bin/python3" -m pip install -q --disable-pip-version-check numpy h5py 'jax[cpu]' ||
+"$dir/bin/python3" -m pip install -q --disable-pip-version-check numpy h5py 'jax[cpu]' pytest ||
     { echo "setup_python: pip install failed" >&2; exit 1; }
-"$dir/bin/python3" -c 'import jax, h5py, numpy; print("setup_python: %s: jax %s, h5py %s, numpy %s" % (__import__("sys").executable, jax.__version__, h5py.__version__, numpy.__version__))'
+# the package (pure Python: it finds libdropless at run time, doc/python.md)
+"$dir/bin/python3" -m pip install -q --disable-pip-version-check "$(dirname "$0")/../python" ||
+    { echo "setup_python: pip install ./python failed" >&2; exit 1; }
+"$dir/bin/python3" -c 'import jax, h5py, numpy, pytest, dropless; print("setup_python: %s: jax %s, h5py %s, numpy %s, pytest %s, dropless %s" % (__import__("sys").executable, jax.__version__, h5py.__version__, numpy.__version__, pytest.__version__, dropless.__version__))'

@@ -10,42 +10,52 @@ and figures are the same.
     python3 doc/conformance/merge_parts.py GOLDEN_DIR PARTS_DIR OUT_DIR
 """
 import glob
-import json
 import os
 import shutil
 import sys
 from collections import defaultdict
 
+import h5py
+
+import dropless  # the package (python/; doc/python.md)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from tools.adapters import common  # noqa: E402
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def read_part(path):
+    """(root attributes, {stage: array}) of one part file."""
+    with h5py.File(path, "r") as f:
+        attrs = {k: _text(v) for k, v in f.attrs.items() if isinstance(v, (bytes, str))}
+        data = {n: f[grp][n][()] for grp in ("forward", "backward") if grp in f for n in f[grp]}
+    return attrs, data
 
 
 def main(golden_dir, parts_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     bundles = defaultdict(list)
     for p in sorted(glob.glob(os.path.join(parts_dir, "*.h5"))):
-        attrs, data, dt = common.read_candidate(p)
+        attrs, data = read_part(p)
         if ":" not in attrs["backend"]:  # chained: as it is
             shutil.copy(p, os.path.join(out_dir, os.path.basename(p)))
             continue
-        base = attrs["backend"].split(":")[0]
-        bundles[(attrs["case"], base, attrs["mode"])].append((attrs, data))
-    order = list(common.SPEC)
+        bundles[(attrs["case"], attrs["backend"].split(":")[0], attrs["mode"])].append((attrs, data))
+    order = dropless.stage_names()
     for (case, base, mode), parts in sorted(bundles.items()):
-        g = common.read_golden(os.path.join(golden_dir, case + ".h5"))
-        a0 = parts[0][0]
-        c = common.Candidate(g, base, a0["backend_version"], a0["device"], a0["compute_mode"], mode)
-        c.notes = json.loads(a0["notes"])
-        c.notes["repeat_differs"] = sorted({k for a, _ in parts
-                                            for k in json.loads(a["notes"]).get("repeat_differs", [])})
-        c.notes["merged_from_parts"] = sorted(a["backend"] for a, _ in parts)
-        groups = []
+        a0, outputs, groups = parts[0][0], {}, []
         for _, data in parts:
             groups.append(sorted(data, key=order.index))
-            c.data.update(data)
-        c.isolated_groups = sorted(groups, key=lambda grp: order.index(grp[0]))
-        common.write_candidate(os.path.join(out_dir, common.candidate_name(case, base, mode)), c,
-                               force=True)
+            outputs.update(data)
+        groups.sort(key=lambda grp: order.index(grp[0]))
+        with dropless.load(os.path.join(golden_dir, case + ".h5")) as g:
+            dropless.write_candidate(os.path.join(out_dir, common.candidate_name(case, base, mode)),
+                                     outputs, g, backend=base, compute_mode=a0["compute_mode"],
+                                     isolated=groups, backend_version=a0.get("backend_version"),
+                                     device=a0.get("device"), force=True)
 
 
 if __name__ == "__main__":

@@ -11,22 +11,16 @@ static const char *const store_names[] = {"act", "f32", "i32", "i64"};
 static const char *const cond_names[] = {"always", "bias", "swiglu"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
-static void print_json(void)
+/* The library writes the JSON (dl_api_layout_json), so the bindings and
+ * this command print the same text. */
+static int print_json(void)
 {
-    printf("{\"format\": \"%s\", \"format_version\": %d, \"arrays\": [\n", DL_GOLDEN_FORMAT,
-           DL_GOLDEN_FORMAT_VERSION);
-    for (int i = 0; i < dl_layout_count(); i++) {
-        const dl_layout_row_t *r = dl_layout_row(i);
-        printf("  {\"group\": \"%s\", \"name\": \"%s\", \"path\": \"/%s/%s\", ", group_names[r->group],
-               r->name, group_names[r->group], r->name);
-        if (r->value == DL_VALUE_NONE)
-            printf("\"value\": null, ");
-        else
-            printf("\"value\": %d, ", (int)r->value);
-        printf("\"store\": \"%s\", \"dims\": \"%s\", \"cond\": \"%s\"}%s\n", store_names[r->store],
-               r->dims, cond_names[r->cond], i + 1 < dl_layout_count() ? "," : "");
-    }
-    printf("]}\n");
+    char *s = dl_api_layout_json();
+    if (!s)
+        return DL_ENOMEM;
+    fputs(s, stdout);
+    dl_api_free_text(s);
+    return 0;
 }
 
 static void print_table(void)
@@ -57,10 +51,14 @@ int dl_cli_layout(int argc, char **argv)
             return DL_EXIT_USAGE;
         }
     }
-    if (json)
-        print_json();
-    else
+    if (json) {
+        if (print_json()) {
+            fprintf(stderr, "dropless info --layout: out of memory\n");
+            return DL_EXIT_FAIL;
+        }
+    } else {
         print_table();
+    }
     if (fflush(stdout) || ferror(stdout)) {
         fprintf(stderr, "dropless info --layout: cannot write to standard output\n");
         return DL_EXIT_FAIL;

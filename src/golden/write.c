@@ -236,6 +236,9 @@ static int write_root(wctx_t *w, hid_t file, const dl_golden_file_t *g)
     if (w->candidate && ((g->backend[0] && (rc = attr_str(w, file, "backend", g->backend))) ||
                          (g->compute_mode[0] &&
                           (rc = attr_str(w, file, "compute_mode", g->compute_mode))) ||
+                         (g->backend_version[0] &&
+                          (rc = attr_str(w, file, "backend_version", g->backend_version))) ||
+                         (g->device[0] && (rc = attr_str(w, file, "device", g->device))) ||
                          (g->isolated_groups[0] &&
                           (rc = attr_str(w, file, "isolated_groups", g->isolated_groups)))))
         return rc;

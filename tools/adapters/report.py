@@ -9,16 +9,18 @@ it occurred.
 import json
 import sys
 from collections import defaultdict
-import os
 
 ORDER = {"PASS": 0, "WARN": 1, "FAIL": 2}
-# The runner's stage order (layout.json: `dropless info --layout --json`),
-# with the whole-case checks (token accounting) after the forward pass, as
-# the runner reports them.
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "layout.json")) as _fh:
-    STAGES = [r["name"] for r in sorted((r for r in json.load(_fh)["arrays"]
-                                         if r["value"] is not None), key=lambda r: r["value"])]
-STAGES.insert(STAGES.index("out") + 1, "case")
+
+
+def stage_order():
+    """The runner's stage order (the library's one table, through the
+    package), with the whole-case checks (token accounting) after the
+    forward pass, as the runner reports them."""
+    import dropless
+    stages = dropless.stage_names()
+    stages.insert(stages.index("out") + 1, "case")
+    return stages
 
 
 def dtype_of(case):
@@ -63,11 +65,12 @@ def fmt_err(e):
 
 
 def table(rows, only_bad=False):
+    stages = stage_order()
     out = ["| backend | dtype | profile | stage | check | verdict | max err / PASS bound | worst case | cases |",
            "|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(rows):
         items = sorted(rows[key].items(),
-                       key=lambda kv: (STAGES.index(kv[0][0]) if kv[0][0] in STAGES else 99, kv[0][1]))
+                       key=lambda kv: (stages.index(kv[0][0]) if kv[0][0] in stages else 99, kv[0][1]))
         for (stage, check), (v, e, case, n) in items:
             if only_bad and v == "PASS":
                 continue

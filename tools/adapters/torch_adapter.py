@@ -127,41 +127,15 @@ class GMM:
         return torch.cat(parts, 0)
 
 
-def compute_mode_for(dtype, fp32_probe):
-    """The profile this pipeline runs in: bf16/fp16 operands with fp32
-    accumulation, and autograd / index_add_ adding stored bf16/fp16 parts
-    (hence -acc); for fp32, what the probe saw."""
-    if dtype == "bf16":
-        return "bf16-acc"
-    if dtype == "fp16":
-        return "fp16-acc"
-    return fp32_probe or "fp32"
-
-
-def probe_fp32(dev, gmm_kind="grouped_mm"):
-    """Which arithmetic an fp32 grouped GEMM really uses here: full-precision
-    fp32 operands, compared with float64 products of the operands as given,
-    rounded to tf32, and rounded to bf16. Returns a dict; 'mode' is fp32,
-    tf32, bf16 or unknown."""
-    g = torch.Generator(device="cpu").manual_seed(7)
-    a = torch.randn(256, 256, generator=g, dtype=torch.float64)
-    b = torch.randn(2, 256, 128, generator=g, dtype=torch.float64)
-    a32, b32 = a.float(), b.float()
-    sizes = [128, 128]
-    offs = torch.tensor([128, 256], dtype=torch.int32, device=dev)
+def probe_fp32(dev):
+    """Which arithmetic an fp32 grouped GEMM really uses here
+    (common.probe_fp32), and the kernel that ran."""
     gm = GMM(torch.float32, 256, 128, dev)
-    c = gm(a32.to(dev), b32.to(dev), sizes, offs).double().cpu()
 
-    def rnd(x, bits, f=np.rint):  # keep `bits` significand bits (rint: nearest-even)
-        m, e = np.frexp(x.numpy())
-        return torch.from_numpy(np.ldexp(f(np.ldexp(m, bits)), e - bits))
-
-    res = {}
-    for name, bits, f in common.PROBE_GRIDS:
-        A, B = rnd(a32.double(), bits, f), rnd(b32.double(), bits, f)
-        ref = torch.cat([A[:128] @ B[0], A[128:] @ B[1]], 0)
-        res[name] = float(((c - ref).abs().max() / ref.abs().max()).item())
-    return dict(common.probe_verdict(res), kernel=gm.kernel)
+    def gemm(a, b, sizes):
+        offs = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=dev)
+        return gm(torch.from_numpy(a).to(dev), torch.from_numpy(b).to(dev), sizes, offs).double().cpu().numpy()
+    return dict(common.probe_fp32(gemm), kernel=gm.kernel)
 
 
 # ------------------------------------------------------------------ routing
@@ -189,58 +163,58 @@ def select(scores, bias, cfg):
 
 def _common_setup(g, device):
     dev = torch.device(device)
-    dt = TDT[g.dtype]
-    A = lambda key, dtype=dt: torch.from_numpy(np.ascontiguousarray(g[key])).to(dev).to(dtype)
+    dt = TDT[g.config["dtype"]]
+    A = lambda key, dtype=dt: torch.from_numpy(g.array(key)).to(dev).to(dtype)
     return dev, dt, A
 
 
 def run_isolated(g, device="cuda"):
     """Stage-isolated: each stage from the golden values of its inputs."""
     dev, dt, A = _common_setup(g, device)
-    sizes = [int(n) for n in g["forward/group_sizes"]]
+    sizes = [int(n) for n in g.array("group_sizes")]
     offs = torch.tensor(np.cumsum(sizes, dtype=np.int64), dtype=torch.int32, device=dev)
-    gm = GMM(dt, g.d, g.f, dev)
-    probe = probe_fp32(dev) if g.dtype == "fp32" else None
+    gm = GMM(dt, g.dims["d"], g.dims["f"], dev)
+    probe = probe_fp32(dev) if g.config["dtype"] == "fp32" else None
     res = {}
-    if g.swiglu:
-        xs = A("forward/x_sorted").requires_grad_()
-        wg = A("inputs/w_gate").requires_grad_()
-        wu = A("inputs/w_up").requires_grad_()
+    if g.config["ffn_kind"] == "swiglu":
+        xs = A("x_sorted").requires_grad_()
+        wg = A("w_gate").requires_grad_()
+        wu = A("w_up").requires_grad_()
         hg = gm(xs, wg, sizes, offs)
         hu = gm(xs, wu, sizes, offs)
-        res["forward/h_gate"], res["forward/h_up"] = to_np(hg), to_np(hu)
-        torch.autograd.backward([hg, hu], [A("backward/d_h_gate"), A("backward/d_h_up")])
-        res["backward/d_x_sorted"] = to_np(xs.grad)
-        res["backward/d_w_gate"] = to_np(wg.grad)
-        res["backward/d_w_up"] = to_np(wu.grad)
+        res["h_gate"], res["h_up"] = to_np(hg), to_np(hu)
+        torch.autograd.backward([hg, hu], [A("d_h_gate"), A("d_h_up")])
+        res["d_x_sorted"] = to_np(xs.grad)
+        res["d_w_gate"] = to_np(wg.grad)
+        res["d_w_up"] = to_np(wu.grad)
 
-        hg0 = A("forward/h_gate").requires_grad_()
-        hu0 = A("forward/h_up").requires_grad_()
+        hg0 = A("h_gate").requires_grad_()
+        hu0 = A("h_up").requires_grad_()
         ha = F.silu(hg0) * hu0
-        res["forward/h_act"] = to_np(ha)
-        ha.backward(A("backward/d_h_act"))
-        res["backward/d_h_gate"], res["backward/d_h_up"] = to_np(hg0.grad), to_np(hu0.grad)
+        res["h_act"] = to_np(ha)
+        ha.backward(A("d_h_act"))
+        res["d_h_gate"], res["d_h_up"] = to_np(hg0.grad), to_np(hu0.grad)
 
-        ha1 = A("forward/h_act").requires_grad_()
-        wd = A("inputs/w_down").requires_grad_()
+        ha1 = A("h_act").requires_grad_()
+        wd = A("w_down").requires_grad_()
         y = gm(ha1, wd, sizes, offs)
-        res["forward/y_sorted"] = to_np(y)
-        y.backward(A("backward/d_y_sorted"))
-        res["backward/d_h_act"], res["backward/d_w_down"] = to_np(ha1.grad), to_np(wd.grad)
+        res["y_sorted"] = to_np(y)
+        y.backward(A("d_y_sorted"))
+        res["d_h_act"], res["d_w_down"] = to_np(ha1.grad), to_np(wd.grad)
     else:
-        xs = A("forward/x_sorted").requires_grad_()
-        wd = A("inputs/w_down").requires_grad_()
+        xs = A("x_sorted").requires_grad_()
+        wd = A("w_down").requires_grad_()
         y = gm(xs, wd, sizes, offs)
-        res["forward/y_sorted"] = to_np(y)
-        y.backward(A("backward/d_y_sorted"))
-        res["backward/d_x_sorted"], res["backward/d_w_down"] = to_np(xs.grad), to_np(wd.grad)
+        res["y_sorted"] = to_np(y)
+        y.backward(A("d_y_sorted"))
+        res["d_x_sorted"], res["d_w_down"] = to_np(xs.grad), to_np(wd.grad)
     name = "torch-grouped_mm" if gm.tag == "grouped_mm" else "torch-mm_loop"
-    notes = {"kernel": gm.kernel, "activation": "F.silu(h_gate) * h_up in %s" % g.dtype,
-             "weight_grads": "autograd, in the weights' dtype (%s)" % g.dtype,
+    notes = {"kernel": gm.kernel, "activation": "F.silu(h_gate) * h_up in %s" % g.config["dtype"],
+             "weight_grads": "autograd, in the weights' dtype (%s)" % g.config["dtype"],
              "precision_flags": precision_flags()}
     if probe:
         notes["fp32_probe"] = probe
-    return name, res, notes, compute_mode_for(g.dtype, probe and probe["mode"])
+    return common.Result(name, res, notes, common.profile_for(g.config["dtype"], probe))
 
 
 def run_chained(g, device="cuda"):
@@ -249,17 +223,17 @@ def run_chained(g, device="cuda"):
     combine with index_add_ in the activation dtype)."""
     dev, dt, A = _common_setup(g, device)
     cfg = g.config
-    T, d, E, k = g.T, g.d, g.E, g.k
-    gm = GMM(dt, g.d, g.f, dev)
-    probe = probe_fp32(dev) if g.dtype == "fp32" else None
+    T, d, E, k = g.dims["T"], g.dims["d"], g.dims["E"], g.dims["k"]
+    gm = GMM(dt, g.dims["d"], g.dims["f"], dev)
+    probe = probe_fp32(dev) if g.config["dtype"] == "fp32" else None
 
-    x = A("inputs/x").requires_grad_()
-    wr = A("inputs/router_weight", torch.float32).requires_grad_()
-    bias = A("inputs/expert_bias", torch.float32) if g.has_bias else None
-    wd = A("inputs/w_down").requires_grad_()
-    if g.swiglu:
-        wg = A("inputs/w_gate").requires_grad_()
-        wu = A("inputs/w_up").requires_grad_()
+    x = A("x").requires_grad_()
+    wr = A("router_weight", torch.float32).requires_grad_()
+    bias = A("expert_bias", torch.float32) if g.config["has_bias"] else None
+    wd = A("w_down").requires_grad_()
+    if g.config["ffn_kind"] == "swiglu":
+        wg = A("w_gate").requires_grad_()
+        wu = A("w_up").requires_grad_()
 
     keep = []
 
@@ -286,7 +260,7 @@ def run_chained(g, device="cuda"):
     sizes = [int(n) for n in sizes_t.cpu()]
     tok = perm // k
     xs = R(x[tok])
-    if g.swiglu:
+    if g.config["ffn_kind"] == "swiglu":
         hg = R(gm(xs, wg, sizes, offs))
         hu = R(gm(xs, wu, sizes, offs))
         ha = R(F.silu(hg) * hu)
@@ -296,41 +270,41 @@ def run_chained(g, device="cuda"):
     ws = w.reshape(-1)[perm]
     weighted = (y.float() * ws.unsqueeze(-1)).to(dt)
     out = torch.zeros(T, d, dtype=dt, device=dev).index_add(0, tok, weighted)
-    out.backward(A("inputs/d_out"))
+    out.backward(A("d_out"))
 
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(perm.numel(), device=dev)
     res = {
-        "forward/router_logits": to_np(logits), "forward/router_scores": to_np(scores),
-        "forward/topk_ids": to_np(ids).astype(np.int32), "forward/topk_weights": to_np(w),
-        "forward/sort_perm": to_np(perm).astype(np.int32),
-        "forward/inv_perm": to_np(inv).astype(np.int32),
-        "forward/group_sizes": to_np(sizes_t).astype(np.int64),
-        "forward/group_offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-        "forward/x_sorted": to_np(xs), "forward/y_sorted": to_np(y), "forward/out": to_np(out),
-        "backward/d_topk_weights": to_np(w.grad), "backward/d_y_sorted": to_np(y.grad),
-        "backward/d_w_down": to_np(wd.grad), "backward/d_x_sorted": to_np(xs.grad),
-        "backward/d_router_scores": to_np(scores.grad),
-        "backward/d_router_logits": to_np(logits.grad),
-        "backward/d_router_weight": to_np(wr.grad), "backward/d_x": to_np(x.grad),
+        "router_logits": to_np(logits), "router_scores": to_np(scores),
+        "topk_ids": to_np(ids).astype(np.int32), "topk_weights": to_np(w),
+        "sort_perm": to_np(perm).astype(np.int32),
+        "inv_perm": to_np(inv).astype(np.int32),
+        "group_sizes": to_np(sizes_t).astype(np.int64),
+        "group_offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        "x_sorted": to_np(xs), "y_sorted": to_np(y), "out": to_np(out),
+        "d_topk_weights": to_np(w.grad), "d_y_sorted": to_np(y.grad),
+        "d_w_down": to_np(wd.grad), "d_x_sorted": to_np(xs.grad),
+        "d_router_scores": to_np(scores.grad),
+        "d_router_logits": to_np(logits.grad),
+        "d_router_weight": to_np(wr.grad), "d_x": to_np(x.grad),
     }
-    if g.swiglu:
+    if g.config["ffn_kind"] == "swiglu":
         res.update({
-            "forward/h_gate": to_np(hg), "forward/h_up": to_np(hu), "forward/h_act": to_np(ha),
-            "backward/d_h_act": to_np(ha.grad), "backward/d_h_gate": to_np(hg.grad),
-            "backward/d_h_up": to_np(hu.grad), "backward/d_w_gate": to_np(wg.grad),
-            "backward/d_w_up": to_np(wu.grad)})
+            "h_gate": to_np(hg), "h_up": to_np(hu), "h_act": to_np(ha),
+            "d_h_act": to_np(ha.grad), "d_h_gate": to_np(hg.grad),
+            "d_h_up": to_np(hu.grad), "d_w_gate": to_np(wg.grad),
+            "d_w_up": to_np(wu.grad)})
     name = "torch-moe" if gm.tag == "grouped_mm" else "torch-moe[mm_loop]"
     notes = {"kernel": gm.kernel,
              "router": "x.float() @ W_r (fp32), %s, torch.topk" % cfg["score_function"],
              "dispatch": "torch.argsort(stable=True), torch.bincount, x[perm // k]",
-             "combine": "(y.float() * w).to(%s), index_add in %s" % (g.dtype, g.dtype),
-             "activation": "F.silu(h_gate) * h_up in %s" % g.dtype,
-             "weight_grads": "autograd, in the weights' dtype (%s)" % g.dtype,
+             "combine": "(y.float() * w).to(%s), index_add in %s" % (g.config["dtype"], g.config["dtype"]),
+             "activation": "F.silu(h_gate) * h_up in %s" % g.config["dtype"],
+             "weight_grads": "autograd, in the weights' dtype (%s)" % g.config["dtype"],
              "precision_flags": precision_flags()}
     if probe:
         notes["fp32_probe"] = probe
-    return name, res, notes, compute_mode_for(g.dtype, probe and probe["mode"])
+    return common.Result(name, res, notes, common.profile_for(g.config["dtype"], probe))
 
 
 MODES = ("isolated", "chained", "isolated_tf32", "wgrad_fp32")
@@ -342,12 +316,12 @@ def run_wgrad_fp32(g, device="cuda"):
     accumulation fusion): grouped_mm with out_dtype=float32 where this torch
     takes it, else grouped_mm on operands upcast to fp32 (exact products,
     fp32 accumulation). Stage-isolated, golden operands."""
-    if g.dtype == "fp32":
+    if g.config["dtype"] == "fp32":
         raise common.Skip("fp32 weights already get fp32 gradients")
     dev, dt, A = _common_setup(g, device)
-    sizes = [int(n) for n in g["forward/group_sizes"]]
+    sizes = [int(n) for n in g.array("group_sizes")]
     offs = torch.tensor(np.cumsum(sizes, dtype=np.int64), dtype=torch.int32, device=dev)
-    gm = GMM(dt, g.d, g.f, dev)
+    gm = GMM(dt, g.dims["d"], g.dims["f"], dev)
     how = {}
 
     def wgrad(a, b):  # [E, a.cols, b.cols]: per expert a_e^T b_e in fp32
@@ -368,33 +342,46 @@ def run_wgrad_fp32(g, device="cuda"):
         return torch.stack(out)
 
     res = {}
-    if g.swiglu:
-        res["backward/d_w_down"] = to_np(wgrad(A("forward/h_act"), A("backward/d_y_sorted")))
-        xs = A("forward/x_sorted")
-        res["backward/d_w_gate"] = to_np(wgrad(xs, A("backward/d_h_gate")))
-        res["backward/d_w_up"] = to_np(wgrad(xs, A("backward/d_h_up")))
+    if g.config["ffn_kind"] == "swiglu":
+        res["d_w_down"] = to_np(wgrad(A("h_act"), A("d_y_sorted")))
+        xs = A("x_sorted")
+        res["d_w_gate"] = to_np(wgrad(xs, A("d_h_gate")))
+        res["d_w_up"] = to_np(wgrad(xs, A("d_h_up")))
     else:
-        res["backward/d_w_down"] = to_np(wgrad(A("forward/x_sorted"), A("backward/d_y_sorted")))
+        res["d_w_down"] = to_np(wgrad(A("x_sorted"), A("d_y_sorted")))
     notes = {"kernel": how.get("path"), "precision_flags": precision_flags()}
     notes.update({k: v for k, v in how.items() if k != "path"})
     name = "torch-grouped_mm" if gm.tag == "grouped_mm" else "torch-mm_loop"
-    return name + "[wgrad_fp32]", res, notes, g.dtype
+    return common.Result(name + "[wgrad_fp32]", res, notes, g.config["dtype"])
 
 
 def run_isolated_tf32(g, device="cuda"):
     """run_isolated with TF32 allowed for fp32 matrix products (a negative
     control for the fp32 profile: it should fail fp32 and pass tf32)."""
-    if g.dtype != "fp32":
+    if g.config["dtype"] != "fp32":
         raise common.Skip("TF32 applies to fp32 cases only")
     m = torch.backends.cuda.matmul
     old = m.allow_tf32
     m.allow_tf32 = True
     try:
-        name, res, notes, cmode = run_isolated(g, device)
+        r = run_isolated(g, device)
     finally:
         m.allow_tf32 = old
-    notes["tf32"] = "torch.backends.cuda.matmul.allow_tf32 = True for this run"
-    return name + "[allow_tf32]", res, notes, cmode
+    r.notes["tf32"] = "torch.backends.cuda.matmul.allow_tf32 = True for this run"
+    return r._replace(name=r.name + "[allow_tf32]")
+
+
+BACKENDS = {"isolated": run_isolated, "chained": run_chained, "isolated_tf32": run_isolated_tf32,
+            "wgrad_fp32": run_wgrad_fp32}
+
+
+def _synchronised(fn):
+    def go(g, device):
+        r = fn(g, device)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return r
+    return go
 
 
 def run(golden_path, outdir, modes=MODES, device=None, log=print, repeat=True):
@@ -404,18 +391,9 @@ def run(golden_path, outdir, modes=MODES, device=None, log=print, repeat=True):
         raise RuntimeError(why)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-
-    def fn(mode):
-        def go(g):
-            r = {"isolated": run_isolated, "chained": run_chained,
-                 "isolated_tf32": run_isolated_tf32, "wgrad_fp32": run_wgrad_fp32}[mode](g, device)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            return r
-        return go
-
     info = lambda g: ("torch %s" % torch.__version__, device_name(torch.device(device)))
-    return common.run_modes(golden_path, outdir, modes, {m: fn(m) for m in MODES}, info, log,
+    return common.run_modes(golden_path, outdir, modes,
+                            {m: _synchronised(f) for m, f in BACKENDS.items()}, info, device, log,
                             repeat)
 
 

@@ -1,0 +1,142 @@
+"""A token-dropless MoE layer in numpy, forward and backward, as a kernel
+author might write a reference: every stage computed in float64 from the
+stored values before it and stored in its storage type (bf16/fp16
+activations, fp32 router and weight gradients). It returns every stage
+value it stores, so the check can localise an error to its stage.
+
+This is the "kernel under test" of examples/test_my_kernel.py, not part of
+dropless: dropless only judges what it returns."""
+
+import ml_dtypes
+import numpy as np
+
+STORE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _route(cfg, scores, bias):
+    """Top-k experts per token (ties to the lower index), optionally
+    group-limited, on scores (+ bias, stored in fp32)."""
+    T, E = scores.shape
+    key = scores.astype(np.float64)
+    if cfg["has_bias"]:
+        key = (key + bias).astype(np.float32).astype(np.float64)
+    ng = cfg["n_group"]
+    if ng > 1:
+        G = E // ng
+        terms = {"max": 1, "top2_sum": 2}.get(cfg["group_score"], cfg["top_k"] // cfg["topk_group"])
+        top = -np.sort(-key.reshape(T, ng, G), axis=-1)[..., :min(max(terms, 1), G)]
+        gscore = top.sum(-1).astype(np.float32)
+        keep = np.argsort(-gscore, axis=-1, kind="stable")[:, :cfg["topk_group"]]
+        mask = np.zeros((T, ng), bool)
+        np.put_along_axis(mask, keep, True, axis=-1)
+        key = np.where(np.repeat(mask, G, axis=1), key, -np.inf)
+    return np.argsort(-key, axis=-1, kind="stable")[:, :cfg["top_k"]].astype(np.int32)
+
+
+def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_up=None, **_):
+    act, f64 = STORE[cfg["dtype"]], np.float64
+    T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
+    x = np.asarray(x, f64)
+    logits = (x @ np.asarray(router_weight, f64)).astype(np.float32)
+    z = logits.astype(f64)
+    if cfg["score_function"] == "softmax":
+        e = np.exp(z - (z.max(-1, keepdims=True) if T else 0))
+        scores = (e / e.sum(-1, keepdims=True)).astype(np.float32)
+    else:
+        scores = _sigmoid(z).astype(np.float32)
+    ids = _route(cfg, scores, expert_bias)
+    picked = np.take_along_axis(scores.astype(f64), ids.astype(np.int64), axis=1)
+    denom = picked.sum(-1, keepdims=True) if cfg["renormalize"] else 1.0
+    weights = (cfg["scaling"] * picked / denom).astype(np.float32)
+    perm = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
+    inv = np.argsort(perm, kind="stable").astype(np.int32)
+    sizes = np.bincount(ids.reshape(-1), minlength=E).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    xs = x[perm // k]
+
+    def grouped(a, w):  # rows of expert e times w[e]
+        out = np.zeros((a.shape[0], w.shape[2]))
+        for e in range(E):
+            s, t = offsets[e], offsets[e + 1]
+            out[s:t] = a[s:t] @ np.asarray(w[e], f64)
+        return out
+
+    fw = dict(router_logits=logits, router_scores=scores, topk_ids=ids, topk_weights=weights,
+              sort_perm=perm, inv_perm=inv, group_sizes=sizes, group_offsets=offsets,
+              x_sorted=xs.astype(act))
+    h = xs
+    if cfg["ffn_kind"] == "swiglu":
+        fw["h_gate"] = grouped(xs, w_gate).astype(act)
+        fw["h_up"] = grouped(xs, w_up).astype(act)
+        hg, hu = fw["h_gate"].astype(f64), fw["h_up"].astype(f64)
+        fw["h_act"] = (hg * _sigmoid(hg) * hu).astype(act)
+        h = fw["h_act"].astype(f64)
+    fw["y_sorted"] = grouped(h, w_down).astype(act)
+    y = fw["y_sorted"].astype(f64)[inv].reshape(T, k, cfg["hidden"])
+    fw["out"] = np.einsum("tkd,tk->td", y, weights.astype(f64)).astype(act)
+    return fw
+
+
+def moe_backward(cfg, inputs, fw):
+    """Every gradient, from the stored forward values and inputs["d_out"]."""
+    act, f64 = STORE[cfg["dtype"]], np.float64
+    T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
+    D = lambda a: np.asarray(a, f64)
+    x, wr, dout = D(inputs["x"]), D(inputs["router_weight"]), D(inputs["d_out"])
+    perm, inv, off = fw["sort_perm"], fw["inv_perm"], fw["group_offsets"]
+    ids, w, s = fw["topk_ids"], D(fw["topk_weights"]), D(fw["router_scores"])
+
+    def rows_times_wT(a, wts):  # a[rows of e] @ W[e]^T
+        out = np.zeros((a.shape[0], wts.shape[1]))
+        for e in range(E):
+            out[off[e]:off[e + 1]] = a[off[e]:off[e + 1]] @ D(wts[e]).T
+        return out
+
+    def wgrad(a, b):  # per expert a_e^T b_e, stored in fp32
+        out = np.zeros((E, a.shape[1], b.shape[1]))
+        for e in range(E):
+            out[e] = a[off[e]:off[e + 1]].T @ b[off[e]:off[e + 1]]
+        return out.astype(np.float32)
+
+    bw = {}
+    y_tok = D(fw["y_sorted"])[inv].reshape(T, k, cfg["hidden"])
+    bw["d_topk_weights"] = np.einsum("td,tkd->tk", dout, y_tok).astype(np.float32)
+    dy = (w.reshape(-1)[perm][:, None] * dout[perm // k]).astype(act)
+    bw["d_y_sorted"], dy = dy, D(dy)
+    if cfg["ffn_kind"] == "swiglu":
+        hg, hu, ha = D(fw["h_gate"]), D(fw["h_up"]), D(fw["h_act"])
+        bw["d_h_act"] = rows_times_wT(dy, inputs["w_down"]).astype(act)
+        bw["d_w_down"] = wgrad(ha, dy)
+        dha, sg = D(bw["d_h_act"]), _sigmoid(hg)
+        bw["d_h_gate"] = (dha * hu * sg * (1 + hg * (1 - sg))).astype(act)
+        bw["d_h_up"] = (dha * hg * sg).astype(act)
+        dhg, dhu, xs = D(bw["d_h_gate"]), D(bw["d_h_up"]), D(fw["x_sorted"])
+        bw["d_x_sorted"] = (rows_times_wT(dhg, inputs["w_gate"]) +
+                            rows_times_wT(dhu, inputs["w_up"])).astype(act)
+        bw["d_w_gate"], bw["d_w_up"] = wgrad(xs, dhg), wgrad(xs, dhu)
+    else:
+        bw["d_x_sorted"] = rows_times_wT(dy, inputs["w_down"]).astype(act)
+        bw["d_w_down"] = wgrad(D(fw["x_sorted"]), dy)
+    dtw = D(bw["d_topk_weights"])
+    picked = np.take_along_axis(s, ids.astype(np.int64), axis=1)
+    S = picked.sum(-1, keepdims=True) if cfg["renormalize"] else np.ones((T, 1))
+    dpick = cfg["scaling"] * (dtw / S - ((dtw * picked).sum(-1, keepdims=True) / S ** 2
+                                         if cfg["renormalize"] else 0))
+    ds = np.zeros((T, E))
+    np.put_along_axis(ds, ids.astype(np.int64), dpick, axis=1)
+    bw["d_router_scores"] = ds.astype(np.float32)
+    ds = D(bw["d_router_scores"])
+    if cfg["score_function"] == "softmax":
+        dl = s * ds - s * (s * ds).sum(-1, keepdims=True)
+    else:
+        dl = ds * s * (1 - s)
+    bw["d_router_logits"] = dl.astype(np.float32)
+    dl = D(bw["d_router_logits"])
+    bw["d_router_weight"] = (x.T @ dl).astype(np.float32)
+    dxs = D(bw["d_x_sorted"])[inv].reshape(T, k, cfg["hidden"]).sum(1)
+    bw["d_x"] = (dxs + dl @ wr.T).astype(act)
+    return bw

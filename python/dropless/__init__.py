@@ -1,0 +1,27 @@
+"""dropless: golden MoE cases and the conformance check of libdropless.
+
+    import dropless
+    g = dropless.generate("mixtral-small")          # in memory
+    report = dropless.check(g, {"out": my_out, "d_x": my_dx})
+    dropless.testing.assert_conformant(g, outputs)
+
+The C library does all the work (generation, loading, every check); this
+package converts arrays and wraps errors as dropless.Error. See doc/python.md.
+"""
+
+from ._lib import Error
+from .golden import Golden, cases, generate, layout, load, stage_names
+from .check import Report, check, write_candidate
+from . import testing
+from ._arrays import to_numpy
+
+__version__ = "0.1.0"
+
+__all__ = ["Error", "Golden", "Report", "cases", "check", "generate", "layout", "load",
+           "stage_names", "testing", "to_numpy", "write_candidate", "library_path"]
+
+
+def library_path():
+    """The path of the libdropless in use (loads it)."""
+    from ._lib import lib
+    return lib().dropless_path
