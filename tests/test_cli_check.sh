@@ -13,6 +13,8 @@ done
 # --- dropless check
 check "a golden file is a conformant candidate of itself (exit 0)" \
     'run 0 check "$V/mixtral-small.h5" "$V/mixtral-small.h5" && grep -q "^CONFORMANT" "$T/out"'
+check "a golden with no tokens (T = 0) is a conformant candidate of itself" \
+    'run 0 check "$V/no-tokens.h5" "$V/no-tokens.h5" && grep -q "^CONFORMANT" "$T/out" && grep -q "empty experts" "$T/out"'
 check "check --stages limits the stages checked" \
     'run 0 check --stages h_gate,out --all "$V/tiny.h5" "$V/tiny.h5" && grep -q "^h_gate " "$T/out" && grep -q "^d_x .*SKIP" "$T/out"'
 check "check: wrong number of arguments is a usage error (exit 2)" 'run 2 check "$V/tiny.h5"'

@@ -502,7 +502,9 @@ int dl__ck_stages(dl__ck_t *ck)
 
     for (int si = 0; si < DL_VALUE_COUNT; si++) {
         const dl_value_t s = (dl_value_t)si;
-        if (ck->numel[s] == 0)
+        /* a stage with no element is not checked, but the routing and the
+         * token accounting still set the dispatch (T = 0: E empty groups) */
+        if (ck->numel[s] == 0 && !dl__ck_desc(s)->check)
             continue;
         const int bad_shape = (ck->cand->bad_shape >> s) & 1;
         const int has = dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s) != NULL;
