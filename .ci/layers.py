@@ -3,8 +3,10 @@
 includes the umbrella dropless.h, and on an include cycle.
 
 The layers (doc/architecture.md), lowest first:
-    core -> stages -> {golden, check} -> {run (over check), capacity (over golden),
-    api (over golden and check)} -> cli
+    core -> stages -> {golden, check} -> {run (over check), capacity (over
+    golden), api (over golden and check)} -> cli
+with util (the operating system: output files) over core, beside the
+stages, for the layers that write files.
 A file may include its own layer's headers and those of the layers it
 builds on, never one above. The public sections of include/dropless/ belong
 to the layer that implements them.
@@ -17,13 +19,14 @@ import sys
 
 ALLOWED = {
     "core": {"core"},
+    "util": {"core", "util"},
     "stages": {"core", "stages"},
-    "golden": {"core", "stages", "golden"},
-    "check": {"core", "stages", "check"},
-    "run": {"core", "stages", "check", "run"},
-    "capacity": {"core", "stages", "golden", "capacity"},
-    "api": {"core", "stages", "golden", "check", "api"},
-    "cli": {"core", "stages", "golden", "check", "run", "capacity", "api", "cli", "umbrella"},
+    "golden": {"core", "util", "stages", "golden"},
+    "check": {"core", "util", "stages", "check"},
+    "run": {"core", "util", "stages", "check", "run"},
+    "capacity": {"core", "util", "stages", "golden", "capacity"},
+    "api": {"core", "util", "stages", "golden", "check", "api"},
+    "cli": {"core", "util", "stages", "golden", "check", "run", "capacity", "api", "cli", "umbrella"},
     "umbrella": {"core", "stages", "golden", "check", "run", "capacity", "api"},
 }
 # the public sections, by the layer that implements them

@@ -2,6 +2,7 @@
 #ifndef DL_CHECK_PRIV_H
 #define DL_CHECK_PRIV_H
 #include "stages/stages_priv.h"
+#include "util/util_priv.h"
 #include "dropless/check.h"
 
 /* How M = (|A||B|)_ij, the scale of the accumulation error, is obtained for

@@ -4,6 +4,7 @@
 #define DL_GOLDEN_PRIV_H
 
 #include "stages/stages_priv.h"
+#include "util/util_priv.h"
 #include "dropless/golden.h"
 
 #define DL__GOLDEN_OWNER_MALLOC 0 /* every array malloc'ed */

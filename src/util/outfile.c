@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "core/core_priv.h"
+#include "util/util_priv.h"
 
 #ifdef __GNUC__
 __attribute__((format(printf, 3, 4)))
