@@ -1289,73 +1289,32 @@ START_TEST(reports_parse)
 }
 END_TEST
 
-static Suite *suite_verdicts(void)
-{
-    Suite *s = suite_create("verdicts");
-    TCase *tc = tcase_create("known candidates");
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, golden_is_conformant, 0, 5);
-    tcase_add_test(tc, plain_recomputed);
-    tcase_add_loop_test(tc, recompute_matches_golden, 0, 5);
-    tcase_add_test(tc, m_paths_agree);
-    tcase_add_loop_test(tc, fp32_backend_passes, 0, 3);
-    tcase_add_test(tc, tf32_backend_needs_tf32_profile);
-    tcase_add_test(tc, fused_backend_propagation);
-    tcase_add_test(tc, stage_local);
-    tcase_add_test(tc, missing_stages_skip);
-    tcase_add_test(tc, required_stages);
-    tcase_add_test(tc, per_stage_profiles);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-static Suite *suite_tokens(void)
-{
-    Suite *s = suite_create("tokens and routing");
-    TCase *tc = tcase_create("drops");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, dropped_slot_is_named);
-    tcase_add_test(tc, dropped_out_diagnosed);
-    tcase_add_test(tc, dropped_big_k);
-    tcase_add_test(tc, slot_order_is_free);
-    suite_add_tcase(s, tc);
-    TCase *tr = tcase_create("routing");
-    tcase_set_timeout(tr, 120);
-    tcase_add_test(tr, routing_ties);
-    suite_add_tcase(s, tr);
-    TCase *th = tcase_create("hygiene");
-    tcase_set_timeout(th, 120);
-    tcase_add_test(th, hygiene);
-    suite_add_tcase(s, th);
-    return s;
-}
-
-static Suite *suite_exact(void)
-{
-    Suite *s = suite_create("exact helpers and tolerance model");
-    TCase *tc = tcase_create("mpfr");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, weights_for_ids_mpfr);
-    tcase_add_test(tc, score_vjp_mpfr);
-    tcase_add_test(tc, bound_model);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-static Suite *suite_reports(void)
-{
-    Suite *s = suite_create("reports");
-    TCase *tc = tcase_create("writers");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, reports_parse);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void)
 {
     if (!have_python())
         dl_test_skip("reports: JSON and JUnit parsed by /usr/bin/python3 (not installed)");
-    Suite *s[] = {suite_verdicts(), suite_tokens(), suite_exact(), suite_reports()};
-    return dl_test_run(s, 4);
+    const dl_test_t tests[] = {
+        DL_TEST_LOOP("verdicts", "known candidates", golden_is_conformant, 0, 5, 120),
+        DL_TEST("verdicts", "known candidates", plain_recomputed, 120),
+        DL_TEST_LOOP("verdicts", "known candidates", recompute_matches_golden, 0, 5, 120),
+        DL_TEST("verdicts", "known candidates", m_paths_agree, 120),
+        DL_TEST_LOOP("verdicts", "known candidates", fp32_backend_passes, 0, 3, 120),
+        DL_TEST("verdicts", "known candidates", tf32_backend_needs_tf32_profile, 120),
+        DL_TEST("verdicts", "known candidates", fused_backend_propagation, 120),
+        DL_TEST("verdicts", "known candidates", stage_local, 120),
+        DL_TEST("verdicts", "known candidates", missing_stages_skip, 120),
+        DL_TEST("verdicts", "known candidates", required_stages, 120),
+        DL_TEST("verdicts", "known candidates", per_stage_profiles, 120),
+        DL_TEST("tokens and routing", "drops", dropped_slot_is_named, 120),
+        DL_TEST("tokens and routing", "drops", dropped_out_diagnosed, 120),
+        DL_TEST("tokens and routing", "drops", dropped_big_k, 120),
+        DL_TEST("tokens and routing", "drops", slot_order_is_free, 120),
+        DL_TEST("tokens and routing", "routing", routing_ties, 120),
+        DL_TEST("tokens and routing", "hygiene", hygiene, 120),
+        DL_TEST("exact helpers and tolerance model", "mpfr", weights_for_ids_mpfr, 120),
+        DL_TEST("exact helpers and tolerance model", "mpfr", score_vjp_mpfr, 120),
+        DL_TEST("exact helpers and tolerance model", "mpfr", bound_model, 120),
+        DL_TEST("reports", "writers", reports_parse, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -245,19 +245,13 @@ END_TEST
 
 int main(void)
 {
-    Suite *sort = suite_create("argsort");
-    TCase *tc = tcase_create("sort");
-    tcase_add_test(tc, sort_random);
-    tcase_add_test(tc, sort_edges);
-    tcase_add_test(tc, sort_bad_input);
-    suite_add_tcase(sort, tc);
-    Suite *perm = suite_create("permute-combine");
-    TCase *tp = tcase_create("rows");
-    tcase_set_timeout(tp, 120);
-    tcase_add_test(tp, permute_rows);
-    tcase_add_test(tp, combine_exact);
-    tcase_add_test(tp, combine_bad_input);
-    suite_add_tcase(perm, tp);
-    Suite *all[] = {sort, perm};
-    return dl_test_run(all, 2);
+    const dl_test_t tests[] = {
+        DL_TEST("argsort", "sort", sort_random, 0),
+        DL_TEST("argsort", "sort", sort_edges, 0),
+        DL_TEST("argsort", "sort", sort_bad_input, 0),
+        DL_TEST("permute-combine", "rows", permute_rows, 120),
+        DL_TEST("permute-combine", "rows", combine_exact, 120),
+        DL_TEST("permute-combine", "rows", combine_bad_input, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

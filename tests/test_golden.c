@@ -1950,47 +1950,48 @@ END_TEST
 
 /* ------------------------------------------------------------------ */
 
-static Suite *suite(const char *name, const TTest *const *tests, int n, int timeout)
-{
-    Suite *s = suite_create(name);
-    for (int i = 0; i < n; i++) {
-        TCase *tc = tcase_create(tests[i]->name);
-        tcase_set_timeout(tc, timeout);
-        tcase_add_test(tc, tests[i]);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
-#define SUITE(name, timeout, ...)                                              \
-    do {                                                                       \
-        const TTest *const t_[] = {__VA_ARGS__};                        \
-        suites[n++] = suite(name, t_, (int)(sizeof t_ / sizeof t_[0]), timeout); \
-    } while (0)
-
 int main(void)
 {
-    Suite *suites[16];
-    int n = 0;
-    SUITE("rng", 60, rng_splitmix_known_answers, rng_sequential_reading_of_spec,
-          rng_normal_irwin_hall, rng_ln_vs_mpfr);
-    SUITE("inputs", 60, inputs_on_grid_and_finite, inputs_follow_the_spec,
-          inputs_fp32_full_significands, inputs_thread_invariant, inputs_constructions);
-    SUITE("catalogue", 30, catalogue_valid_and_unique, catalogue_set_dtype);
-    SUITE("kernel tier", 120, kernel_tier_coverage, planted_sizes_route_as_planned);
-    SUITE("case files", 30, casefile_valid, casefile_errors_name_file_and_line);
-    SUITE("write", 60, roundtrip_every_variant, write_is_byte_reproducible,
-          write_never_clobbers_never_leaves_partial_files, hdf5_errors_are_silenced);
-    SUITE("damaged files", 120, sha256_known_answers, read_missing_and_non_hdf5, read_truncated,
-          read_flipped_bytes,
-          read_wrong_shapes_and_types, read_bad_values, read_nonfinite_golden, read_bad_attributes);
-    SUITE("candidates", 30, candidate_subsets);
-    SUITE("candidate loader", 60, candidate_bad_shapes_set_aside, candidate_bad_types_set_aside,
-          candidate_bad_dtype_attributes_set_aside, candidate_storage_types,
-          candidate_values_never_judged,
-          candidate_whole_file_errors, candidate_root_attributes,
-          candidate_messages_stay_one_line);
-    SUITE("generation", 120, generate_write_load, generate_special_cases_route_as_named,
-          committed_vectors_match_generation);
-    return dl_test_run(suites, n);
+    const dl_test_t tests[] = {
+        DL_TEST("rng", "rng_splitmix_known_answers", rng_splitmix_known_answers, 60),
+        DL_TEST("rng", "rng_sequential_reading_of_spec", rng_sequential_reading_of_spec, 60),
+        DL_TEST("rng", "rng_normal_irwin_hall", rng_normal_irwin_hall, 60),
+        DL_TEST("rng", "rng_ln_vs_mpfr", rng_ln_vs_mpfr, 60),
+        DL_TEST("inputs", "inputs_on_grid_and_finite", inputs_on_grid_and_finite, 60),
+        DL_TEST("inputs", "inputs_follow_the_spec", inputs_follow_the_spec, 60),
+        DL_TEST("inputs", "inputs_fp32_full_significands", inputs_fp32_full_significands, 60),
+        DL_TEST("inputs", "inputs_thread_invariant", inputs_thread_invariant, 60),
+        DL_TEST("inputs", "inputs_constructions", inputs_constructions, 60),
+        DL_TEST("catalogue", "catalogue_valid_and_unique", catalogue_valid_and_unique, 30),
+        DL_TEST("catalogue", "catalogue_set_dtype", catalogue_set_dtype, 30),
+        DL_TEST("kernel tier", "kernel_tier_coverage", kernel_tier_coverage, 120),
+        DL_TEST("kernel tier", "planted_sizes_route_as_planned", planted_sizes_route_as_planned, 120),
+        DL_TEST("case files", "casefile_valid", casefile_valid, 30),
+        DL_TEST("case files", "casefile_errors_name_file_and_line", casefile_errors_name_file_and_line, 30),
+        DL_TEST("write", "roundtrip_every_variant", roundtrip_every_variant, 60),
+        DL_TEST("write", "write_is_byte_reproducible", write_is_byte_reproducible, 60),
+        DL_TEST("write", "write_never_clobbers_never_leaves_partial_files", write_never_clobbers_never_leaves_partial_files, 60),
+        DL_TEST("write", "hdf5_errors_are_silenced", hdf5_errors_are_silenced, 60),
+        DL_TEST("damaged files", "sha256_known_answers", sha256_known_answers, 120),
+        DL_TEST("damaged files", "read_missing_and_non_hdf5", read_missing_and_non_hdf5, 120),
+        DL_TEST("damaged files", "read_truncated", read_truncated, 120),
+        DL_TEST("damaged files", "read_flipped_bytes", read_flipped_bytes, 120),
+        DL_TEST("damaged files", "read_wrong_shapes_and_types", read_wrong_shapes_and_types, 120),
+        DL_TEST("damaged files", "read_bad_values", read_bad_values, 120),
+        DL_TEST("damaged files", "read_nonfinite_golden", read_nonfinite_golden, 120),
+        DL_TEST("damaged files", "read_bad_attributes", read_bad_attributes, 120),
+        DL_TEST("candidates", "candidate_subsets", candidate_subsets, 30),
+        DL_TEST("candidate loader", "candidate_bad_shapes_set_aside", candidate_bad_shapes_set_aside, 60),
+        DL_TEST("candidate loader", "candidate_bad_types_set_aside", candidate_bad_types_set_aside, 60),
+        DL_TEST("candidate loader", "candidate_bad_dtype_attributes_set_aside", candidate_bad_dtype_attributes_set_aside, 60),
+        DL_TEST("candidate loader", "candidate_storage_types", candidate_storage_types, 60),
+        DL_TEST("candidate loader", "candidate_values_never_judged", candidate_values_never_judged, 60),
+        DL_TEST("candidate loader", "candidate_whole_file_errors", candidate_whole_file_errors, 60),
+        DL_TEST("candidate loader", "candidate_root_attributes", candidate_root_attributes, 60),
+        DL_TEST("candidate loader", "candidate_messages_stay_one_line", candidate_messages_stay_one_line, 60),
+        DL_TEST("generation", "generate_write_load", generate_write_load, 120),
+        DL_TEST("generation", "generate_special_cases_route_as_named", generate_special_cases_route_as_named, 120),
+        DL_TEST("generation", "committed_vectors_match_generation", committed_vectors_match_generation, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

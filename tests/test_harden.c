@@ -389,22 +389,16 @@ END_TEST
 
 int main(void)
 {
-    Suite *s = suite_create("hardening");
-    TCase *out = tcase_create("outputs");
-    tcase_set_timeout(out, 60);
-    tcase_add_test(out, report_refuses_existing_and_nonregular);
-    tcase_add_test(out, empty_output_path_has_a_message);
-    tcase_add_test(out, signals_remove_the_temporary);
-    tcase_add_test(out, killed_writer_leaves_nothing_that_loads);
-    suite_add_tcase(s, out);
-    TCase *in = tcase_create("inputs");
-    tcase_set_timeout(in, 120);
-    tcase_add_test(in, isolated_loader_names_the_file);
-    tcase_add_test(in, golden_case_attribute_must_be_a_name);
-    tcase_add_test(in, group_sizes_message_does_not_clamp);
-    tcase_add_test(in, seal_says_appended_or_truncated);
-    tcase_add_test(in, case_corpus_outcomes);
-    suite_add_tcase(s, in);
-    Suite *all[] = {s};
-    return dl_test_run(all, 1);
+    const dl_test_t tests[] = {
+        DL_TEST("hardening", "outputs", report_refuses_existing_and_nonregular, 60),
+        DL_TEST("hardening", "outputs", empty_output_path_has_a_message, 60),
+        DL_TEST("hardening", "outputs", signals_remove_the_temporary, 60),
+        DL_TEST("hardening", "outputs", killed_writer_leaves_nothing_that_loads, 60),
+        DL_TEST("hardening", "inputs", isolated_loader_names_the_file, 120),
+        DL_TEST("hardening", "inputs", golden_case_attribute_must_be_a_name, 120),
+        DL_TEST("hardening", "inputs", group_sizes_message_does_not_clamp, 120),
+        DL_TEST("hardening", "inputs", seal_says_appended_or_truncated, 120),
+        DL_TEST("hardening", "inputs", case_corpus_outcomes, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -578,44 +578,25 @@ END_TEST
 
 int main(void)
 {
-    Suite *abi = suite_create("abi-and-loading");
-    TCase *ta = tcase_create("abi");
-    tcase_set_timeout(ta, 60);
-    tcase_add_test(ta, names);
-    tcase_add_test(ta, poison_survives_arithmetic);
-    tcase_add_test(ta, bad_arguments);
-    tcase_add_test(ta, load_failed);
-    tcase_add_test(ta, load_crash);
-    tcase_add_test(ta, abi_mismatch);
-    suite_add_tcase(abi, ta);
-
-    Suite *plain = suite_create("plain-backend");
-    TCase *tp = tcase_create("plain");
-    tcase_set_timeout(tp, 120);
-    tcase_add_test(tp, plain_fp32);
-    tcase_add_test(tp, plain_bf16_sigmoid);
-    tcase_add_test(tp, plain_single_gemm);
-    tcase_add_test(tp, plain_group_limited);
-    tcase_add_test(tp, backward_skipped);
-    suite_add_tcase(plain, tp);
-
-    Suite *layout = suite_create("layouts-and-drops");
-    TCase *tl = tcase_create("layouts");
-    tcase_set_timeout(tl, 120);
-    tcase_add_test(tl, padded_equals_plain);
-    tcase_add_test(tl, capacity_drops);
-    tcase_add_test(tl, tf32_worse_than_fp32);
-    suite_add_tcase(layout, tl);
-
-    Suite *hyg = suite_create("hygiene");
-    TCase *th = tcase_create("hygiene");
-    tcase_set_timeout(th, 120);
-    tcase_add_test(th, unwritten_empty_expert_dw);
-    tcase_add_test(th, crash_is_a_diagnostic);
-    tcase_add_test(th, nondeterministic_combine);
-    tcase_add_test(th, hang_times_out);
-    suite_add_tcase(hyg, th);
-
-    Suite *all[] = {abi, plain, layout, hyg};
-    return dl_test_run(all, 4);
+    const dl_test_t tests[] = {
+        DL_TEST("abi-and-loading", "abi", names, 60),
+        DL_TEST("abi-and-loading", "abi", poison_survives_arithmetic, 60),
+        DL_TEST("abi-and-loading", "abi", bad_arguments, 60),
+        DL_TEST("abi-and-loading", "abi", load_failed, 60),
+        DL_TEST("abi-and-loading", "abi", load_crash, 60),
+        DL_TEST("abi-and-loading", "abi", abi_mismatch, 60),
+        DL_TEST("plain-backend", "plain", plain_fp32, 120),
+        DL_TEST("plain-backend", "plain", plain_bf16_sigmoid, 120),
+        DL_TEST("plain-backend", "plain", plain_single_gemm, 120),
+        DL_TEST("plain-backend", "plain", plain_group_limited, 120),
+        DL_TEST("plain-backend", "plain", backward_skipped, 120),
+        DL_TEST("layouts-and-drops", "layouts", padded_equals_plain, 120),
+        DL_TEST("layouts-and-drops", "layouts", capacity_drops, 120),
+        DL_TEST("layouts-and-drops", "layouts", tf32_worse_than_fp32, 120),
+        DL_TEST("hygiene", "hygiene", unwritten_empty_expert_dw, 120),
+        DL_TEST("hygiene", "hygiene", crash_is_a_diagnostic, 120),
+        DL_TEST("hygiene", "hygiene", nondeterministic_combine, 120),
+        DL_TEST("hygiene", "hygiene", hang_times_out, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -251,23 +251,13 @@ START_TEST(memory_estimates)
 }
 END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("stream");
-    const TTest *const t[] = {stream_bytes_equal_in_memory_bytes,
-                              slices_equal_the_whole_files_slice,
-                              bad_ranges_refused_nothing_written, memory_estimates};
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        TCase *tc = tcase_create(t[i]->name);
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, t[i]);
-        suite_add_tcase(s, tc);
-    }
-    return s;
-}
-
 int main(void)
 {
-    Suite *s = suite();
-    return dl_test_run(&s, 1);
+    const dl_test_t tests[] = {
+        DL_TEST("stream", "stream_bytes_equal_in_memory_bytes", stream_bytes_equal_in_memory_bytes, 120),
+        DL_TEST("stream", "slices_equal_the_whole_files_slice", slices_equal_the_whole_files_slice, 120),
+        DL_TEST("stream", "bad_ranges_refused_nothing_written", bad_ranges_refused_nothing_written, 120),
+        DL_TEST("stream", "memory_estimates", memory_estimates, 120),
+    };
+    return dl_test_main(tests, sizeof tests / sizeof *tests);
 }
