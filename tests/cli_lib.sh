@@ -34,3 +34,10 @@ run() {
     fi
 }
 one_line_err() { [ "$(wc -l <"$T/err")" -eq 1 ] || { cat "$T/err"; return 1; }; }
+# skip DESCRIPTION REASON: a TAP SKIP line
+skip() {
+    n=$((n + 1))
+    echo "ok $n # SKIP $1: $2"
+}
+# 0 when this build's library carries AddressSanitizer (tools/check_sanitizers.sh)
+sanitized() { ldd "$top_builddir/.libs/libdropless.so" 2>/dev/null | grep -q libasan; }

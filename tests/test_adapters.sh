@@ -9,6 +9,11 @@ venv=${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}
 PYTHONPATH="$srcdir/python${PYTHONPATH:+:$PYTHONPATH}"
 DROPLESS_LIB="$builddir/.libs/libdropless.so"
 export PYTHONPATH DROPLESS_LIB
+if ldd "$DROPLESS_LIB" 2>/dev/null | grep -q libasan; then
+    echo "1..1"
+    echo "ok 1 # SKIP the library is built with AddressSanitizer, which Python cannot load through ctypes without preloading its runtime"
+    exit 0
+fi
 fallback=""
 for py in "$DROPLESS_PYTHON" "$venv/bin/python3" python3 /usr/bin/python3; do
     [ -n "$py" ] || continue

@@ -19,6 +19,11 @@ if [ -z "$py" ]; then
     exit 0
 fi
 lib="$builddir/.libs/libdropless.so"
+if ldd "$lib" 2>/dev/null | grep -q libasan; then
+    echo "1..1"
+    echo "ok 1 # SKIP the library is built with AddressSanitizer, which Python cannot load through ctypes without preloading its runtime"
+    exit 0
+fi
 if [ ! -f "$lib" ]; then
     echo "1..1"
     echo "not ok 1 - the package's tests: no $lib (build first)"
