@@ -419,6 +419,44 @@ START_TEST(threads_same_bits)
 }
 END_TEST
 
+/* The router and router-gradient sequences alone give the full pass's
+ * bits, into the caller's arrays, and refuse missing arrays. */
+START_TEST(route_stages_alone)
+{
+    layer_t *L = layer_new(800, 21, 16, 12, 8, 2, 1, DL_BF16, DL_FFN_SWIGLU);
+    dl_moe_forward_t F;
+    dl_moe_backward_t B;
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F), 0);
+    ck_assert_int_eq(dl_moe_backward(&L->c, &L->in, &F, &B), 0);
+    const int64_t T = 21, E = 8, M = 42, d = 16;
+    dl_moe_forward_t r = {.router_logits = calloc(T * E, 4), .router_scores = calloc(T * E, 4),
+                          .topk_ids = calloc(M, 4), .topk_weights = calloc(M, 4)};
+    ck_assert_int_eq(dl_moe_route(&L->c, &L->in, &r), 0); /* no sort_perm: routing only */
+    ck_assert(memcmp(r.router_scores, F.router_scores, T * E * 4) == 0);
+    ck_assert(memcmp(r.topk_ids, F.topk_ids, M * 4) == 0);
+    ck_assert(memcmp(r.topk_weights, F.topk_weights, M * 4) == 0);
+    float *keep = r.router_logits;
+    r.router_logits = NULL;
+    ck_assert_int_eq(dl_moe_route(&L->c, &L->in, &r), DL_EINVAL);
+    r.router_logits = keep;
+    dl_moe_backward_t b = {.d_topk_weights = B.d_topk_weights, .d_x_sorted = B.d_x_sorted,
+                           .d_router_scores = calloc(T * E, 4), .d_router_logits = calloc(T * E, 4),
+                           .d_router_weight = calloc(d * E, 4), .d_x = calloc(T * d, 4)};
+    ck_assert_int_eq(dl_moe_route_backward(&L->c, &L->in, &F, &b), 0);
+    ck_assert(memcmp(b.d_router_logits, B.d_router_logits, T * E * 4) == 0);
+    ck_assert(memcmp(b.d_router_weight, B.d_router_weight, d * E * 4) == 0);
+    ck_assert(memcmp(b.d_x, B.d_x, T * d * 4) == 0);
+    free(b.d_x);
+    b.d_x = NULL;
+    ck_assert_int_eq(dl_moe_route_backward(&L->c, &L->in, &F, &b), DL_EINVAL);
+    free(b.d_router_scores), free(b.d_router_logits), free(b.d_router_weight);
+    free(r.router_logits), free(r.router_scores), free(r.topk_ids), free(r.topk_weights);
+    dl_moe_forward_free(&F);
+    dl_moe_backward_free(&B);
+    layer_free(L);
+}
+END_TEST
+
 START_TEST(bad_inputs)
 {
     layer_t *L = layer_new(700, 4, 4, 3, 4, 2, 0, DL_BF16, DL_FFN_SWIGLU);
@@ -497,6 +535,7 @@ int main(void)
         DL_TEST("vjp-finite-differences", "central-differences", fd_sigmoid_scaled, 300),
         DL_TEST("layer", "determinism-and-errors", threads_same_bits, 120),
         DL_TEST("layer", "determinism-and-errors", bad_inputs, 120),
+        DL_TEST("layer", "determinism-and-errors", route_stages_alone, 120),
         DL_TEST("layer", "determinism-and-errors", validation_bits_match_on_grid, 120),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);

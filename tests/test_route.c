@@ -679,6 +679,65 @@ START_TEST(topk_groups)
 }
 END_TEST
 
+/* The stages the runner shares with the oracle: weights of a given
+ * selection (dl_route_topk's own, and every refusal), the one group-score
+ * rule, and the score VJP for any d_scores (dl_route_backward's on its own
+ * d_scores, and every refusal). */
+START_TEST(shared_route_stages)
+{
+    dl_test_rng_t rng = {77};
+    const int64_t T = 40, E = 8, k = 3;
+    dl_route_config_t c = cfg(E, k, DL_SCORE_SOFTMAX);
+    c.renormalize = 1;
+    c.scaling = 2.5;
+    float lg[40 * 8], s[40 * 8], w[40 * 3], w2[3], dw[40 * 3], ds[40 * 8], dl1[40 * 8], dl2[40 * 8];
+    int32_t ids[40 * 3];
+    for (int64_t i = 0; i < T * E; i++)
+        lg[i] = (float)dl_test_normal(&rng);
+    for (int64_t i = 0; i < T * k; i++)
+        dw[i] = (float)dl_test_normal(&rng);
+    ck_assert_int_eq(dl_route_scores(&c, lg, T, s), 0);
+    ck_assert_int_eq(dl_route_topk(&c, s, NULL, T, ids, w, NULL), 0);
+    for (int64_t t = 0; t < T; t++) {
+        ck_assert_int_eq(dl_route_weights(&c, s + t * E, ids + t * k, w2), 0);
+        ck_assert(memcmp(w2, w + t * k, sizeof w2) == 0);
+    }
+    int32_t bad[3] = {0, 1, 8};
+    ck_assert_int_eq(dl_route_weights(&c, s, bad, w2), DL_ERANGE);
+    bad[2] = 1;
+    ck_assert_int_eq(dl_route_weights(&c, s, bad, w2), DL_EINVAL);
+    float nan_row[8] = {0.1f, NAN, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f};
+    int32_t sel[3] = {0, 1, 2};
+    ck_assert_int_eq(dl_route_weights(&c, nan_row, sel, w2), DL_ENONFINITE);
+    ck_assert_int_eq(dl_route_weights(&c, NULL, sel, w2), DL_EINVAL);
+    /* the group rule: 1 for max, 2 for top2_sum, k / topk_group for topk_sum,
+     * never more than the group size */
+    dl_route_config_t g = cfg(8, 2, DL_SCORE_SIGMOID);
+    ck_assert_int_eq(dl_route_group_terms(&g), 1);
+    g.n_group = 4;
+    g.topk_group = 2;
+    g.group_score = DL_GROUP_MAX;
+    ck_assert_int_eq(dl_route_group_terms(&g), 1);
+    g.group_score = DL_GROUP_TOP2_SUM;
+    ck_assert_int_eq(dl_route_group_terms(&g), 2);
+    g.group_score = DL_GROUP_TOPK_SUM;
+    g.top_k = 2;
+    g.topk_group = 2;
+    ck_assert_int_eq(dl_route_group_terms(&g), 1);
+    g.top_k = 4;
+    g.topk_group = 1;
+    ck_assert_int_eq(dl_route_group_terms(&g), 2); /* 4 keys asked, groups of 2 */
+    /* the score VJP on dl_route_backward's own d_scores gives its d_logits */
+    ck_assert_int_eq(dl_route_backward(&c, s, ids, dw, T, ds, dl1), 0);
+    ck_assert_int_eq(dl_route_scores_backward(&c, s, ds, T, dl2), 0);
+    ck_assert(memcmp(dl1, dl2, sizeof dl1) == 0);
+    ck_assert_int_eq(dl_route_scores_backward(&c, s, ds, -1, dl2), DL_EINVAL);
+    ck_assert_int_eq(dl_route_scores_backward(&c, s, NULL, T, dl2), DL_EINVAL);
+    ds[3] = INFINITY;
+    ck_assert_int_eq(dl_route_scores_backward(&c, s, ds, T, dl2), DL_ENONFINITE);
+}
+END_TEST
+
 START_TEST(topk_bias_and_weights)
 {
     int32_t ids[4];
@@ -1029,6 +1088,7 @@ int main(void)
         DL_TEST("topk", "edges", topk_edges, 30),
         DL_TEST("topk", "groups", topk_groups, 30),
         DL_TEST("topk", "bias_weights", topk_bias_and_weights, 30),
+        DL_TEST("topk", "shared_stages", shared_route_stages, 30),
         DL_TEST("backward", "mpfr", backward_vs_mpfr, 120),
         DL_TEST("backward", "finite_differences", backward_vs_finite_differences, 120),
         DL_TEST("backward", "edges", backward_errors_and_edges, 30),

@@ -77,6 +77,7 @@ typedef struct {
     int last_pct;
     const char *phase;
     double t0;
+    double after; /* seconds before the first redraw */
 } progress_t;
 
 static double now_s(void)
@@ -104,7 +105,7 @@ static void progress_cb(void *ctx, const char *phase, double done)
     progress_t *p = ctx;
     double el = now_s() - p->t0;
     int pct = (int)(done * 100.0);
-    if (el < progress_after_s() || (p->phase == phase && pct == p->last_pct))
+    if (el < p->after || (p->phase == phase && pct == p->last_pct))
         return;
     p->phase = phase;
     p->last_pct = pct;
@@ -388,7 +389,7 @@ static int gen_cases(const gen_opts_t *o, int argc, char **argv, dl_case_t *case
 static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
 {
     char err[512] = "";
-    progress_t pr = {c->name, 0, -1, NULL, now_s()};
+    progress_t pr = {c->name, 0, -1, NULL, now_s(), progress_after_s()};
     dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, o->sc.stream, o->sc.ex_a,
                                o->sc.ex_b};
     if (plan_memory(c, &go, o->sc.ignore_memory))

@@ -79,6 +79,11 @@ void dl__sha256_final(dl__sha256_t *s, unsigned char out[32]);
 /* 0 with *sealed = 1 (seal verified) or 0 (no seal); DL_EFORMAT when the
  * seal does not match (damaged or truncated), DL_EIO, DL_ENOMEM. */
 int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errlen);
+/* The seal as a loader takes it: strict (a golden) as dl__golden_verify_seal;
+ * otherwise (a candidate needs no seal: an edited copy of a golden, h5py
+ * 'r+', is the natural way to make one) a seal that does not match sets
+ * *sealed = -1 and is no error. */
+int dl__golden_check_seal(const char *path, int strict, int *sealed, char *err, size_t errlen);
 /* Writes the user block of a file being written (fd, at offset 0): it says
  * "incomplete" until dl_golden_seal replaces it. 0 or DL_EIO. */
 int dl__golden_mark_incomplete(int fd, char *err, size_t errlen, const char *path);

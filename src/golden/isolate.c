@@ -124,15 +124,11 @@ int dl_golden_load_isolated(const char *path, const dl_moe_config_t *expect, uns
     if (!path || !g)
         return DL_EINVAL;
     memset(g, 0, sizeof *g);
-    int sealed = 0, rc = dl__golden_verify_seal(path, &sealed, err, errlen);
-    /* a candidate needs no seal: a stale one makes it untrusted, not refused */
-    if (rc == DL_EFORMAT && expect) {
-        sealed = 0;
-        rc = 0;
-    }
+    int sealed = 0, rc = dl__golden_check_seal(path, expect == NULL, &sealed, err, errlen);
     if (rc < 0)
         return rc;
-    if (!sealed && (rc = probe(path, expect, timeout_s, err, errlen)) != 0)
+    /* only a seal that verifies vouches for the bytes: a stale one is untrusted */
+    if (sealed != 1 && (rc = probe(path, expect, timeout_s, err, errlen)) != 0)
         return rc;
-    return dl__golden_load(path, expect, expect == NULL, sealed, g, err, errlen);
+    return dl__golden_load(path, expect, expect == NULL, sealed == 1, g, err, errlen);
 }

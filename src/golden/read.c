@@ -736,20 +736,6 @@ fail:
 
 /* ------------------------------------------------------------ loading */
 
-/* A candidate needs no seal: an edited copy of a golden (h5py 'r+') is the
- * natural way to make one, so a stale or unreadable seal only sets
- * sealed = -1; a golden keeps the strict seal. */
-static int seal(const char *path, int strict, dl_golden_file_t *g, char *err, size_t errlen)
-{
-    int rc = dl__golden_verify_seal(path, &g->sealed, err, errlen);
-    if (rc >= 0 || strict || rc != DL_EFORMAT)
-        return rc;
-    g->sealed = -1;
-    if (errlen)
-        err[0] = '\0';
-    return 0;
-}
-
 /* Opens path read-only after its seal (when it has one) checked out,
  * unless the caller verified it already (*sealed set). */
 static int open_file(rctx_t *r, int seal_checked, dl_golden_file_t *g, hid_t *fapl, hid_t *file)
@@ -764,7 +750,7 @@ static int open_file(rctx_t *r, int seal_checked, dl_golden_file_t *g, hid_t *fa
         FAILF(DL_EIO, "not a regular file");
     if (seal_checked)
         g->sealed = 1;
-    else if ((rc = seal(r->path, r->strict, g, r->err, r->errlen)) < 0)
+    else if ((rc = dl__golden_check_seal(r->path, r->strict, &g->sealed, r->err, r->errlen)) < 0)
         goto fail;
     if ((*fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
         H5Pset_fclose_degree(*fapl, H5F_CLOSE_STRONG) < 0)

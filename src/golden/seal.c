@@ -254,3 +254,14 @@ int dl__golden_verify_seal(const char *path, int *sealed, char *err, size_t errl
     *sealed = 1;
     return 0;
 }
+
+int dl__golden_check_seal(const char *path, int strict, int *sealed, char *err, size_t errlen)
+{
+    int rc = dl__golden_verify_seal(path, sealed, err, errlen);
+    if (rc >= 0 || strict || rc != DL_EFORMAT)
+        return rc;
+    *sealed = -1;
+    if (errlen)
+        err[0] = '\0';
+    return 0;
+}

@@ -90,22 +90,13 @@ static void *alloc0(int64_t n, size_t size)
 static int route(stream_t *s)
 {
     const dl_moe_config_t *c = &s->c->config;
-    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
-    const int64_t M = T * k;
     dl_moe_forward_t *f = &s->f;
-    f->router_logits = alloc0(T * E, sizeof(float));
-    f->router_scores = alloc0(T * E, sizeof(float));
-    f->topk_ids = alloc0(M, sizeof(int32_t));
-    f->topk_weights = alloc0(M, sizeof(float));
-    f->tie_margin = alloc0(T, sizeof(float));
-    f->sort_perm = alloc0(M, sizeof(int32_t));
-    f->inv_perm = alloc0(M, sizeof(int32_t));
-    f->group_sizes = alloc0(E, sizeof(int64_t));
-    f->group_offsets = alloc0(E + 1, sizeof(int64_t));
-    f->x_sorted = alloc0(M * d, sizeof(float));
-    if (!f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights ||
-        !f->tie_margin || !f->sort_perm || !f->inv_perm || !f->group_sizes ||
-        !f->group_offsets || !f->x_sorted)
+    /* the values up to x_sorted by the table, and the margins (no value) */
+    uint64_t upto = 0;
+    for (int v = 0; v <= DL_VALUE_X_SORTED; v++)
+        upto |= UINT64_C(1) << v;
+    f->tie_margin = alloc0(c->tokens, sizeof(float));
+    if (dl__values_alloc(c, f, NULL, upto) || !f->tie_margin)
         return DL_ENOMEM;
     dl_moe_inputs_t view = dl_golden_inputs_view(&s->in);
     int rc = dl_moe_route(c, &view, f);

@@ -62,21 +62,30 @@ int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
 
 static int check_inv(const int32_t *inv_perm, int64_t M)
 {
+    if (M > 0 && !inv_perm)
+        return DL_EINVAL;
     for (int64_t f = 0; f < M; f++)
         if (inv_perm[f] < 0 || inv_perm[f] >= M)
             return DL_ERANGE;
     return 0;
 }
 
+/* The checks the combine and its gradients share: shapes (M = T*k), the
+ * caller's verdict on its arrays, the inverse permutation's range. */
+static int rows_args(int64_t T, int64_t d, int64_t k, int arrays_ok, const int32_t *inv_perm,
+                     int64_t *M)
+{
+    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_TOPK || dl_mul_size(T, k, M) || !arrays_ok)
+        return DL_EINVAL;
+    return check_inv(inv_perm, *M);
+}
+
 int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
                int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out)
 {
     int64_t M;
-    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_TOPK || dl_mul_size(T, k, &M))
-        return DL_EINVAL;
-    if (T > 0 && d > 0 && (!y_sorted || !w || !inv_perm || !out))
-        return DL_EINVAL;
-    int rc = check_inv(inv_perm, M);
+    int rc = rows_args(T, d, k, !(T > 0 && d > 0 && (!y_sorted || !w || !inv_perm || !out)),
+                       inv_perm, &M);
     if (rc)
         return rc;
     int bad = 0;
@@ -119,11 +128,9 @@ int dl_combine_backward(const float *d_out, const float *y_sorted, const float *
                         float *d_w, float *d_y_sorted)
 {
     int64_t M;
-    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_TOPK || dl_mul_size(T, k, &M))
-        return DL_EINVAL;
-    if (T > 0 && (!d_out || !inv_perm || (d_w && !y_sorted) || (d_y_sorted && !w)))
-        return DL_EINVAL;
-    int rc = check_inv(inv_perm, M);
+    int rc = rows_args(T, d, k, !(T > 0 && (!d_out || !inv_perm || (d_w && !y_sorted) ||
+                                            (d_y_sorted && !w))),
+                       inv_perm, &M);
     if (rc)
         return rc;
     return dl__combine_backward(y_sorted, w, inv_perm, d_out, T, k, d, t, 0, M, d_w, d_y_sorted);
@@ -133,11 +140,8 @@ int dl_unpermute_sum(const float *d_x_sorted, const int32_t *inv_perm, int64_t T
                      int64_t k, int64_t d, dl_dtype_t t, float *d_x)
 {
     int64_t M;
-    if (T < 0 || d < 0 || k < 1 || k > DL__MAX_TOPK || dl_mul_size(T, k, &M))
-        return DL_EINVAL;
-    if (T > 0 && d > 0 && (!d_x_sorted || !inv_perm || !d_x))
-        return DL_EINVAL;
-    int rc = check_inv(inv_perm, M);
+    int rc = rows_args(T, d, k, !(T > 0 && d > 0 && (!d_x_sorted || !inv_perm || !d_x)),
+                       inv_perm, &M);
     if (rc)
         return rc;
     int bad = 0;

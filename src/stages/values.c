@@ -193,6 +193,15 @@ int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)
 
 /* ------------------------------------------------- the structs' arrays */
 
+/* One row's array into *p, zero-filled; a zero-sized one is still
+ * allocated, so NULL means no memory. */
+static int alloc_row(const row_t *r, const dl_moe_config_t *c, void **p)
+{
+    int64_t n = dl_layout_numel(&r->pub, c);
+    *p = calloc(n > 0 ? (size_t)n : 1, r->pub.store == DL_STORE_I64 ? 8 : 4);
+    return *p ? 0 : DL_ENOMEM;
+}
+
 int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b)
 {
     int rc = 0;
@@ -200,12 +209,7 @@ int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_b
         if (rows[i].pub.group == DL_LAYOUT_INPUTS || !dl_cond_applies(rows[i].pub.cond, c))
             continue;
         void **p = slot(&rows[i], NULL, f, b);
-        if (!p)
-            continue;
-        int64_t n = dl_layout_numel(&rows[i].pub, c);
-        /* a zero-sized array is still allocated, so NULL means no memory */
-        *p = calloc(n > 0 ? (size_t)n : 1, rows[i].pub.store == DL_STORE_I64 ? 8 : 4);
-        if (!*p)
+        if (p && alloc_row(&rows[i], c, p))
             rc = DL_ENOMEM;
     }
     return rc;
@@ -216,14 +220,9 @@ int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backw
 {
     int rc = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
-        if (!((values >> s) & 1))
-            continue;
-        void **p = dl__value_slot(f, b, (dl_value_t)s);
-        if (!p)
-            continue;
-        int64_t n = dl_value_numel(c, (dl_value_t)s);
-        *p = calloc(n > 0 ? (size_t)n : 1, dl_value_store((dl_value_t)s) == DL_STORE_I64 ? 8 : 4);
-        if (!*p)
+        const row_t *r = of_value((dl_value_t)s);
+        void **p = (values >> s) & 1 ? slot(r, NULL, f, b) : NULL;
+        if (p && alloc_row(r, c, p))
             rc = DL_ENOMEM;
     }
     return rc;
