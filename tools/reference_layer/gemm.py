@@ -49,7 +49,10 @@ def triton_usable(device):
         return False
     if device.type == "cuda":
         return True
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    from . import interp
+    return interp.enable()
 
 
 if triton is not None:
@@ -57,7 +60,7 @@ if triton is not None:
     def _rows_kernel(a_ptr, b_ptr, c_ptr, te_ptr, tr0_ptr, tr1_ptr, N, K,
                      s_am, s_ak, s_be, s_bk, s_bn, s_cm, s_cn,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     PREC: tl.constexpr):
+                     PREC: tl.constexpr, UPCAST: tl.constexpr):
         # One program: rows [r0, r1) (at most BM, all of expert e) x BN columns.
         pid_t = tl.program_id(0)
         pid_n = tl.program_id(1)
@@ -76,6 +79,9 @@ if triton is not None:
                         mask=rmask[:, None] & kmask[None, :], other=0.0)
             b = tl.load(b_ptr + e * s_be + ks[:, None] * s_bk + cols[None, :] * s_bn,
                         mask=kmask[:, None] & cmask[None, :], other=0.0)
+            if UPCAST:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
             acc += tl.dot(a, b, input_precision=PREC)
         tl.store(c_ptr + rows[:, None] * s_cm + cols[None, :] * s_cn,
                  acc.to(c_ptr.dtype.element_ty), mask=rmask[:, None] & cmask[None, :])
@@ -84,7 +90,7 @@ if triton is not None:
     def _wgrad_kernel(a_ptr, b_ptr, c_ptr, offs_ptr, KA, N, n_ka, n_n,
                       s_am, s_ak, s_bm, s_bn, s_ce, s_ck, s_cn,
                       ACC: tl.constexpr, BM: tl.constexpr, BKA: tl.constexpr,
-                      BN: tl.constexpr, PREC: tl.constexpr):
+                      BN: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr):
         # One program: a BKA x BN tile of expert e's a_e^T b_e, summed over
         # the expert's rows in increasing order.
         pid = tl.program_id(0)
@@ -106,6 +112,9 @@ if triton is not None:
                          mask=kmask[:, None] & rm[None, :], other=0.0)
             b = tl.load(b_ptr + rows[:, None] * s_bm + ns[None, :] * s_bn,
                         mask=rm[:, None] & nmask[None, :], other=0.0)
+            if UPCAST:
+                at = at.to(tl.float32)
+                b = b.to(tl.float32)
             acc += tl.dot(at, b, input_precision=PREC)
         cp = c_ptr + e.to(tl.int64) * s_ce + ka[:, None] * s_ck + ns[None, :] * s_cn
         cm = kmask[:, None] & nmask[None, :]
@@ -163,7 +172,11 @@ class GroupedGemm:
             ok = gm is not None and aligned and dtype in (torch.float32, torch.bfloat16)
             self.rows_impl = self.wgrad_impl = "grouped_mm" if ok else "loop"
         self.gm = gm
-        self.prec = "ieee"  # fp32 operands: true fp32, never TF32
+        # fp32 operands: true fp32, never TF32 (the setting means nothing for bf16/fp16)
+        self.prec = "ieee" if dtype == torch.float32 else "tf32"
+        # Triton's CPU interpreter multiplies bf16/fp16 tiles wrongly; there
+        # the tiles are upcast first (exact: fp32 holds their products)
+        self.upcast = device.type != "cuda" and dtype != torch.float32
 
     def describe(self):
         return {"rows": self.rows_impl, "wgrad": self.wgrad_impl,
@@ -188,7 +201,7 @@ class GroupedGemm:
         _rows_kernel[grid](a, w, c, te, r0, r1, N, a.shape[1],
                            a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
                            c.stride(0), c.stride(1), BM=bl["BM"], BN=bl["BN"], BK=bl["BK"],
-                           PREC=self.prec, num_warps=bl["warps"])
+                           PREC=self.prec, UPCAST=self.upcast, num_warps=bl["warps"])
         return c
 
     @staticmethod
@@ -217,7 +230,7 @@ class GroupedGemm:
                 a, b, out, offs_full, KA, N, n_ka, n_n, a.stride(0), a.stride(1),
                 b.stride(0), b.stride(1), out.stride(0), out.stride(1), out.stride(2),
                 ACC=accumulate, BM=bl["BK"], BKA=bka, BN=bl["BN"], PREC=self.prec,
-                num_warps=bl["warps"])
+                UPCAST=self.upcast, num_warps=bl["warps"])
             return out
         if self.wgrad_impl == "grouped_mm":
             r = self.gm(a.float().t(), b.float(), offs=offs32)

@@ -55,9 +55,8 @@ def select(scores, bias, cfg):
         G = E // ng
         nb = group_terms(cfg)
         top = key.view(T, ng, G).topk(nb, dim=-1).values  # descending
-        gs = top[..., 0]
-        for i in range(1, nb):  # the best first, as the golden adds them
-            gs = gs + top[..., i]
+        # the exact sum rounded once, as the golden's (binary64 holds it)
+        gs = top.double().sum(-1).float() if nb > 1 else top[..., 0]
         gidx = _order_key(gs, ng).topk(kg, dim=-1).indices
         keep = torch.zeros((T, ng), dtype=torch.bool, device=scores.device).scatter_(1, gidx, True)
         keep = keep.unsqueeze(-1).expand(T, ng, G).reshape(T, E)
@@ -183,15 +182,25 @@ class ReferenceMoE:
     def _forward(self, x, w_r, w_in, w_down):
         cfg, dt, E, k = self.cfg, self.dtype, self.E, self.k
         T = x.shape[0]
-        logits = x.float() @ w_r
-        scores = torch.softmax(logits, -1) if cfg["score_function"] == "softmax" \
-            else torch.sigmoid(logits)
+        # Routing in binary64, rounded once to fp32: the products of fp32
+        # (and bf16/fp16) values are exact in binary64 and d of them sum with
+        # a relative error near 2^-53 * d, so the logits, scores and weights
+        # are the correctly rounded values (the golden's) unless one lies
+        # within that error of a rounding midpoint; near-tie routing
+        # decisions are then the golden's too. The cost: one [T, d] x [d, E]
+        # GEMM in fp64.
+        logits64 = x.double() @ w_r.double()
+        logits = logits64.float()
+        l64 = logits.double()
+        scores = (torch.softmax(l64, -1) if cfg["score_function"] == "softmax"
+                  else torch.sigmoid(l64)).float()
         ids = select(scores, self.bias, cfg)
         w_raw = scores.gather(1, ids)
         S = w_raw.sum(-1, keepdim=True) if cfg["renormalize"] else None
-        w = w_raw / S if cfg["renormalize"] else w_raw
-        if cfg["scaling"] != 1.0:
-            w = w * cfg["scaling"]
+        w64 = w_raw.double() * cfg["scaling"]
+        if cfg["renormalize"]:
+            w64 = w64 / w_raw.double().sum(-1, keepdim=True)
+        w = w64.float()
         perm, inv, sizes, offs = dispatch(ids, E)
         offs32 = offs[1:].to(torch.int32)
         xs = x.index_select(0, perm // k)
@@ -206,7 +215,7 @@ class ReferenceMoE:
             self._tap(h_gate=hg, h_up=hu, h_act=ha)
         else:
             y = self.gemm.rows(xs, w_down, offs32, offs)
-        y_tok = y.index_select(0, inv).view(T, k, -1)
+        y_tok = y.index_select(0, inv).view(T, k, y.shape[1])
         wc = w
         if self.defect == "drop_slot" and T > 0:
             wc = w.clone()
@@ -226,7 +235,7 @@ class ReferenceMoE:
         M = T * k
         dof = d_out.float()
         d_w = (st["y_tok"].float() * dof.unsqueeze(1)).sum(-1)
-        d_y = (st["w"].unsqueeze(-1) * dof.unsqueeze(1)).to(dt).view(M, -1).index_select(0, st["perm"])
+        d_y = (st["w"].unsqueeze(-1) * dof.unsqueeze(1)).to(dt).view(M, d_out.shape[1]).index_select(0, st["perm"])
         offs, offs32, xs = st["offs"], st["offs32"], st["xs"]
         g = self.gemm
         if self.swiglu:
@@ -240,7 +249,7 @@ class ReferenceMoE:
         else:
             d_xs = g.rows(d_y, self.w_down.detach().transpose(1, 2), offs32, offs)
             g.wgrad(xs, d_y, offs32, offs, self.main_grad["w_down"])
-        d_x_exp = _slot_sum(d_xs.index_select(0, st["inv"]).view(T, k, -1))
+        d_x_exp = _slot_sum(d_xs.index_select(0, st["inv"]).view(T, k, d_xs.shape[1]))
         # router: through scaling, renormalisation, gather, softmax/sigmoid
         c = cfg["scaling"]
         gw = d_w * c if c != 1.0 else d_w
