@@ -217,29 +217,16 @@ def run_isolated(g, device="cuda"):
     return common.Result(name, res, notes, common.profile_for(g.config["dtype"], probe))
 
 
-def run_chained(g, device="cuda"):
-    """The whole layer, forward and backward, the way a PyTorch MoE layer is
-    usually written (torchtitan-like: fp32 router, scores after the experts,
-    combine with index_add_ in the activation dtype)."""
-    dev, dt, A = _common_setup(g, device)
-    cfg = g.config
-    T, d, E, k = g.dims["T"], g.dims["d"], g.dims["E"], g.dims["k"]
-    gm = GMM(dt, g.dims["d"], g.dims["f"], dev)
-    probe = probe_fp32(dev) if g.config["dtype"] == "fp32" else None
-
-    x = A("x").requires_grad_()
-    wr = A("router_weight", torch.float32).requires_grad_()
-    bias = A("expert_bias", torch.float32) if g.config["has_bias"] else None
-    wd = A("w_down").requires_grad_()
-    if g.config["ffn_kind"] == "swiglu":
-        wg = A("w_gate").requires_grad_()
-        wu = A("w_up").requires_grad_()
-
-    keep = []
+def typical_layer(inp, cfg, T, d, k, E, gm, dt, dev):
+    """The layer of run_chained on device tensors inp (x, wr, bias, wd, wg,
+    wu, d_out; the weights and x leaves requiring grad), forward and
+    backward: the stage tensors (intermediates keep their .grad). Apart from
+    run_chained, tools/pipeline_checks.py runs it (host syncs, graph capture,
+    timing)."""
+    x, wr, bias, wd, wg, wu = (inp.get(n) for n in ("x", "wr", "bias", "wd", "wg", "wu"))
 
     def R(t):  # keep t's gradient for the candidate
         t.retain_grad()
-        keep.append(t)
         return t
 
     logits = R(x.float() @ wr)
@@ -260,40 +247,64 @@ def run_chained(g, device="cuda"):
     sizes = [int(n) for n in sizes_t.cpu()]
     tok = perm // k
     xs = R(x[tok])
-    if g.config["ffn_kind"] == "swiglu":
+    v = {}
+    if cfg["ffn_kind"] == "swiglu":
         hg = R(gm(xs, wg, sizes, offs))
         hu = R(gm(xs, wu, sizes, offs))
         ha = R(F.silu(hg) * hu)
         y = R(gm(ha, wd, sizes, offs))
+        v.update(hg=hg, hu=hu, ha=ha)
     else:
         y = R(gm(xs, wd, sizes, offs))
     ws = w.reshape(-1)[perm]
     weighted = (y.float() * ws.unsqueeze(-1)).to(dt)
     out = torch.zeros(T, d, dtype=dt, device=dev).index_add(0, tok, weighted)
-    out.backward(A("d_out"))
+    out.backward(inp["d_out"])
 
     inv = torch.empty_like(perm)
     inv[perm] = torch.arange(perm.numel(), device=dev)
+    v.update(logits=logits, scores=scores, ids=ids, w=w, perm=perm, inv=inv, sizes_t=sizes_t,
+             sizes=sizes, xs=xs, y=y, out=out)
+    return v
+
+
+def run_chained(g, device="cuda"):
+    """The whole layer, forward and backward, the way a PyTorch MoE layer is
+    usually written (torchtitan-like: fp32 router, scores after the experts,
+    combine with index_add_ in the activation dtype)."""
+    dev, dt, A = _common_setup(g, device)
+    cfg = g.config
+    T, d, E, k = g.dims["T"], g.dims["d"], g.dims["E"], g.dims["k"]
+    gm = GMM(dt, g.dims["d"], g.dims["f"], dev)
+    probe = probe_fp32(dev) if g.config["dtype"] == "fp32" else None
+
+    inp = {"x": A("x").requires_grad_(), "wr": A("router_weight", torch.float32).requires_grad_(),
+           "bias": A("expert_bias", torch.float32) if cfg["has_bias"] else None,
+           "wd": A("w_down").requires_grad_(), "d_out": A("d_out")}
+    if cfg["ffn_kind"] == "swiglu":
+        inp["wg"], inp["wu"] = A("w_gate").requires_grad_(), A("w_up").requires_grad_()
+    v = typical_layer(inp, cfg, T, d, k, E, gm, dt, dev)
+    sizes = v["sizes"]
     res = {
-        "router_logits": to_np(logits), "router_scores": to_np(scores),
-        "topk_ids": to_np(ids).astype(np.int32), "topk_weights": to_np(w),
-        "sort_perm": to_np(perm).astype(np.int32),
-        "inv_perm": to_np(inv).astype(np.int32),
-        "group_sizes": to_np(sizes_t).astype(np.int64),
+        "router_logits": to_np(v["logits"]), "router_scores": to_np(v["scores"]),
+        "topk_ids": to_np(v["ids"]).astype(np.int32), "topk_weights": to_np(v["w"]),
+        "sort_perm": to_np(v["perm"]).astype(np.int32),
+        "inv_perm": to_np(v["inv"]).astype(np.int32),
+        "group_sizes": to_np(v["sizes_t"]).astype(np.int64),
         "group_offsets": np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-        "x_sorted": to_np(xs), "y_sorted": to_np(y), "out": to_np(out),
-        "d_topk_weights": to_np(w.grad), "d_y_sorted": to_np(y.grad),
-        "d_w_down": to_np(wd.grad), "d_x_sorted": to_np(xs.grad),
-        "d_router_scores": to_np(scores.grad),
-        "d_router_logits": to_np(logits.grad),
-        "d_router_weight": to_np(wr.grad), "d_x": to_np(x.grad),
+        "x_sorted": to_np(v["xs"]), "y_sorted": to_np(v["y"]), "out": to_np(v["out"]),
+        "d_topk_weights": to_np(v["w"].grad), "d_y_sorted": to_np(v["y"].grad),
+        "d_w_down": to_np(inp["wd"].grad), "d_x_sorted": to_np(v["xs"].grad),
+        "d_router_scores": to_np(v["scores"].grad),
+        "d_router_logits": to_np(v["logits"].grad),
+        "d_router_weight": to_np(inp["wr"].grad), "d_x": to_np(inp["x"].grad),
     }
-    if g.config["ffn_kind"] == "swiglu":
+    if cfg["ffn_kind"] == "swiglu":
         res.update({
-            "h_gate": to_np(hg), "h_up": to_np(hu), "h_act": to_np(ha),
-            "d_h_act": to_np(ha.grad), "d_h_gate": to_np(hg.grad),
-            "d_h_up": to_np(hu.grad), "d_w_gate": to_np(wg.grad),
-            "d_w_up": to_np(wu.grad)})
+            "h_gate": to_np(v["hg"]), "h_up": to_np(v["hu"]), "h_act": to_np(v["ha"]),
+            "d_h_act": to_np(v["ha"].grad), "d_h_gate": to_np(v["hg"].grad),
+            "d_h_up": to_np(v["hu"].grad), "d_w_gate": to_np(inp["wg"].grad),
+            "d_w_up": to_np(inp["wu"].grad)})
     name = "torch-moe" if gm.tag == "grouped_mm" else "torch-moe[mm_loop]"
     notes = {"kernel": gm.kernel,
              "router": "x.float() @ W_r (fp32), %s, torch.topk" % cfg["score_function"],
