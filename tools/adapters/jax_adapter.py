@@ -15,6 +15,7 @@ every matrix product):
 Usage: python3 -m tools.adapters.jax_adapter GOLDEN... -o DIR [--device cpu]
 """
 
+import functools
 import os
 import sys
 
@@ -131,15 +132,39 @@ def isolated(g, dev, precision):
                        weight_grads="jax.vjp of ragged_dot, in the weights' dtype (%s)" % dt)
 
 
-def chained(g, dev, precision):
-    """The whole layer, forward and jax.vjp backward, under jit."""
-    P, cfg, A = _prec(precision), g.config, _arrays(g, dev)
-    T, d, E, k = (g.dims[s] for s in "TdEk")
+# Traces of the chained layer (each is one compilation of its jit):
+# tools/pipeline_checks.py counts them across calls with different routing.
+TRACES = {"n": 0}
+_LAST = {}
+
+
+def _key(cfg, dims):
+    return tuple(sorted((k, v) for k, v in dict(cfg).items())) + tuple(dims[s] for s in "TdEk")
+
+
+def last_cache_size():
+    """The jit cache size of the last chained layer called (None if this JAX
+    does not say)."""
+    f = _LAST.get("fn")
+    try:
+        return f._cache_size()
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def chained_fn(key, precision):
+    """The jitted forward + VJP of the chained layer for one configuration
+    and shape (cached: every golden file of the same shapes reuses it, as a
+    training step reuses its compiled layer)."""
+    cfg = dict(key[:-4])
+    T, d, E, k = key[-4:]
+    P = _prec(precision)
     dt, f32 = _jdt(cfg["dtype"]), jnp.float32
     swiglu = cfg["ffn_kind"] == "swiglu"
-    bias = A("expert_bias", f32) if cfg["has_bias"] else None
 
-    def layer(params, eps):
+    def layer(params, eps, bias):
+        TRACES["n"] += 1  # runs only while tracing
         x = params["x"]
         logits = jnp.dot(x.astype(f32), params["router_weight"], precision=P) + eps["router_logits"]
         scores = (jax.nn.softmax(logits, axis=-1) if cfg["score_function"] == "softmax"
@@ -166,6 +191,20 @@ def chained(g, dev, precision):
         v.update(topk_ids=ids, sort_perm=perm, inv_perm=inv, group_sizes=sizes)
         return out, v
 
+    @jax.jit
+    def fwd_bwd(params, eps, dout, bias):
+        out, vjp, v = jax.vjp(lambda p, e: layer(p, e, bias), params, eps, has_aux=True)
+        dparams, deps = vjp(dout)
+        return out, v, dparams, deps
+    return fwd_bwd
+
+
+def chained(g, dev, precision):
+    """The whole layer, forward and jax.vjp backward, under jit."""
+    cfg, A = g.config, _arrays(g, dev)
+    dt, f32 = _jdt(cfg["dtype"]), jnp.float32
+    swiglu = cfg["ffn_kind"] == "swiglu"
+    bias = A("expert_bias", f32) if cfg["has_bias"] else None
     names = ["x", "router_weight", "w_down"] + (["w_gate", "w_up"] if swiglu else [])
     params = {n: A(n, f32 if n == "router_weight" else None) for n in names}
     stored = [n for n in ("router_logits", "router_scores", "topk_weights", "x_sorted", "h_gate",
@@ -174,13 +213,8 @@ def chained(g, dev, precision):
     eps = {n: jnp.zeros(g.shape(n), f32 if g.dtype_of(n) == "fp32" else dt) for n in stored}
     eps = jax.device_put(eps, dev)
 
-    @jax.jit
-    def fwd_bwd(params, eps, dout):
-        out, vjp, v = jax.vjp(layer, params, eps, has_aux=True)
-        dparams, deps = vjp(dout)
-        return out, v, dparams, deps
-
-    out, v, dp, de = fwd_bwd(params, eps, A("d_out"))
+    fwd_bwd = _LAST["fn"] = chained_fn(_key(cfg, g.dims), precision)
+    out, v, dp, de = fwd_bwd(params, eps, A("d_out"), bias)
     res = dict(v, out=out)
     res.update({"d_" + n: de[n] for n in stored if n != "x_sorted"})
     res["d_x_sorted"] = de["x_sorted"]

@@ -31,6 +31,7 @@ import traceback
 import numpy as np
 import torch
 
+from .golden_io import have_dropless, open_golden  # noqa: F401 (re-exported)
 from .layer import ReferenceMoE
 
 TDT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -39,53 +40,6 @@ FUSED = "reference-moe[fused_out]"
 FUSED_STAGES = ("out", "d_x", "d_w_gate", "d_w_up", "d_w_down", "d_router_weight")
 INT32 = ("topk_ids", "sort_perm", "inv_perm")
 INT64 = ("group_sizes", "group_offsets")
-
-
-def have_dropless():
-    try:
-        import dropless
-        dropless.library_path()
-        return True
-    except Exception:
-        return False
-
-
-class H5Golden:
-    """The parts of dropless.Golden the layer reads (case, config, dims,
-    array), from the file with h5py alone."""
-
-    def __init__(self, path):
-        import h5py
-        self.path = path
-        self._f = h5py.File(path, "r")
-        dec = lambda v: v.decode() if isinstance(v, bytes) else (v.item() if hasattr(v, "item") else v)
-        self.case = dec(self._f.attrs["case"])
-        self.config = {k: dec(v) for k, v in self._f["config"].attrs.items()}
-        c = self.config
-        self.dims = {"T": c["tokens"], "d": c["hidden"], "f": c["ffn"], "E": c["experts"],
-                     "k": c["top_k"], "M": c["tokens"] * c["top_k"]}
-
-    def array(self, name):
-        for grp in ("inputs", "forward", "backward"):
-            if grp in self._f and name in self._f[grp]:
-                return self._f[grp][name][()]
-        raise KeyError(name)
-
-    def close(self):
-        self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def open_golden(path):
-    if have_dropless():
-        import dropless
-        return dropless.load(path)
-    return H5Golden(path)
 
 
 def to_np(name, t):
