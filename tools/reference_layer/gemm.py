@@ -98,15 +98,15 @@ if triton is not None:
         rem = pid % (n_ka * n_n)
         ti = rem // n_n
         tj = rem % n_n
-        r0 = tl.load(offs_ptr + e)
-        r1 = tl.load(offs_ptr + e + 1)
+        r0 = tl.load(offs_ptr + e).to(tl.int32)  # M < 2^31 rows
+        r1 = tl.load(offs_ptr + e + 1).to(tl.int32)
         ka = ti * BKA + tl.arange(0, BKA)
         ns = tj * BN + tl.arange(0, BN)
         kmask = ka < KA
         nmask = ns < N
         acc = tl.zeros((BKA, BN), dtype=tl.float32)
         for r in range(r0, r1, BM):
-            rows = r + tl.arange(0, BM)
+            rows = (r + tl.arange(0, BM)).to(tl.int64)
             rm = rows < r1
             at = tl.load(a_ptr + ka[:, None] * s_ak + rows[None, :] * s_am,
                          mask=kmask[:, None] & rm[None, :], other=0.0)
@@ -127,7 +127,7 @@ def _blocks(dtype):
     """Tile sizes: smaller for fp32 (4-byte operands, CUDA-core FMA)."""
     if dtype == torch.float32:
         return dict(BM=64, BN=64, BK=32, warps=4)
-    return dict(BM=64, BN=128, BK=64, warps=4)
+    return dict(BM=64, BN=128, BK=64, warps=8)
 
 
 def tile_map(offs_full, M, BM):
