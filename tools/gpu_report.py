@@ -1,16 +1,33 @@
 #!/usr/bin/env python3
-"""Runs every GPU adapter (PyTorch, JAX) over every golden file given and
-writes the candidate files, for `dropless check` to judge afterwards.
+"""Runs, in one invocation on the GPU machine, every GPU adapter (PyTorch,
+JAX) over every golden file given, the reference layer (tools/reference_layer)
+on them, the pipeline checks (tools/pipeline_checks.py: host syncs, CUDA graph
+capture with replays on new routing, determinism, JAX compile counts) and
+the timing of the reference layer against the typical one, and writes the
+candidate files, for `dropless check` to judge afterwards.
 
-    python3 tools/gpu_report.py --out DIR GOLDEN.h5|DIR ...
+    python3 tools/gpu_report.py --out DIR [--replay R.h5|DIR ...] [--pack] GOLDEN.h5|DIR ...
 
-On the GPU machine: each framework runs in its own process (JAX and PyTorch
-do not share a GPU's memory well), one after the other. Writes into DIR:
+Each step runs in its own process (JAX and PyTorch do not share a GPU's
+memory well; a crash or a hung kernel costs one step), killed after its
+timeout, and all of them within --budget seconds (steps later in the order
+get what is left; a step with less than 20 s left is skipped and the log
+says so). Order: reference layer, pipeline checks (reference, torch-moe,
+jax-moe), timing, then the adapters (torch, jax). --replay files (the same
+shapes as some golden file, other routing: doc/conformance/cases/replay)
+feed only the pipeline checks. --quick (CPU smoke test): the CPU, the
+timing's small shapes, no adapters unless --adapters names them.
+Writes into DIR:
   env.json        machine, driver, Python and framework versions, devices
   summary.jsonl   one line per candidate (backend, mode, compute mode, max
                   errors against the golden) or per failure
-  log.txt         everything the adapters printed
-  candidates/     the candidate files, CASE--BACKEND--MODE.h5
+  log.txt         everything the steps printed, with each step's exit and time
+  pipeline.json   {"reference-moe": ..., "torch-moe": ..., "jax-moe": ...,
+                  "timing": ..., "steps": [...]}: the pipeline checks'
+                  and the timing's JSON, and each step's exit and seconds
+  candidates/     the candidate files, CASE--BACKEND--MODE.h5 (and raw .npz
+                  where the machine has no libdropless, see
+                  tools/reference_layer/raw.py)
 and with --pack, candidates.tar.xz split into parts of at most --part-mib
 MiB (candidates.tar.xz.00, .01, ...), so that few files carry them back;
 reassemble with `cat candidates.tar.xz.* | tar -xJ`.
@@ -31,6 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ADAPTERS = ("torch", "jax")
+MAX_FILES = 8  # what the device machine hands back
 
 
 def env_info():
@@ -67,13 +85,31 @@ def goldens(args):
     return files
 
 
-def pack(cand_dir, out_dir, part_mib):
-    """candidates.tar.xz of cand_dir, split into parts of part_mib MiB."""
+def pack(cand_dir, out_dir, part_mib, extra=()):
+    """candidates.tar.xz of cand_dir (and the files extra, at the archive's
+    top level), split into parts of part_mib MiB. Compressed by `xz -T0`
+    (every core; blocks of 4 MiB so that they run in parallel) where the
+    machine has it, else by Python's lzma."""
     path = os.path.join(out_dir, "candidates.tar.xz")
-    with lzma.open(path, "wb", preset=6) as xz:
-        with tarfile.open(fileobj=xz, mode="w") as tar:
-            for f in sorted(os.listdir(cand_dir)):
-                tar.add(os.path.join(cand_dir, f), arcname=f)
+    tarpath = os.path.join(out_dir, "candidates.tar")
+    with tarfile.open(tarpath, mode="w") as tar:
+        for f in sorted(os.listdir(cand_dir)):
+            tar.add(os.path.join(cand_dir, f), arcname=f)
+        for f in extra:
+            if os.path.exists(f):
+                tar.add(f, arcname=os.path.basename(f))
+    try:
+        with open(path, "wb") as o:
+            subprocess.run(["xz", "-T0", "-6", "--block-size=4MiB", "-c", tarpath], stdout=o,
+                           check=True, timeout=600)
+    except Exception:  # no xz here
+        with open(tarpath, "rb") as i, lzma.open(path, "wb", preset=3) as xz:
+            while True:
+                chunk = i.read(1 << 24)
+                if not chunk:
+                    break
+                xz.write(chunk)
+    os.unlink(tarpath)
     size = os.path.getsize(path)
     part = part_mib << 20
     parts = []
@@ -92,23 +128,85 @@ def pack(cand_dir, out_dir, part_mib):
     return size, parts
 
 
+def run_step(name, cmd, env, log, timeout):
+    """Runs one step's command, its output into the log; (exit, seconds)."""
+    t1 = time.time()
+    print("== %s" % name, flush=True)
+    log.write("== %s: %s\n" % (name, " ".join(cmd)))
+    log.flush()
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    killer = threading.Timer(timeout, p.kill)  # a hung framework must not eat the lease
+    killer.start()
+    for line in p.stdout:
+        sys.stdout.write(line)
+        log.write(line)
+    p.wait()
+    killer.cancel()
+    code = p.returncode if p.returncode >= 0 else "killed (timeout %d s)" % timeout
+    secs = time.time() - t1
+    msg = "== %s: exit %s, %.1f s" % (name, code, secs)
+    print(msg, flush=True)
+    log.write(msg + "\n")
+    log.flush()
+    return code, secs
+
+
+def steps(a, files, replay, cand, summary, out):
+    """[(name, command, timeout, JSON it writes or None)] in running order."""
+    py = sys.executable
+    dev = ["--device", a.device] if a.device else []
+    work = os.path.join(out, "work")
+    st = []
+    if "reference" in a.steps:
+        st.append(("reference layer", [py, "-m", "tools.reference_layer", "-o", cand, "--summary",
+                                       summary] + dev + files, 150, None))
+    pc = files + replay
+    for be in ("reference-moe", "torch-moe", "jax-moe"):
+        if "pipeline" in a.steps:
+            js = os.path.join(work, "pipeline-%s.json" % be)
+            st.append(("pipeline checks %s" % be, [py, os.path.join(HERE, "pipeline_checks.py"), be,
+                                                   "--out", js, "--cand", cand] + dev + pc, 150, js))
+    if "timing" in a.steps:
+        js = os.path.join(work, "timing.json")
+        st.append(("timing", [py, "-m", "tools.reference_layer.timing", "--out", js]
+                   + (["--quick"] if a.quick else []) + dev, 150, js))
+    for ad in [x for x in a.adapters.split(",") if x]:
+        st.append(("%s adapter on %d files" % (ad, len(files)),
+                   [py, "-m", "tools.adapters.%s_adapter" % ad, "-o", cand, "--summary", summary]
+                   + dev + files, a.timeout, None))
+    return st
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("golden", nargs="+", help="golden files or directories of them")
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu-report"))
-    ap.add_argument("--adapters", default=",".join(ADAPTERS))
-    ap.add_argument("--device", default=None, help="passed to the adapters (default: the GPU)")
-    ap.add_argument("--timeout", type=int, default=420, help="seconds per adapter process")
+    ap.add_argument("--replay", nargs="*", default=[],
+                    help="golden files (or directories) for the graph replays only")
+    ap.add_argument("--adapters", default=None, help="default: torch,jax (none with --quick)")
+    ap.add_argument("--steps", default="reference,pipeline,timing",
+                    help="of reference,pipeline,timing (the adapters: --adapters)")
+    ap.add_argument("--device", default=None, help="passed to every step (default: the GPU)")
+    ap.add_argument("--quick", action="store_true", help="CPU smoke test: small timing shapes")
+    ap.add_argument("--timeout", type=int, default=240, help="seconds per adapter process")
+    ap.add_argument("--budget", type=int, default=540, help="seconds for all the steps")
     ap.add_argument("--pack", action="store_true", help="pack the candidates into .tar.xz parts")
     ap.add_argument("--part-mib", type=int, default=15)
     a = ap.parse_args(argv)
+    if a.adapters is None:
+        a.adapters = "" if a.quick else ",".join(ADAPTERS)
+    if a.quick and not a.device:
+        a.device = "cpu"
 
     files = goldens(a.golden)
+    replay = [p for p in goldens(a.replay) if p not in files]
     if not files:
         print("gpu_report: no golden files", file=sys.stderr)
         return 2
     cand = os.path.join(a.out, "candidates")
     os.makedirs(cand, exist_ok=True)
+    os.makedirs(os.path.join(a.out, "work"), exist_ok=True)
     summary = os.path.join(a.out, "summary.jsonl")
     logpath = os.path.join(a.out, "log.txt")
     t0 = time.time()
@@ -118,38 +216,51 @@ def main(argv=None):
     print(json.dumps(info, indent=1), flush=True)
     rc = 0
     env = dict(os.environ, PYTHONUNBUFFERED="1", XLA_PYTHON_CLIENT_PREALLOCATE="false",
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=ROOT + os.pathsep + os.path.join(ROOT, "python") + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    report = {"steps": []}
     with open(logpath, "a") as log:
-        for ad in a.adapters.split(","):
-            cmd = [sys.executable, "-m", "tools.adapters.%s_adapter" % ad, "-o", cand,
-                   "--summary", summary] + (["--device", a.device] if a.device else []) + files
-            t1 = time.time()
-            print("== %s adapter on %d files" % (ad, len(files)), flush=True)
-            log.write("== %s\n" % " ".join(cmd))
-            log.flush()
-            p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-            killer = threading.Timer(a.timeout, p.kill)  # a hung framework must not eat the lease
-            killer.start()
-            for line in p.stdout:
-                sys.stdout.write(line)
-                log.write(line)
-            p.wait()
-            killer.cancel()
-            code = p.returncode if p.returncode >= 0 else "killed (timeout %d s)" % a.timeout
-            msg = "== %s adapter: exit %s, %.1f s" % (ad, code, time.time() - t1)
-            print(msg, flush=True)
-            log.write(msg + "\n")
+        for name, cmd, timeout, js in steps(a, files, replay, cand, summary, a.out):
+            left = a.budget - (time.time() - t0)
+            if left < 20:
+                msg = "== %s: skipped, %.0f s of the budget left" % (name, left)
+                print(msg, flush=True)
+                log.write(msg + "\n")
+                report["steps"].append({"step": name, "exit": "skipped (budget)"})
+                rc = 1
+                continue
+            code, secs = run_step(name, cmd, env, log, int(min(timeout, left)))
+            report["steps"].append({"step": name, "exit": code, "seconds": round(secs, 1)})
             if code != 0:
                 rc = 1
+            if js:
+                key = "timing" if name == "timing" else name.split()[-1]
+                try:
+                    with open(js) as fh:
+                        report[key] = json.load(fh)
+                except Exception as e:  # the step died before writing it
+                    report[key] = {"error": "no result: %s: %s" % (type(e).__name__, e)}
+    report["seconds"] = round(time.time() - t0, 1)
+    with open(os.path.join(a.out, "pipeline.json"), "w") as fh:
+        json.dump(report, fh, indent=1, default=str)
+    import shutil
+    shutil.rmtree(os.path.join(a.out, "work"), ignore_errors=True)
     n = len(os.listdir(cand))
     print("gpu_report: %d candidate files in %s, %.1f s" % (n, cand, time.time() - t0))
     if a.pack:
-        size, parts = pack(cand, a.out, a.part_mib)
-        print("gpu_report: packed %.1f MiB into %s" % (size / 2**20,
-                                                      " ".join(os.path.basename(p) for p in parts)))
-        import shutil
+        small = [os.path.join(a.out, f) for f in ("env.json", "summary.jsonl", "log.txt",
+                                                 "pipeline.json")]
+        t1 = time.time()
+        size, parts = pack(cand, a.out, a.part_mib, small)
         shutil.rmtree(cand)
+        # at most MAX_FILES files come back: the small ones are in the archive
+        # too, so drop them from outside, pipeline.json last, if need be
+        for f in small[:3]:
+            if len(os.listdir(a.out)) > MAX_FILES:
+                os.unlink(f)
+        print("gpu_report: packed %.1f MiB into %s (%.1f s); %s" % (
+            size / 2**20, " ".join(os.path.basename(p) for p in parts), time.time() - t1,
+            " ".join(sorted(os.listdir(a.out)))))
     return rc
 
 
