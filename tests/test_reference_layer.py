@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""The reference layer (tools/reference_layer) on PyTorch's CPU backend,
+judged by the runner: CONFORMANT under the strict bf16 profile (fp32
+weight gradients) and under fp32, chained and as a fused-out candidate; a
+defective variant (one slot dropped) NOT CONFORMANT; its dispatch and tie
+rule against torch's stable sort; its Triton kernels under Triton's CPU
+interpreter (and compiled ahead of time for sm_90); raw outputs converted
+into candidates; the pipeline checks, the timing and gpu_report.py on the
+CPU. Speaks TAP; run through tests/test_reference_layer.sh.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+try:
+    import numpy as np
+    import torch
+    import dropless
+    dropless.library_path()
+except Exception as e:  # no torch, numpy or library: the wrapper said which
+    print("1..1")
+    print("ok 1 # SKIP torch, numpy or the package dropless unavailable (%s)" % e)
+    sys.exit(0)
+
+top_srcdir = os.path.abspath(os.environ.get("top_srcdir", os.path.join(os.path.dirname(__file__), "..")))
+top_builddir = os.path.abspath(os.environ.get("top_builddir", top_srcdir))
+sys.path.insert(0, top_srcdir)
+DROPLESS = os.path.join(top_builddir, "dropless")
+TMP = tempfile.mkdtemp(prefix="dl-reflayer-")
+GOLD = os.path.join(TMP, "golden")
+CPU = torch.device("cpu")
+ENV = dict(os.environ, PYTHONPATH=top_srcdir + os.pathsep + os.path.join(top_srcdir, "python")
+           + os.pathsep + os.environ.get("PYTHONPATH", ""))
+results = []
+
+
+def check(desc, fn, skip=None):
+    if skip:
+        results.append(("skip", desc, skip))
+        return
+    t0 = time.time()
+    try:
+        info = fn()
+        results.append(("ok", desc, "%.1f s%s" % (time.time() - t0, "; " + info if info else "")))
+    except Exception as e:  # reported and counted
+        results.append(("fail", desc, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc())))
+
+
+def have(mod):
+    try:
+        __import__(mod)
+        return True
+    except Exception:
+        return False
+
+
+CASES = ("mixtral-small", "mixtral-small-bf16", "deepseek-v3-small-bf16", "deepseek-v3-small",
+         "empty-experts-bf16", "plain-ffn-bf16", "ties-bf16", "odd-shapes-bf16", "no-tokens-bf16",
+         "zipf-bf16")
+REPLAY = {"mixtral-small-bf16-hot": "inputs = one-hot", "mixtral-small-bf16-r2": "seed = 2",
+          "mixtral-small-bf16-empty": "inputs = empty-experts"}
+
+
+def make_goldens():
+    os.makedirs(GOLD)
+    subprocess.run([DROPLESS, "gen", "-q", "-d", GOLD] + list(CASES), check=True)
+    for name, line in REPLAY.items():
+        cf = os.path.join(TMP, name + ".case")
+        with open(cf, "w") as fh:
+            fh.write("base = mixtral-small\nname = %s\ndtype = bf16\n%s\n" % (name, line))
+        subprocess.run([DROPLESS, "gen", "-q", "-d", GOLD, "--config", cf], check=True)
+
+
+def golden(case):
+    return os.path.join(GOLD, case + ".h5")
+
+
+def verdict(case, cand):
+    """(exit status of dropless check, its JSON report)."""
+    rj = cand + ".json"
+    r = subprocess.run([DROPLESS, "check", "--force", "--json", rj, golden(case), cand],
+                       capture_output=True, text=True)
+    assert r.returncode in (0, 1), "%s: exit %d: %s" % (cand, r.returncode, r.stderr[-400:])
+    rep = json.load(open(rj))
+    return r.returncode, (rep[0] if isinstance(rep, list) else rep)
+
+
+def worst(rep):
+    """The largest numerics error in units of the PASS bound."""
+    e = [c.get("err_pass") or 0 for c in rep["checks"] if c["check"] == "numerics"]
+    return max(e) if e else 0
+
+
+def run_ref(outdir, files, *extra, env=None):
+    r = subprocess.run([sys.executable, "-m", "tools.reference_layer", "-o", outdir,
+                        "--device", "cpu"] + list(extra) + files, capture_output=True, text=True,
+                       cwd=top_srcdir, env=env or ENV, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return sorted(glob.glob(os.path.join(outdir, "*.h5")))
+
+
+def conformant_all(outdir, files, expect_profiles, *extra, env=None):
+    figs = []
+    cands = run_ref(outdir, files, *extra, env=env)
+    assert len(cands) == 2 * len(files), cands
+    for c in cands:
+        case = os.path.basename(c).split("--")[0]
+        rc, rep = verdict(case, c)
+        assert rc == 0, "%s: NOT CONFORMANT: %s" % (c, [(x["stage"], x["check"], x["message"])
+                                                         for x in rep["checks"] if x["verdict"] == "FAIL"])
+        dt = dropless.load(golden(case)).config["dtype"]
+        assert rep["profile"] == expect_profiles[dt], (c, rep["profile"])
+        figs.append("%s %s %.2g%s" % (case, "fused" if "fused" in c else "chained", worst(rep),
+                                      " (%d WARN)" % rep["counts"]["WARN"] if rep["counts"].get("WARN") else ""))
+    return figs
+
+
+def t_conformant():
+    out = os.path.join(TMP, "torchpath")
+    files = [golden(c) for c in CASES]
+    figs = conformant_all(out, files, {"fp32": "fp32", "bf16": "bf16"})
+    return "max numerics err/PASS per candidate: " + ", ".join(figs)
+
+
+def t_defect():
+    out = os.path.join(TMP, "defect")
+    cands = run_ref(out, [golden("mixtral-small-bf16"), golden("deepseek-v3-small")],
+                    "--defect", "drop_slot", "--no-repeat")
+    for c in cands:
+        case = os.path.basename(c).split("--")[0]
+        rc, rep = verdict(case, c)
+        assert rc == 1, "%s: a dropped slot judged CONFORMANT" % c
+        bad = {(x["stage"], x["check"]) for x in rep["checks"] if x["verdict"] == "FAIL"}
+        assert ("out", "numerics") in bad, bad
+        if "fused" not in c:  # the dispatch is complete: the runner names the slot
+            zd = [x for x in rep["checks"] if x["check"] == "zero_drops"][0]
+            assert zd["verdict"] == "FAIL" and "dropped" in zd["message"], zd["message"]
+
+
+def t_dispatch_and_ties():
+    from tools.reference_layer.layer import dispatch, select
+    g = torch.Generator().manual_seed(3)
+    for T, k, E in ((37, 2, 8), (16, 8, 32), (1, 2, 4), (0, 2, 4)):
+        # experts E-2 and E-1 stay empty
+        ids = torch.stack([torch.randperm(E - 2, generator=g)[:k] for _ in range(T)]) if T else \
+            torch.zeros((0, k), dtype=torch.int64)
+        perm, inv, sizes, offs = dispatch(ids, E)
+        flat = ids.reshape(-1)
+        assert torch.equal(perm, torch.argsort(flat, stable=True))
+        assert torch.equal(inv[perm], torch.arange(flat.numel()))
+        assert torch.equal(sizes, torch.bincount(flat, minlength=E))
+        assert offs[-1] == flat.numel() and offs[0] == 0
+    cfg = dict(has_bias=0, n_group=1, topk_group=1, top_k=2, experts=6, group_score="max")
+    s = torch.tensor([[0.5, 0.2, 0.5, 0.5, 0.1, 0.2], [0.0, -0.0, 0.0, 0.0, 0.0, 0.0]])
+    assert select(s, None, cfg).tolist() == [[0, 2], [0, 1]]  # exact ties: the lower index
+    cfg.update(n_group=3, topk_group=1, group_score="top2_sum", top_k=2)
+    s = torch.tensor([[0.1, 0.3, 0.2, 0.2, 0.0, 0.4]])  # group sums 0.4, 0.4, 0.4: group 0
+    assert select(s, None, cfg).tolist() == [[1, 0]]
+
+
+def t_triton_interpreter():
+    out = os.path.join(TMP, "triton")
+    env = dict(ENV, TRITON_INTERPRET="1")
+    files = [golden(c) for c in ("mixtral-small-bf16", "deepseek-v3-small", "odd-shapes-bf16",
+                                 "empty-experts-bf16")]
+    figs = conformant_all(out, files, {"fp32": "fp32", "bf16": "bf16"}, "--gemm", "triton",
+                          "--no-repeat", env=env)
+    return ", ".join(figs)
+
+
+def t_triton_sm90():
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from tools.reference_layer import gemm
+    tgt = GPUTarget("cuda", 90, 64)
+    for dt, prec, bl in (("*bf16", "tf32", gemm._blocks(torch.bfloat16)),
+                         ("*fp32", "ieee", gemm._blocks(torch.float32))):
+        common = {"PREC": prec, "UPCAST": False}
+        ints = lambda names: {n: "i32" for n in names}
+        sig = dict({"a_ptr": dt, "b_ptr": dt, "c_ptr": dt, "te_ptr": "*i64", "tr0_ptr": "*i64",
+                    "tr1_ptr": "*i64", "s_be": "i64"},
+                   **ints(("N", "K", "s_am", "s_ak", "s_bk", "s_bn", "s_cm", "s_cn")))
+        sig.update({n: "constexpr" for n in ("BM", "BN", "BK", "PREC", "UPCAST")})
+        src = triton.compiler.ASTSource(fn=gemm._rows_kernel, signature=sig, constexprs=dict(
+            common, BM=bl["BM"], BN=bl["BN"], BK=bl["BK"]))
+        triton.compile(src, target=tgt, options={"num_warps": bl["warps"]})
+        sig = dict({"a_ptr": dt, "b_ptr": dt, "c_ptr": "*fp32", "offs_ptr": "*i64", "s_ce": "i64"},
+                   **ints(("KA", "N", "n_ka", "n_n", "s_am", "s_ak", "s_bm", "s_bn", "s_ck", "s_cn")))
+        sig.update({n: "constexpr" for n in ("ACC", "BM", "BKA", "BN", "PREC", "UPCAST")})
+        src = triton.compiler.ASTSource(fn=gemm._wgrad_kernel, signature=sig, constexprs=dict(
+            common, ACC=True, BM=bl["BK"], BKA=bl["BN"], BN=bl["BN"]))
+        triton.compile(src, target=tgt, options={"num_warps": bl["warps"]})
+
+
+def t_raw():
+    from tools.reference_layer import golden_io, raw, run
+    rawdir, out = os.path.join(TMP, "raw"), os.path.join(TMP, "raw-cand")
+    os.makedirs(rawdir)
+    with golden_io.H5Golden(golden("deepseek-v3-small-bf16")) as g:  # h5py alone
+        outputs, layer = run.run_layer(g, CPU)
+        raw.save_raw(rawdir, g.case, run.BACKEND, "chained", outputs, {"seconds": 0.0}, "bf16",
+                     "torch", "cpu")
+    done = raw.convert(rawdir, GOLD, out, log=lambda s: None)
+    assert len(done) == 1
+    rc, rep = verdict("deepseek-v3-small-bf16", done[0][0])
+    assert rc == 0 and rep["profile"] == "bf16" and rep["counts"]["PASS"] >= 27, rep["counts"]
+
+
+def t_pipeline():
+    out = os.path.join(TMP, "pipe")
+    files = [golden(c) for c in ("mixtral-small-bf16", "deepseek-v3-small")] + \
+        [golden(c) for c in REPLAY]
+    for be in ("reference-moe", "torch-moe"):
+        js = os.path.join(out, be + ".json")
+        r = subprocess.run([sys.executable, os.path.join(top_srcdir, "tools", "pipeline_checks.py"),
+                            be, "--out", js, "--cand", os.path.join(out, "cand"), "--device", "cpu"]
+                           + files, capture_output=True, text=True, env=ENV, timeout=600)
+        assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+        res = json.load(open(js))
+        assert len(res["cases"]) == len(files)
+        assert all(c["host_syncs"].startswith("skipped") for c in res["cases"])
+        if be == "reference-moe":
+            assert res["summary"]["deterministic_all"], res["summary"]
+            gs = res["graph"]
+            assert len(gs) == 1 and len(gs[0]["replays"]) == 4, gs
+            sizes = [tuple(rp["group_sizes"]) for rp in gs[0]["replays"]]
+            assert len(set(sizes)) == 4 and any(0 in s for s in sizes), sizes  # routing varies
+            for rp in gs[0]["replays"]:
+                assert rp["equals_eager"], rp
+                rc, rep = verdict(rp["case"][:-3], os.path.join(out, "cand", rp["candidate"]))
+                assert rc == 0, rp
+    from pipeline_checks import kind_of  # noqa: E402 (tools/ on the path below)
+    assert kind_of("sizes = [int(n) for n in sizes_t.cpu()]") == ".cpu()"
+    assert kind_of("sizes_t = torch.bincount(flat, minlength=E)").startswith("bincount")
+
+
+def t_gpu_report():
+    out = os.path.join(TMP, "report")
+    files = [golden("mixtral-small-bf16"), golden("plain-ffn-bf16")]
+    r = subprocess.run([sys.executable, os.path.join(top_srcdir, "tools", "gpu_report.py"), "--quick",
+                        "--out", out, "--pack", "--replay"] + [golden(c) for c in REPLAY]
+                       + ["--"] + files, capture_output=True, text=True, env=ENV, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    names = sorted(os.listdir(out))
+    assert len(names) <= 8 and "pipeline.json" in names and "candidates.tar.xz.00" in names, names
+    rep = json.load(open(os.path.join(out, "pipeline.json")))
+    for k in ("reference-moe", "torch-moe", "jax-moe", "timing"):
+        assert k in rep and "error" not in rep[k], (k, str(rep.get(k))[:500])
+    for shape in ("mixtral", "deepseek-v3"):
+        t = rep["timing"]["shapes"][shape]
+        assert t["typical"]["median_ms"] > 0 and t["reference_eager"]["median_ms"] > 0, t
+    import tarfile
+    with tarfile.open(os.path.join(out, "candidates.tar.xz.00"), "r:xz") as t:
+        got = t.getnames()
+    assert "pipeline.json" in got and sum(n.endswith(".h5") for n in got) >= 4 + 4, got
+
+
+check("golden fixtures (dropless gen, replay case files)", make_goldens)
+check("dispatch (histogram, offsets, counting sort) equals torch's stable argsort; ties to the "
+      "lower index", t_dispatch_and_ties)
+check("reference layer on the CPU: chained and fused-out candidates CONFORMANT (bf16 strict, fp32)",
+      t_conformant)
+check("defective reference layer (a slot dropped): NOT CONFORMANT, the slot named", t_defect)
+tri = None if have("triton") else "Triton not installed"
+check("Triton kernels under the CPU interpreter: CONFORMANT", t_triton_interpreter, tri)
+sm90 = tri
+if not tri:
+    try:
+        from triton.backends.compiler import GPUTarget  # noqa: F401
+        import triton.backends.nvidia  # noqa: F401
+    except Exception as e:
+        sm90 = "Triton has no NVIDIA backend here (%s)" % e
+check("Triton kernels compile for sm_90 ahead of time", t_triton_sm90, sm90)
+check("raw outputs (h5py only, no library) converted into a CONFORMANT candidate", t_raw)
+sys.path.insert(0, os.path.join(top_srcdir, "tools"))
+check("pipeline checks on the CPU: deterministic, replays on new routing CONFORMANT", t_pipeline)
+check("gpu_report.py --quick end to end (reference, pipeline, timing; packed, <= 8 files)",
+      t_gpu_report)
+
+print("1..%d" % len(results))
+for i, (st, desc, info) in enumerate(results, 1):
+    if st == "ok":
+        print("ok %d - %s (%s)" % (i, desc, info))
+    elif st == "skip":
+        print("ok %d - %s # SKIP %s" % (i, desc, info))
+    else:
+        print("not ok %d - %s" % (i, desc))
+        for line in info.rstrip().splitlines():
+            print("# " + line)
+import shutil  # noqa: E402
+shutil.rmtree(TMP, ignore_errors=True)
+sys.exit(0)
