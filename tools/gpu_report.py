@@ -199,8 +199,9 @@ def main(argv=None):
     if a.quick and not a.device:
         a.device = "cpu"
 
-    files = goldens(a.golden)
-    replay = [p for p in goldens(a.replay) if p not in files]
+    replay = goldens(a.replay)
+    same = {os.path.realpath(p) for p in replay}  # a directory may hold them too
+    files = [p for p in goldens(a.golden) if os.path.realpath(p) not in same]
     if not files:
         print("gpu_report: no golden files", file=sys.stderr)
         return 2
