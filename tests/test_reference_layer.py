@@ -259,6 +259,11 @@ def t_gpu_report():
     with tarfile.open(os.path.join(out, "candidates.tar.xz.00"), "r:xz") as t:
         got = t.getnames()
     assert "pipeline.json" in got and sum(n.endswith(".h5") for n in got) >= 4 + 4, got
+    r = subprocess.run([sys.executable, os.path.join(top_srcdir, "tools", "pipeline_report.py"),
+                        os.path.join(out, "pipeline.json")], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0 and "| reference-moe | skipped" in r.stdout, r.stdout + r.stderr
+    assert "| mixtral | 64 |" in r.stdout, r.stdout
+    assert "1 compile(s) for 4 routings" in r.stdout or not have("jax"), r.stdout
 
 
 check("golden fixtures (dropless gen, replay case files)", make_goldens)

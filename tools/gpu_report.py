@@ -28,8 +28,10 @@ Writes into DIR:
   candidates/     the candidate files, CASE--BACKEND--MODE.h5 (and raw .npz
                   where the machine has no libdropless, see
                   tools/reference_layer/raw.py)
-and with --pack, candidates.tar.xz split into parts of at most --part-mib
-MiB (candidates.tar.xz.00, .01, ...), so that few files carry them back;
+and with --pack, candidates.tar.xz (the candidates and the four small
+files) split into parts of at most --part-mib MiB (candidates.tar.xz.00,
+.01, ...), so that few files carry them back (at most 8 files in all: the
+outside copies of summary.jsonl, env.json and log.txt go first if need be);
 reassemble with `cat candidates.tar.xz.* | tar -xJ`.
 """
 
