@@ -180,6 +180,7 @@ def t_triton_sm90():
     from tools.reference_layer import gemm
     tgt = GPUTarget("cuda", 90, 64)
     for dt, prec, bl in (("*bf16", "tf32", gemm._blocks(torch.bfloat16)),
+                         ("*fp16", "tf32", gemm._blocks(torch.float16)),
                          ("*fp32", "ieee", gemm._blocks(torch.float32))):
         common = {"PREC": prec, "UPCAST": False}
         ints = lambda names: {n: "i32" for n in names}

@@ -160,11 +160,19 @@ def steps(a, files, replay, cand, summary, out):
     dev = ["--device", a.device] if a.device else []
     work = os.path.join(out, "work")
     st = []
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:  # a JAX-only machine: JAX's steps only
+        print("== no PyTorch here: the reference layer, its pipeline checks and the timing "
+              "are skipped", flush=True)
+        a.steps = "pipeline" if "pipeline" in a.steps else ""
+        torch_backends = ()
+    else:
+        torch_backends = ("reference-moe", "torch-moe")
     if "reference" in a.steps:
         st.append(("reference layer", [py, "-m", "tools.reference_layer", "-o", cand, "--summary",
                                        summary] + dev + files, 150, None))
     pc = files + replay
-    for be in ("reference-moe", "torch-moe", "jax-moe"):
+    for be in torch_backends + ("jax-moe",):
         if "pipeline" in a.steps:
             js = os.path.join(work, "pipeline-%s.json" % be)
             st.append(("pipeline checks %s" % be, [py, os.path.join(HERE, "pipeline_checks.py"), be,
