@@ -6,8 +6,8 @@ one run, on random inputs drawn on the device (no golden file), bf16.
 
 Shapes: Mixtral-8x7B (d 4096, f 14336, E 8, top-2, softmax) and DeepSeek-V3
 (d 7168, f 2048, E 256, top-8, sigmoid + bias, 8 groups keep 4 by top2_sum,
-scaling 2.5), T = 4096 tokens; --quick: small shapes on the CPU (a smoke
-test of the code path, not a measurement). Per layer: the median (and every
+scaling 2.5), T = 4096 tokens; --quick (and any run without CUDA): small
+shapes (a smoke test of the code path, not a measurement). Per layer: the median (and every
 figure) of --iters timed steps after --warmup untimed ones, by CUDA events
 around each step (wall clock on the CPU); the reference layer both eagerly
 and as a replay of one captured CUDA graph. A failure (out of memory, a
@@ -164,6 +164,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES))
     a = ap.parse_args(argv)
     dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type != "cuda":  # T = 4096 layers on a CPU would take hours and say nothing
+        a.quick = True
     iters = a.iters or (3 if a.quick else 20)
     warmup = a.warmup or (1 if a.quick else 3)
     table = QUICK if a.quick else SHAPES
