@@ -241,6 +241,44 @@ def t_pipeline():
     assert kind_of("sizes_t = torch.bincount(flat, minlength=E)").startswith("bincount")
 
 
+def t_sync_counter():
+    # count_syncs' hook, where and kinds on the CPU: torch.cuda's sync debug
+    # mode stood in for by a fake that warns (or raises) as CUDA's does
+    import warnings
+    import pipeline_checks as pc
+    mode = {"m": "default"}
+    saved = torch.cuda.synchronize, torch.cuda.set_sync_debug_mode
+    torch.cuda.synchronize = lambda *a: None
+    torch.cuda.set_sync_debug_mode = lambda m: mode.update(m=m)
+
+    # what a synchronising torch call does under each mode, as library code
+    # (the counter places a sync at the innermost frame outside the libraries)
+    lib = {"mode": mode, "warnings": warnings}
+    exec(compile("def sync_op():\n"
+                 "    if mode['m'] == 'warn':\n"
+                 "        warnings.warn('called a synchronizing CUDA operation')\n"
+                 "    elif mode['m'] == 'error':\n"
+                 "        raise RuntimeError('called a synchronizing CUDA operation')\n",
+                 "/fake/site-packages/torch/cuda_op.py", "exec"), lib)
+    sync_op = lib["sync_op"]
+
+    def layer():
+        sync_op()
+        for _ in range(2):  # two more, from one line
+            sync_op()
+    try:
+        r = pc.count_syncs(layer)
+    finally:
+        torch.cuda.synchronize, torch.cuda.set_sync_debug_mode = saved
+    assert r["count"] == 3, r
+    assert sorted(w["times"] for w in r["where"]) == [1, 2], r
+    assert all("test_reference_layer.py" in w["where"] and " layer: " in w["where"]
+               for w in r["where"]), r
+    assert r["error_mode"].startswith("RuntimeError: called a synchronizing"), r
+    assert "test_reference_layer.py" in r["error_mode"], r
+    assert mode["m"] == "default"
+
+
 def t_gpu_report():
     out = os.path.join(TMP, "report")
     files = [golden("mixtral-small-bf16"), golden("plain-ffn-bf16")]
@@ -286,6 +324,8 @@ check("Triton kernels compile for sm_90 ahead of time", t_triton_sm90, sm90)
 check("raw outputs (h5py only, no library) converted into a CONFORMANT candidate", t_raw)
 sys.path.insert(0, os.path.join(top_srcdir, "tools"))
 check("pipeline checks on the CPU: deterministic, replays on new routing CONFORMANT", t_pipeline)
+check("host-sync counter: every synchronising call counted and placed, the first raised in error "
+      "mode (a fake sync debug mode)", t_sync_counter)
 check("gpu_report.py --quick end to end (reference, pipeline, timing; packed, <= 8 files)",
       t_gpu_report)
 
