@@ -72,6 +72,7 @@ def kind_of(line):
     for pat, kind in ((".item(", ".item()"), (".cpu(", ".cpu()"), (".tolist(", ".tolist()"),
                       ("nonzero", "nonzero"), ("bincount", "bincount (max().item() for its size)"),
                       ("gm(", "grouped_mm fallback (offs.cpu())"),
+                      ("offs=", "grouped_mm fallback (offs.cpu())"),
                       ("grouped_mm", "grouped_mm fallback (offs.cpu())"),
                       ("synchronize", "synchronize"), ("int(", "size read")):
         if pat in line:
