@@ -174,6 +174,14 @@ def t_triton_interpreter():
     return ", ".join(figs)
 
 
+def t_dense():
+    out = os.path.join(TMP, "dense")
+    files = [golden(c) for c in ("mixtral-small-bf16", "deepseek-v3-small", "odd-shapes-bf16",
+                                 "empty-experts-bf16", "no-tokens-bf16")]
+    return ", ".join(conformant_all(out, files, {"fp32": "fp32", "bf16": "bf16"}, "--gemm", "dense",
+                                    "--no-repeat"))
+
+
 def t_triton_sm90():
     import triton
     from triton.backends.compiler import GPUTarget
@@ -313,6 +321,7 @@ check("reference layer on the CPU: chained and fused-out candidates CONFORMANT (
 check("defective reference layer (a slot dropped): NOT CONFORMANT, the slot named", t_defect)
 tri = None if have("triton") else "Triton not installed"
 check("Triton kernels under the CPU interpreter: CONFORMANT", t_triton_interpreter, tri)
+check("the dense fallback (padded buffers, torch.bmm in fp32): CONFORMANT", t_dense)
 sm90 = tri
 if not tri:
     try:

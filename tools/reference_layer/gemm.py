@@ -25,6 +25,13 @@ wgrad_impl say which ran):
               refuses out_dtype=float32 for bf16 operands).
   loop        a per-group torch.mm loop on the CPU (offsets read on the host,
               which costs nothing there): shapes grouped_mm refuses.
+  dense       where the Triton kernels fail (no C compiler for Triton's
+              launcher, say): the rows scattered into a zero-padded
+              [E, cap, K] buffer (cap = T, the most rows one expert can get)
+              by a device-side index, then torch.bmm in fp32 (exact products
+              of bf16/fp16 operands, fp32 accumulation, TF32 off): still no
+              host sync and capturable, at E*T/M = E/k times the work; only
+              while the buffers stay under DENSE_MAX_BYTES, else grouped_mm.
 """
 
 import os
@@ -149,6 +156,22 @@ def tile_map(offs_full, M, BM):
     return ec.contiguous(), r0.contiguous(), r1.contiguous(), P
 
 
+DENSE_MAX_BYTES = 8 << 30
+
+
+def pad_index(offs_full, M, cap):
+    """Sorted row p -> its place e*cap + (p - start of e) in the padded
+    [E*cap] layout, on the device."""
+    p = torch.arange(M, device=offs_full.device, dtype=torch.int64)
+    e = torch.searchsorted(offs_full[1:], p, right=True)
+    return e * cap + (p - offs_full[e])
+
+
+def _padded(x, idx, E, cap):
+    buf = torch.zeros((E * cap, x.shape[1]), dtype=torch.float32, device=x.device)
+    return buf.index_copy_(0, idx, x.float()).view(E, cap, x.shape[1])
+
+
 class GroupedGemm:
     """The grouped GEMMs of one layer (dtype, sizes, device); impl "auto"
     picks per device as the module docstring says, "torch" forces
@@ -162,8 +185,8 @@ class GroupedGemm:
         tri = triton_usable(device)
         if impl == "triton" and not tri:
             raise RuntimeError("Triton kernels requested but unusable here (device %s)" % device)
-        if impl == "triton":
-            self.rows_impl = self.wgrad_impl = "triton"
+        if impl in ("triton", "dense"):
+            self.rows_impl = self.wgrad_impl = impl
         elif device.type == "cuda" and impl == "auto":
             fast = gm is not None and aligned and dtype == torch.bfloat16
             self.rows_impl = "grouped_mm" if fast else ("triton" if tri else "grouped_mm")
@@ -172,6 +195,7 @@ class GroupedGemm:
             ok = gm is not None and aligned and dtype in (torch.float32, torch.bfloat16)
             self.rows_impl = self.wgrad_impl = "grouped_mm" if ok else "loop"
         self.gm = gm
+        self.cap = None  # rows one expert can get at most (T): the layer sets it
         # fp32 operands: true fp32, never TF32 (the setting means nothing for bf16/fp16)
         self.prec = "ieee" if dtype == torch.float32 else "tf32"
         # Triton's CPU interpreter multiplies bf16/fp16 tiles wrongly; there
@@ -194,12 +218,14 @@ class GroupedGemm:
         try:
             return fn(*args)
         except Exception as e:
-            if self.gm is None:
-                raise
             self.fallback = "%s: %s" % (type(e).__name__, str(e)[:300])
-            self.rows_impl = "grouped_mm" if which == "rows" else self.rows_impl
-            self.wgrad_impl = "grouped_mm"
+            alt = "dense" if self.device.type == "cuda" or self.gm is None else "grouped_mm"
+            self.rows_impl = alt if which == "rows" or self.rows_impl == "triton" else self.rows_impl
+            self.wgrad_impl = alt
             return None
+
+    def _dense_ok(self, E, M, widths):
+        return self.cap is not None and E * self.cap * max(widths) * 4 * 3 <= DENSE_MAX_BYTES
 
     # -------------------------------------------------------------- rows
 
@@ -212,7 +238,14 @@ class GroupedGemm:
             c = self._soft("rows", self._rows_triton, a, w, offs_full)
             if c is not None:
                 return c
-        if self.rows_impl == "grouped_mm":
+        if self.rows_impl == "dense":
+            E = w.shape[0]
+            if self._dense_ok(E, M, (a.shape[1], N)):
+                idx = pad_index(offs_full, M, self.cap)
+                y = torch.bmm(_padded(a, idx, E, self.cap), w.float())
+                return y.view(E * self.cap, N).index_select(0, idx).to(a.dtype)
+            self.rows_impl = "grouped_mm"
+        if self.rows_impl == "grouped_mm" and self.gm is not None:
             return self.gm(a, w, offs=offs32)
         return self._rows_loop(a, w, offs_full)
 
@@ -249,6 +282,13 @@ class GroupedGemm:
                 self._soft("wgrad", self._wgrad_triton, a, b, offs_full, out, accumulate) is not None:
             return out
         E = out.shape[0]
+        if self.wgrad_impl == "dense":
+            if self._dense_ok(E, a.shape[0], (a.shape[1], b.shape[1])):
+                idx = pad_index(offs_full, a.shape[0], self.cap)
+                r = torch.bmm(_padded(a, idx, E, self.cap).transpose(1, 2),
+                              _padded(b, idx, E, self.cap))
+                return out.add_(r) if accumulate else out.copy_(r)
+            self.wgrad_impl = "grouped_mm"
         if self.wgrad_impl == "grouped_mm":
             r = self.gm(a.float().t(), b.float(), offs=offs32)
         else:

@@ -202,6 +202,7 @@ class ReferenceMoE:
             w64 = w64 / w_raw.double().sum(-1, keepdim=True)
         w = w64.float()
         perm, inv, sizes, offs = dispatch(ids, E)
+        self.gemm.cap = T  # each token at most once per expert
         offs32 = offs[1:].to(torch.int32)
         xs = x.index_select(0, perm // k)
         st = dict(x=x, scores=scores, ids=ids, w_raw=w_raw, S=S, w=w, perm=perm, inv=inv,

@@ -170,7 +170,7 @@ def main(argv=None):
     ap.add_argument("golden", nargs="+")
     ap.add_argument("-o", "--outdir", default=".")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--gemm", choices=("auto", "torch", "triton"), default="auto")
+    ap.add_argument("--gemm", choices=("auto", "torch", "triton", "dense"), default="auto")
     ap.add_argument("--summary")
     ap.add_argument("--no-repeat", action="store_true")
     ap.add_argument("--defect", choices=("drop_slot",), help="a defective variant (tests)")

@@ -144,6 +144,7 @@ def time_shape(name, s, dev, iters, warmup):
             return fig(timer(dev, graph.replay, iters, warmup))
         soft(res, "reference_graph", graphed)
         res["max_memory_allocated_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+    res["reference_kernel_after"] = st["layer"].gemm.describe()  # a fallback shows here
     t = res.get("typical", {}).get("median_ms")
     for k in ("reference_eager", "reference_graph"):
         m = res.get(k, {}).get("median_ms") if isinstance(res.get(k), dict) else None
