@@ -27,7 +27,8 @@ tokens):
                  it cannot be captured (the exception and where).
 jax-moe: the chained layer of tools/adapters/jax_adapter.py under jit, called
 on every file of a set: compilations (traces of the layer, and the jitted
-function's cache size) across routings.
+function's cache size) across routings; and twice on the set's first file:
+the stages whose bits differ.
 
 Every GPU-only step fails soft: its exception lands in the JSON and the
 other steps still run. Without CUDA (--device cpu: the tests) host syncs and
@@ -354,10 +355,16 @@ def jax_checks(goldens, device):
         for prec in ja.PRECISIONS:
             rec = {"files": [os.path.basename(p) for p in ps], "precision": prec}
             try:
+                import numpy as np
                 t0 = ja.TRACES.get("n", 0)
-                for p in ps:
+                for i, p in enumerate(ps):
                     with run.open_golden(p) as g:
-                        ja.chained(g, dev, prec)
+                        first, _ = ja.chained(g, dev, prec)
+                        if i == 0:  # determinism: the same inputs once more
+                            again, _ = ja.chained(g, dev, prec)
+                            rec["differs"] = sorted(
+                                n for n in first if np.asarray(first[n]).tobytes()
+                                != np.asarray(again[n]).tobytes())
                 fn = ja.chained_fn.cache_info() if hasattr(ja.chained_fn, "cache_info") else None
                 rec["traces"] = ja.TRACES.get("n", 0) - t0
                 rec["calls"] = len(ps)
@@ -368,7 +375,9 @@ def jax_checks(goldens, device):
             res["sets"].append(rec)
     tr = [s.get("traces") for s in res["sets"] if "traces" in s]
     res["summary"] = {"sets": len(res["sets"]), "compiles_per_set_max": max(tr) if tr else None,
-                      "recompiles_on_new_routing": any(t > 1 for t in tr) if tr else None}
+                      "recompiles_on_new_routing": any(t > 1 for t in tr) if tr else None,
+                      "nondeterministic_stages": sorted({n for s in res["sets"]
+                                                         for n in s.get("differs", [])})}
     return res
 
 

@@ -87,7 +87,11 @@ def jax_row(res):
         return "| jax-moe | - | - | - | %s |" % res.get("skipped", res.get("error", "no result"))
     tr = ["%s %s: %d compile(s) for %d routings" % (s["files"][0][:-3], s["precision"], s["traces"],
                                                    s["calls"]) for s in sets]
-    return "| jax-moe | (jit: static shapes) | - | - | %s |" % "<br>".join(tr)
+    bad = sorted({n for s in sets for n in s.get("differs", [])})
+    det = ("%d of %d sets differ: %s" % (sum(1 for s in sets if s.get("differs")), len(sets),
+                                         ", ".join(bad)) if bad else
+           "bit-identical (%d sets)" % len(sets))
+    return "| jax-moe | (jit: static shapes) | - | %s | %s |" % (det, "<br>".join(tr))
 
 
 def timing(t):
