@@ -200,7 +200,7 @@ def main(argv=None):
     ap.add_argument("--device", default=None, help="passed to every step (default: the GPU)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test: small timing shapes")
     ap.add_argument("--timeout", type=int, default=240, help="seconds per adapter process")
-    ap.add_argument("--budget", type=int, default=480, help="seconds for all the steps")
+    ap.add_argument("--budget", type=int, default=450, help="seconds for all the steps")
     ap.add_argument("--pack", action="store_true", help="pack the candidates into .tar.xz parts")
     ap.add_argument("--part-mib", type=int, default=15)
     a = ap.parse_args(argv)
