@@ -293,11 +293,18 @@ def test_import_error_without_jax():
     assert r.returncode == 0 and "ImportError: dropless.jax needs JAX" in r.stdout, r.stderr
 
 
-def test_example_runs():
+@pytest.mark.parametrize("case", ["mixtral-small-bf16", "deepseek-v3-small"])
+def test_example_runs(case):
     """examples/jax_moe_ffi.py: a ragged_dot layer checked against the oracle
-    under jit, forward and grad."""
+    under jit, forward and grad: conformant as written, not with its defect."""
     ex = os.path.join(SRC, "examples", "jax_moe_ffi.py")
-    r = subprocess.run([sys.executable, ex, "--case", "mixtral-small-bf16"], capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([sys.executable, ex, "--case", case], capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "dropless check: case mixtral-small-bf16" in r.stdout and "conformant" in r.stdout
+    assert "dropless check: case " + case in r.stdout
+    assert "\nconformant: forward PASS, backward PASS" in r.stdout
+    assert "bit-identical to the golden: forward True, grad d_x True" in r.stdout
+    r = subprocess.run([sys.executable, ex, "--case", case, "--defect", "renormalize"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "NOT conformant" in r.stdout, r.stdout + r.stderr
+    assert "topk_weights numerics FAIL" in r.stdout
