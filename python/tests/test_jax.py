@@ -259,7 +259,8 @@ def test_check_inside_jit():
 
 
 def _python(code, **env):
-    e = dict(os.environ, **env)
+    e = {k: v for k, v in os.environ.items() if k not in ("DROPLESS_JAX_FFI", "CC")}
+    e.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,
                           timeout=600)
 
