@@ -309,3 +309,101 @@ def test_example_runs(case):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 1 and "NOT conformant" in r.stdout, r.stdout + r.stderr
     assert "topk_weights numerics FAIL" in r.stdout
+
+
+def _ffi_minor():
+    import re
+    with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+        return int(re.search(r"#define XLA_FFI_API_MINOR (\d+)", f.read()).group(1))
+
+
+def test_ffi_version_handshake():
+    """The handler's answers to XLA's version handshake, called as XLA calls
+    it (a call frame built here, over a stand-in API whose error_create
+    records the message): the metadata query gets the header's version; a
+    metadata struct older than the header, a call frame of another major
+    version or an older layout are refused, not read."""
+    import ctypes as C
+
+    class Ver(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("major", C.c_int),
+                    ("minor", C.c_int)]
+
+    class ExtBase(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("type", C.c_int), ("next", C.c_void_p)]
+
+    class Meta(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("api_version", Ver), ("traits", C.c_uint32),
+                    ("state_type_id", C.c_int64)]
+
+    class MetaExt(C.Structure):
+        _fields_ = [("base", ExtBase), ("metadata", C.POINTER(Meta))]
+
+    class ErrArgs(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("message", C.c_char_p),
+                    ("errc", C.c_int)]
+    create_t = C.CFUNCTYPE(C.c_void_p, C.POINTER(ErrArgs))
+
+    class Api(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("api_version", Ver),
+                    ("internal", C.c_void_p), ("error_create", create_t)] + \
+                   [("fn%d" % i, C.c_void_p) for i in range(17)]
+
+    class Seq(C.Structure):  # XLA_FFI_Args and XLA_FFI_Rets
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("size", C.c_int64),
+                    ("types", C.c_void_p), ("items", C.c_void_p)]
+
+    class Attrs(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("size", C.c_int64),
+                    ("types", C.c_void_p), ("names", C.c_void_p), ("attrs", C.c_void_p)]
+
+    class Frame(C.Structure):
+        _fields_ = [("struct_size", C.c_size_t), ("ext", C.c_void_p), ("api", C.POINTER(Api)),
+                    ("ctx", C.c_void_p), ("stage", C.c_int), ("args", Seq), ("rets", Seq),
+                    ("attrs", Attrs), ("future", C.c_void_p)]
+    frame_size = Frame.future.offset  # XLA_FFI_CallFrame_STRUCT_SIZE: up to attrs
+    meta_size = Meta.traits.offset + C.sizeof(C.c_uint32)
+    messages = []
+
+    def create(args):
+        messages.append(args.contents.message.decode())
+        return 0x1000 + len(messages)  # an opaque error for the handler to return
+    cb = create_t(create)
+    djax.register()
+    h = C.CDLL(djax.handler_path())
+    h.dl_jax_moe_forward.restype = C.c_void_p
+    h.dl_jax_moe_forward.argtypes = [C.POINTER(Frame)]
+    api = Api(struct_size=C.sizeof(Api), api_version=Ver(C.sizeof(Ver), None, 0, _ffi_minor()),
+              error_create=cb)
+
+    def call(frame_size=frame_size, major=0, ext=None):
+        api.api_version.major = major
+        f = Frame(struct_size=frame_size, ext=C.cast(C.pointer(ext), C.c_void_p) if ext else None,
+                  api=C.pointer(api), stage=3)
+        return h.dl_jax_moe_forward(C.byref(f))
+
+    meta = Meta(struct_size=meta_size)
+    ext = MetaExt(ExtBase(C.sizeof(MetaExt), 1, None), C.pointer(meta))
+    assert call(ext=ext) is None and not messages
+    assert (meta.api_version.major, meta.api_version.minor) == (0, _ffi_minor())
+    assert meta.api_version.struct_size == C.sizeof(Ver) and meta.traits == 0
+    meta.struct_size = meta_size - 4
+    assert call(ext=ext) and "metadata structs are older" in messages[-1]
+    assert call(major=1) and "XLA FFI API 1.%d" % _ffi_minor() in messages[-1]
+    assert "built for 0.%d" % _ffi_minor() in messages[-1]
+    assert call(frame_size=frame_size - 8) and "rebuild it against this jaxlib" in messages[-1]
+    assert call() and "no attribute config" in messages[-1]  # a well-formed frame is read
+
+
+def test_x64_keeps_int64_stages():
+    """With jax_enable_x64 the int64 stages are int64 (without it int32, as
+    JAX has no int64 then); the same values."""
+    code = ("import numpy as np, jax, jax.numpy as jnp, dropless; from dropless import jax as d\n"
+            "g = dropless.generate('deepseek-v3-small-bf16')\n"
+            "ins = {k: jnp.asarray(v) for k, v in g.inputs.as_storage('ml_dtypes').items()}\n"
+            "ins.pop('d_out')\n"
+            "o = jax.jit(lambda i: d.moe_forward(**i, config=g))(ins)\n"
+            "print(o['group_sizes'].dtype, o['group_offsets'].dtype, all(np.array_equal("
+            "np.asarray(o[n]).astype(g.forward[n].dtype), g.forward[n]) for n in o))")
+    r = _python(code, JAX_ENABLE_X64="1")
+    assert r.returncode == 0 and r.stdout.split() == ["int64", "int64", "True"], r.stdout + r.stderr
