@@ -4,18 +4,21 @@
 #include "config.h"
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "api/api_priv.h"
 
-/* The text goes through a pipe so that the one case-file parser
- * (dl_case_parse_file, which reads a path) judges it: the same keys, rules
- * and messages as a file, no second parser to drift from it. The whole
- * text must fit the pipe's buffer before anyone reads (PIPE_BUF is at
- * least 512 bytes everywhere, 4096 on Linux; a configuration takes ~300). */
+/* The text reaches the one case-file parser (dl_case_parse_file, which
+ * reads a path) so that it is judged by the same keys, rules and messages
+ * as a file, with no second parser to drift from it: through a pipe
+ * reopened by its /dev/fd path (no disk), else, where a sandbox offers no
+ * such path, through a temporary file. The whole text must fit the pipe's
+ * buffer before anyone reads (PIPE_BUF is at least 512 bytes everywhere,
+ * 4096 on Linux; a configuration takes ~300). */
 #define CONFIG_TEXT_MAX 4096
 
-/* err with the pipe's path replaced by "config". */
+/* err with the path it names replaced by "config". */
 static void rename_source(char *err, size_t n, const char *path)
 {
     size_t plen = strlen(path);
@@ -26,25 +29,59 @@ static void rename_source(char *err, size_t n, const char *path)
     snprintf(err, n, "config%s", tail);
 }
 
+static int write_all(int fd, const char *text, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, text, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        text += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static int parse_path(const char *path, dl_case_t *c, char *err, size_t n)
+{
+    int rc = dl_case_parse_file(path, c, err, n);
+    if (rc)
+        rename_source(err, n, path);
+    return rc;
+}
+
+/* DL_EIO when no pipe can be made or reopened here. */
 static int parse_piped(const char *text, size_t len, dl_case_t *c, char *err, size_t n)
 {
     int fd[2];
     if (pipe(fd) != 0)
-        return dl__api_fail(err, n, DL_EIO, "config: cannot make a pipe: %s", strerror(errno));
-    ssize_t w = write(fd[1], text, len);
-    int werr = errno;
+        return DL_EIO;
+    int bad = write_all(fd[1], text, len);
     close(fd[1]);
-    if (w < 0 || (size_t)w != len) {
-        close(fd[0]);
-        return dl__api_fail(err, n, DL_EIO, "config: cannot write the pipe: %s",
-                            w < 0 ? strerror(werr) : "short write");
-    }
     char path[32];
     snprintf(path, sizeof path, "/dev/fd/%d", fd[0]);
-    int rc = dl_case_parse_file(path, c, err, n);
+    int rc = bad || access(path, R_OK) != 0 ? DL_EIO : parse_path(path, c, err, n);
     close(fd[0]);
-    if (rc)
-        rename_source(err, n, path);
+    return rc;
+}
+
+static int parse_tempfile(const char *text, size_t len, dl_case_t *c, char *err, size_t n)
+{
+    const char *dir = getenv("TMPDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/dl-config-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return dl__api_fail(err, n, DL_EIO, "config: no pipe, and no temporary file in %s: %s",
+                            dir && *dir ? dir : "/tmp", strerror(errno));
+    int bad = write_all(fd, text, len);
+    int werr = errno;
+    close(fd);
+    int rc = bad ? dl__api_fail(err, n, DL_EIO, "config: cannot write %s: %s", path,
+                                strerror(werr))
+                 : parse_path(path, c, err, n);
+    unlink(path);
     return rc;
 }
 
@@ -59,6 +96,8 @@ int dl_api_config_parse(const char *text, dl_moe_config_t *out, char *canon, siz
                             len, CONFIG_TEXT_MAX);
     dl_case_t c;
     int rc = parse_piped(text, len, &c, err, errlen);
+    if (rc == DL_EIO) /* the parser's own errors are DL_EFORMAT and DL_EINVAL */
+        rc = parse_tempfile(text, len, &c, err, errlen);
     if (rc)
         return rc;
     if (canon && dl_golden_config_string(&c.config, "\n", canon, canon_len))
