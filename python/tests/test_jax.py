@@ -288,6 +288,26 @@ def test_handler_cache_and_prebuilt(tmp_path):
     assert r5.returncode != 0 and "cannot load the FFI handler" in r5.stderr
 
 
+def test_bundle_runs_without_a_compiler(tmp_path):
+    """tools/bundle_libs.sh: the library, what it needs and a prebuilt
+    handler in one directory, enough to run the oracle with no compiler."""
+    b = tmp_path / "bundle"
+    r = subprocess.run(["sh", os.path.join(SRC, "tools", "bundle_libs.sh"), str(b)],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, DROPLESS_PYTHON=sys.executable))
+    assert r.returncode == 0, r.stderr
+    assert (b / "libdropless.so.0").is_file() and (b / "libdropless_jax_ffi.so").is_file()
+    code = ("import dropless.jax as d, jax.numpy as jnp; print(d.handler_path()); "
+            "o = d.moe_forward(jnp.ones((2, 4)), jnp.ones((4, 4)), jnp.ones((4, 4, 4)), "
+            "jnp.ones((4, 4, 4)), jnp.ones((4, 4, 4)), config={'top_k': 2}); "
+            "print(o['group_sizes'])")
+    r = _python(code, LD_LIBRARY_PATH=str(b), DROPLESS_LIB=str(b / "libdropless.so.0"),
+                DROPLESS_JAX_FFI=str(b / "libdropless_jax_ffi.so"), CC="false",
+                DROPLESS_JAX_CACHE=str(tmp_path / "none"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == [str(b / "libdropless_jax_ffi.so"), "[2 2 0 0]"]
+
+
 def test_import_error_without_jax():
     r = _python("import sys; sys.modules['jax'] = None\nimport dropless\n"
                 "try:\n    import dropless.jax\nexcept ImportError as e:\n    print('ImportError:', e)")
