@@ -288,29 +288,28 @@ static void put_result(const dl_layout_row_t *r, const dl_moe_config_t *c, const
     }
 }
 
-/* The results: every stage row of `group` that applies, from f and b. */
-static int put_results(job_t *j, const XLA_FFI_CallFrame *cf, dl_layout_group_t group,
-                       const dl_moe_forward_t *f, const dl_moe_backward_t *bw)
+/* The results: every stage row of `group` that applies; checked (write 0:
+ * before the pass runs, so a wrong call costs nothing) or written from f
+ * and bw. */
+static int results(job_t *j, const XLA_FFI_CallFrame *cf, dl_layout_group_t group, int write,
+                   const dl_moe_forward_t *f, const dl_moe_backward_t *bw)
 {
     int64_t next = 0;
-    for (int pass = 0; pass < 2; pass++) { /* check every buffer before writing any */
-        next = 0;
-        for (int i = 0; i < dl_layout_count(); i++) {
-            const dl_layout_row_t *r = dl_layout_row(i);
-            if (r->group != group || r->value == DL_VALUE_NONE || !dl_cond_applies(r->cond, &j->c))
-                continue;
-            if (next >= cf->rets.size || cf->rets.types[next] != XLA_FFI_RetType_BUFFER)
-                return job_fail(j, DL_EINVAL, "result %s missing", r->name);
-            const XLA_FFI_Buffer *b = cf->rets.rets[next++];
-            int rc = pass ? 0 : buffer_check(j, r, b);
-            if (rc)
-                return rc;
-            if (pass)
-                put_result(r, &j->c, dl_layout_data(r, NULL, f, bw), b);
-        }
-        if (next != cf->rets.size)
-            return job_fail(j, DL_EINVAL, "more results than the configuration's stages");
+    for (int i = 0; i < dl_layout_count(); i++) {
+        const dl_layout_row_t *r = dl_layout_row(i);
+        if (r->group != group || r->value == DL_VALUE_NONE || !dl_cond_applies(r->cond, &j->c))
+            continue;
+        if (next >= cf->rets.size || cf->rets.types[next] != XLA_FFI_RetType_BUFFER)
+            return job_fail(j, DL_EINVAL, "result %s missing", r->name);
+        const XLA_FFI_Buffer *b = cf->rets.rets[next++];
+        int rc = write ? 0 : buffer_check(j, r, b);
+        if (rc)
+            return rc;
+        if (write)
+            put_result(r, &j->c, dl_layout_data(r, NULL, f, bw), b);
     }
+    if (next != cf->rets.size)
+        return job_fail(j, DL_EINVAL, "more results than the configuration's stages");
     return 0;
 }
 
@@ -331,15 +330,18 @@ static XLA_FFI_Error *run(XLA_FFI_CallFrame *cf, const char *target, int backwar
     dl_moe_backward_t b;
     memset(&f, 0, sizeof f);
     memset(&b, 0, sizeof b);
+    dl_layout_group_t group = backward ? DL_LAYOUT_BACKWARD : DL_LAYOUT_FORWARD;
     int rc = parse_config(&j, cf);
     if (!rc)
         rc = take_inputs(&j, cf, backward);
+    if (!rc)
+        rc = results(&j, cf, group, 0, NULL, NULL);
     if (!rc && (rc = dl_moe_forward(&j.c, &j.in, &f)))
         snprintf(j.err, sizeof j.err, "dl_moe_forward: %s", dl_strerror(rc));
     if (!rc && backward && (rc = dl_moe_backward(&j.c, &j.in, &f, &b)))
         snprintf(j.err, sizeof j.err, "dl_moe_backward: %s", dl_strerror(rc));
     if (!rc)
-        rc = put_results(&j, cf, backward ? DL_LAYOUT_BACKWARD : DL_LAYOUT_FORWARD, &f, &b);
+        rc = results(&j, cf, group, 1, &f, &b);
     dl_moe_backward_free(&b);
     dl_moe_forward_free(&f);
     for (int i = 0; i < j.nowned; i++)
