@@ -236,9 +236,12 @@ def test_check_inside_jit():
     kw = layer_args(jax_inputs(g))
     seen = []
 
+    d_out = jax_inputs(g)["d_out"]
+
     @jax.jit
     def judged(kw, bump):
         st = djax.moe_forward(**kw, config=g)
+        st.update(djax.moe_backward(**kw, d_out=d_out, config=g))
         good = djax.check(g, st, profile="bf16", on_report=seen.append)
         bad = djax.check(g, {"out": st["out"] + bump}, profile="bf16")
         return good, bad
@@ -247,6 +250,7 @@ def test_check_inside_jit():
     assert good[0] == 1 and good[1] >= 1 and good[3] == 0
     assert bad[0] == 0 and bad[3] >= 1
     assert seen and seen[0].conformant and seen[0].backend == "jax"
+    assert {c.stage for c in seen[0].checks if c.verdict == "PASS"} >= set(g.stages())
     r = djax.last_report()
     assert not r.conformant and "out" in r.explain()
     with pytest.raises(dropless.Error) as e:
