@@ -64,8 +64,10 @@ DL_EXTERN char *dl_api_layout_json(void);
  * (doc/format.md, "Case files": "key = value" lines, '#' comments, a
  * "base" case first), with the case-file parser's rules and messages
  * ("config:3: unknown key 'topk'"); keys that are no part of the layer
- * (name, seed, inputs, zipf_s) are accepted and ignored. out may be NULL
- * (validates only); canon (canon_len bytes, may be NULL) receives the
+ * (name, seed, inputs, zipf_s) are accepted and ignored. out (a struct of
+ * moe.h, for C callers such as dropless.jax's FFI handler) may be NULL:
+ * bindings validate only and read canon. canon (canon_len bytes, may be
+ * NULL) receives the
  * whole configuration as '\n'-separated lines, every key given
  * (dl_golden_config_string). Errors: DL_EINVAL (NULL text, an invalid
  * configuration), DL_EFORMAT (syntax), DL_EOVERFLOW (text over 4096
