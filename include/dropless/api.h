@@ -67,9 +67,8 @@ DL_EXTERN char *dl_api_layout_json(void);
  * (name, seed, inputs, zipf_s) are accepted and ignored. out (a struct of
  * moe.h, for C callers such as dropless.jax's FFI handler) may be NULL:
  * bindings validate only and read canon. canon (canon_len bytes, may be
- * NULL) receives the
- * whole configuration as '\n'-separated lines, every key given
- * (dl_golden_config_string). Errors: DL_EINVAL (NULL text, an invalid
+ * NULL) receives the whole configuration as '\n'-separated lines, every
+ * key given (dl_golden_config_string). Errors: DL_EINVAL (NULL text, an invalid
  * configuration), DL_EFORMAT (syntax), DL_EOVERFLOW (text over 4096
  * bytes, or canon too small), DL_EIO. */
 DL_EXTERN int dl_api_config_parse(const char *text, dl_moe_config_t *out, char *canon,
