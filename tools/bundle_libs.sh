@@ -1,12 +1,13 @@
 #!/bin/sh
-# Copies this build's libdropless.so.0, the shared libraries it needs that a
-# machine without the build's packages lacks (OpenBLAS, HDF5, MPFR, GMP and
-# theirs: everything ldd resolves but the C library, libm, libgcc_s and
-# whatever matches SKIP), and a prebuilt dropless.jax FFI handler, into DIR,
+# Copies this build's libdropless.so.0 and the dropless command beside it
+# (.libs/dropless), the shared libraries they need that a machine without
+# the build's packages lacks (OpenBLAS, HDF5, MPFR, GMP and theirs:
+# everything ldd resolves but the C library, libm, libgcc_s and whatever
+# matches SKIP), and a prebuilt dropless.jax FFI handler, into DIR,
 # for running the Python package and examples/jax_moe_ffi.py on a machine
 # that cannot build the library (a GPU machine without HDF5 or OpenBLAS
 # development packages; doc/python.md, "The example"). Then, there:
-#   LD_LIBRARY_PATH=DIR DROPLESS_LIB=DIR/libdropless.so.0 \
+#   LD_LIBRARY_PATH=DIR DROPLESS_LIB=DIR/libdropless.so.0 DROPLESS_CLI=DIR/dropless \
 #   DROPLESS_JAX_FFI=DIR/libdropless_jax_ffi.so PYTHONPATH=python python3 ...
 # Usage: tools/bundle_libs.sh DIR [SKIP]   (SKIP: an extended regex of
 #        library paths to leave out; default: the curl/TLS/Kerberos chain,
@@ -21,6 +22,8 @@ lib=${DROPLESS_LIB:-$srcdir/.libs/libdropless.so.0}  # the build tree's, unless 
 [ -f "$lib" ] || { echo "bundle_libs: no $lib (build first)" >&2; exit 1; }
 mkdir -p "$dir"
 cp -L "$lib" "$dir/libdropless.so.0"
+# the command too, for `dropless gen` and the CLI parity tests there
+[ -x "$(dirname "$lib")/dropless" ] && cp -L "$(dirname "$lib")/dropless" "$dir/dropless"
 ldd "$lib" | awk '/=> \// {print $3}' |
     grep -Ev '/(libc|libm|libgcc_s|libpthread|libdl|librt|libresolv)\.so' |
     grep -Ev "$skip" | while read -r so; do cp -L "$so" "$dir/"; done
