@@ -37,7 +37,9 @@ def check(golden, outputs, *, on_report=None, backend="jax", **options):
     dropless.check), computed in a host callback when the program runs:
     works inside jit, on any device. Returns an int32 array [conformant,
     PASS, WARN, FAIL] (counts of the report's rows); the Report itself goes
-    to on_report(report) when given, and is kept for last_report().
+    to on_report(report) when given, and is kept for last_report() (once
+    the program has run: JAX dispatches asynchronously, so wait for the
+    summary first).
     options are dropless.check's (profile, isolated, strict_storage,
     compute_mode, ...). An unknown stage, a wrong shape or dtype raises
     dropless.Error here, with the library's message."""
