@@ -14,6 +14,10 @@ import jax.numpy as jnp  # noqa: E402
 import dropless  # noqa: E402
 from dropless import jax as djax  # noqa: E402
 
+# the targets are the CPU platform's: on a GPU machine too, these tests run
+# their programs on the host (examples/jax_moe_ffi.py --device gpu is the
+# GPU run)
+jax.config.update("jax_default_device", jax.devices("cpu")[0])
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
 SMALL = [c.name for c in dropless.cases(large=False)]
@@ -264,7 +268,7 @@ def test_check_inside_jit():
 
 def _python(code, **env):
     e = {k: v for k, v in os.environ.items() if k not in ("DROPLESS_JAX_FFI", "CC")}
-    e.update(env)
+    e.update(JAX_PLATFORMS="cpu", **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,
                           timeout=600)
 
