@@ -197,18 +197,24 @@ def run_adapter(module, name, expect_backends):
                 if s["mode"] == "chained":
                     assert "isolated_groups" not in attrs
                     assert set(got) == set(g.stages()), sorted(set(g.stages()) ^ set(got))
+                if s["mode"] == "fused":  # out and the input/weight gradients, judged alone
+                    assert "isolated_groups" not in attrs and s["backend"].endswith("[fused]")
+                    assert set(got) == set(common.FUSED_STAGES) & set(g.stages()), got
+                    assert rep.conformant, "%s: %s" % (p, rep.table())
 
 
 def t_jax():
     from tools.adapters import jax_adapter
     run_adapter(jax_adapter, "jax", lambda g: ["jax-ragged_dot[default]", "jax-ragged_dot[highest]",
-                                               "jax-moe[default]", "jax-moe[highest]"])
+                                               "jax-moe[default]", "jax-moe[highest]",
+                                               "jax-moe[default][fused]", "jax-moe[highest][fused]"])
 
 
 def t_torch():
     from tools.adapters import torch_adapter
     run_adapter(torch_adapter, "torch",
-                lambda g: ["torch-moe" if g.dims["d"] % 8 == 0 else "torch-moe[mm_loop]"])
+                lambda g: [b + f for b in ["torch-moe" if g.dims["d"] % 8 == 0 else "torch-moe[mm_loop]"]
+                           for f in ("", "[fused]")])
 
 
 GEMM_STAGES = {"h_gate", "h_up", "y_sorted", "d_h_act", "d_w_down", "d_x_sorted", "d_w_gate",

@@ -124,6 +124,24 @@ def isolated_groups(g, outputs):
     return groups
 
 
+# ---------------------------------------------------------- fused kernels
+
+# What a fused MoE kernel (vLLM's fused_moe, a fused training layer) hands
+# back: the layer's output and the gradients of its inputs and weights, no
+# intermediate. The runner bounds each through the absent upstream stages
+# (doc/tolerances.md), so these candidates test that propagation on real
+# framework arithmetic.
+FUSED_STAGES = ("out", "d_x", "d_w_gate", "d_w_up", "d_w_down", "d_router_weight")
+CHAINED_MODES = ("chained", "fused")  # no isolated_groups: one pass of the layer
+
+
+def fused(res):
+    """A chained Result cut down to FUSED_STAGES, named BACKEND[fused]."""
+    keep = {s: v for s, v in res.outputs.items() if s in FUSED_STAGES}
+    notes = dict(res.notes, fused="the chained layer's %s only" % " ".join(keep))
+    return res._replace(name=res.name + "[fused]", outputs=keep, notes=notes)
+
+
 # ------------------------------------------------------------ candidates
 
 def candidate_name(case, backend, mode=None):
@@ -174,8 +192,8 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
     file; a failing mode is reported and the others still run. info(g) ->
     (version, device name). With repeat, each backend runs twice and
     notes["repeat_differs"] lists the stages whose bits changed
-    (nondeterminism: atomics, split-K). Every mode but "chained" is
-    stage-isolated. Returns ([(path, summary)], [error dicts])."""
+    (nondeterminism: atomics, split-K). Every mode but those of
+    CHAINED_MODES is stage-isolated. Returns ([(path, summary)], [error dicts])."""
     written, errors = [], []
     with dropless.load(golden_path) as g:
         for mode in modes:
@@ -190,7 +208,7 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
                         dropless.to_numpy(res.outputs[s]).tobytes() !=
                         dropless.to_numpy(again[s]).tobytes())
                 version, dname = info(g)
-                groups = None if mode == "chained" else isolated_groups(g, res.outputs)
+                groups = None if mode in CHAINED_MODES else isolated_groups(g, res.outputs)
                 written.append(emit(g, outdir, res, mode, version, dname, seconds, log, groups))
             except Skip as e:
                 log("%-26s %-30s %-8s skipped: %s" % (g.case, "-", mode, e))

@@ -11,6 +11,8 @@ every matrix product):
                      (MaxText-like: fp32 router, lax.top_k, argsort, take,
                      ragged_dot, SwiGLU, un-permute and combine in fp32),
                      under jax.jit, backward by jax.vjp
+  jax-moe[P][fused]  the same layer as a fused kernel exposes it (mode fused):
+                     out, d_x and the weight gradients only
 
 Usage: python3 -m tools.adapters.jax_adapter GOLDEN... -o DIR [--device cpu]
 """
@@ -42,7 +44,7 @@ def available():
 
 
 PRECISIONS = ("default", "highest")
-MODES = ("isolated", "chained")
+MODES = ("isolated", "chained", "fused")
 
 
 def _prec(p):
@@ -210,7 +212,8 @@ def backend(mode, precision):
         if probe:
             notes["fp32_probe"] = probe
         name = ("jax-ragged_dot[%s]" if mode == "isolated" else "jax-moe[%s]") % precision
-        return common.Result(name, outputs, notes, common.profile_for(g.config["dtype"], probe))
+        res = common.Result(name, outputs, notes, common.profile_for(g.config["dtype"], probe))
+        return common.fused(res) if mode == "fused" else res
     return run
 
 
