@@ -282,6 +282,8 @@ def run(golden_path, outdir, ranks=RANKS, device=None, log=print):
         ids = torch.from_numpy(np.ascontiguousarray(g.array("topk_ids"))).to(dev)
         w = torch.from_numpy(np.ascontiguousarray(g.array("topk_weights"))).to(dev)
         whole, secs = {}, {}
+        if Rs:  # the first call pays for kernel loading and allocator warm-up
+            layout(ids, w, E, Rs[0])
         for R in Rs:
             t0 = time.time()
             lay = layout(ids, w, E, R)
