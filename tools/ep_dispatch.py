@@ -217,9 +217,35 @@ def forward(st, iters):
     return res, tm, notes
 
 
+def one_file(path, rank, R, dev, args, tmp, i):
+    """One golden file on this rank: forward, its rank-view candidate, and
+    the arrays the parent assembles (tmp/rankR-I.npz). Returns its info."""
+    info = {"rank": rank}
+    g, how = ep_layout.load_golden(path)
+    with g:
+        st = Rank(g, rank, R, dev)
+        res, tm, notes = forward(st, args.iters)
+        info.update(timings=tm, notes=notes, golden_read_by=how)
+        view = ep_layout.to_host(res["rank_view"], ep_layout.VIEW)
+        name = ep_layout.file_name(g.case, "torch-ep_dispatch[R=%d]" % R, "rank%d" % rank)
+        ep_layout.write_candidate(os.path.join(args.outdir, name), g, [(R, view, rank)],
+                                  backend="torch-ep_dispatch[R=%d]" % R,
+                                  backend_version="torch %s" % torch.__version__,
+                                  device=ep_layout.device_name(dev))
+        info["file"] = name
+    np.savez(os.path.join(tmp, "rank%d-%d.npz" % (rank, i)), out=res["out"],
+             pair_flat=res["pair_flat"], group_sizes=res["group_sizes"],
+             **{"pair_" + n: a for n, a in res["pairs"].items()},
+             **{"view_" + n: a for n, a in view.items()})
+    return info
+
+
 def worker(rank, R, args, port, tmp):
-    """One process: init, forward, its rank-view candidate and a result file."""
-    info = {"rank": rank, "ok": False}
+    """One process: init once, then every golden file in turn (one result
+    file each, tmp/rankR-I.json). A file that fails on this rank ends its
+    loop: the peers' next collective fails or times out, so every rank
+    stops there and the parent reports where."""
+    infos = []
     try:
         os.environ.update(NO_MULTICAST)
         cuda = args.device.startswith("cuda")
@@ -234,30 +260,27 @@ def worker(rank, R, args, port, tmp):
         dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank,
                                 world_size=R, timeout=datetime.timedelta(seconds=args.timeout),
                                 **kw)
-        info.update(backend=backend, device=ep_layout.device_name(dev))
-        g, how = ep_layout.load_golden(args.golden)
-        with g:
-            st = Rank(g, rank, R, dev)
-            res, tm, notes = forward(st, args.iters)
-            info.update(timings=tm, notes=notes, golden_read_by=how)
-            view = ep_layout.to_host(res["rank_view"], ep_layout.VIEW)
-            name = ep_layout.file_name(g.case, "torch-ep_dispatch[R=%d]" % R, "rank%d" % rank)
-            ep_layout.write_candidate(os.path.join(args.outdir, name), g, [(R, view, rank)],
-                                      backend="torch-ep_dispatch[R=%d]" % R,
-                                      backend_version="torch %s" % torch.__version__,
-                                      device=info["device"])
-            info["file"] = name
-        np.savez(os.path.join(tmp, "rank%d.npz" % rank), out=res["out"], pair_flat=res["pair_flat"],
-                 group_sizes=res["group_sizes"],
-                 **{"pair_" + n: a for n, a in res["pairs"].items()},
-                 **{"view_" + n: a for n, a in view.items()})
-        info["ok"] = True
-    except Exception as e:  # recorded for the summary; the parent reports it
-        info["error"] = "%s: %s" % (type(e).__name__, e)
-        info["traceback"] = traceback.format_exc()
+        for i, path in enumerate(args.golden):
+            info = {"rank": rank, "ok": False, "backend": backend,
+                    "device": ep_layout.device_name(dev)}
+            try:
+                info.update(one_file(path, rank, R, dev, args, tmp, i))
+                info["ok"] = True
+            except Exception as e:  # recorded for the summary; the parent reports it
+                info["error"] = "%s: %s" % (type(e).__name__, e)
+                info["traceback"] = traceback.format_exc()
+            with open(os.path.join(tmp, "rank%d-%d.json" % (rank, i)), "w") as fh:
+                json.dump(info, fh, default=str)
+            if not info["ok"]:
+                break
+    except Exception as e:  # init failed: every file of this rank says so
+        for i in range(len(args.golden)):
+            p = os.path.join(tmp, "rank%d-%d.json" % (rank, i))
+            if not os.path.exists(p):
+                with open(p, "w") as fh:
+                    json.dump({"rank": rank, "ok": False, "error": "%s: %s" % (type(e).__name__, e),
+                               "traceback": traceback.format_exc()}, fh)
     finally:
-        with open(os.path.join(tmp, "rank%d.json" % rank), "w") as fh:
-            json.dump(info, fh, default=str)
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
@@ -306,57 +329,80 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(args):
-    """Spawns the ranks, gathers their results, writes the whole candidate
-    and the summary; returns the summary dict."""
+def spawn(args, tmp):
+    """Runs the ranks over every file of args.golden; returns an error
+    line or None."""
     import torch.multiprocessing as mp
+    t0 = time.time()
+    ctx = mp.spawn(worker, args=(args.ranks, args, free_port(), tmp), nprocs=args.ranks,
+                   join=False)
+    try:
+        while not ctx.join(timeout=2):
+            if time.time() - t0 > args.timeout * max(1, len(args.golden)):
+                for p in ctx.processes:  # a rank stuck in a collective
+                    p.kill()
+                return "killed after %d s" % (time.time() - t0)
+    except Exception as e:  # a rank died: its json files (if any) say why
+        return "%s: %s" % (type(e).__name__, e)
+    return None
+
+
+def collect(path, i, args, tmp, spawn_error):
+    """The summary of golden file i from the ranks' results, and its whole
+    candidate when every rank succeeded."""
     R = args.ranks
-    os.environ.update(NO_MULTICAST)
-    summary = {"golden": os.path.abspath(args.golden), "ranks": R, "device": args.device,
-               "env": {k: os.environ.get(k) for k in NO_MULTICAST}, "torch": torch.__version__}
-    g, how = ep_layout.load_golden(args.golden)
+    s = {"golden": os.path.abspath(path), "ranks": R, "device": args.device,
+         "env": {k: os.environ.get(k) for k in NO_MULTICAST}, "torch": torch.__version__}
+    if spawn_error:
+        s["spawn_error"] = spawn_error
+    infos = []
+    for r in range(R):
+        p = os.path.join(tmp, "rank%d-%d.json" % (r, i))
+        infos.append(json.load(open(p)) if os.path.exists(p)
+                     else {"rank": r, "ok": False, "error": "no result (an earlier file failed, "
+                           "or the process died)"})
+    s["per_rank"] = infos
+    g, how = ep_layout.load_golden(path)
     with g:
-        E = g.dims["E"]
-        summary["case"] = g.case
-        if E % R:
-            raise SystemExit("ep_dispatch: %s: R = %d does not divide E = %d" % (args.golden, R, E))
-        with tempfile.TemporaryDirectory(prefix="ep-dispatch-") as tmp:
-            t0 = time.time()
-            ctx = mp.spawn(worker, args=(R, args, free_port(), tmp), nprocs=R, join=False)
+        s["case"] = g.case
+        if all(x["ok"] for x in infos):
             try:
-                while not ctx.join(timeout=2):
-                    if time.time() - t0 > args.timeout:  # a rank stuck in a collective
-                        for p in ctx.processes:
-                            p.kill()
-                        summary["spawn_error"] = "killed after --timeout %d s" % args.timeout
-                        break
-            except Exception as e:  # a rank died: its json (if any) says why
-                summary["spawn_error"] = "%s: %s" % (type(e).__name__, e)
-            summary["seconds"] = round(time.time() - t0, 3)
-            infos = []
-            for r in range(R):
-                p = os.path.join(tmp, "rank%d.json" % r)
-                infos.append(json.load(open(p)) if os.path.exists(p)
-                             else {"rank": r, "ok": False, "error": "no result (process died)"})
-            summary["per_rank"] = infos
-            if all(i["ok"] for i in infos):
-                try:
-                    parts = [dict(np.load(os.path.join(tmp, "rank%d.npz" % r))) for r in range(R)]
-                    outputs, whole = assemble(g, parts)
-                    name = ep_layout.file_name(g.case, "torch-ep_dispatch[R=%d]" % R, "whole")
-                    dev_name = infos[0].get("device")
-                    ep_layout.write_candidate(
-                        os.path.join(args.outdir, name), g, [(R, whole, None)], outputs,
-                        backend="torch-ep_dispatch[R=%d]" % R,
-                        backend_version="torch %s" % torch.__version__, device=dev_name,
-                        compute_mode=profile(g))
-                    summary["file"] = name
-                    summary["max_rel_err_out"] = rel_err(outputs["out"], g.array("out"))
-                except Exception as e:
-                    summary["assemble_error"] = "%s: %s" % (type(e).__name__, e)
-                    summary["traceback"] = traceback.format_exc()
-    summary["ok"] = all(i["ok"] for i in infos) and "file" in summary
-    return summary
+                parts = [dict(np.load(os.path.join(tmp, "rank%d-%d.npz" % (r, i))))
+                         for r in range(R)]
+                outputs, whole = assemble(g, parts)
+                name = ep_layout.file_name(g.case, "torch-ep_dispatch[R=%d]" % R, "whole")
+                ep_layout.write_candidate(
+                    os.path.join(args.outdir, name), g, [(R, whole, None)], outputs,
+                    backend="torch-ep_dispatch[R=%d]" % R,
+                    backend_version="torch %s" % torch.__version__, device=infos[0].get("device"),
+                    compute_mode=profile(g))
+                s["file"] = name
+                s["max_rel_err_out"] = rel_err(outputs["out"], g.array("out"))
+            except Exception as e:
+                s["assemble_error"] = "%s: %s" % (type(e).__name__, e)
+                s["traceback"] = traceback.format_exc()
+    s["ok"] = all(x["ok"] for x in infos) and "file" in s
+    return s
+
+
+def usable(paths, R):
+    """(files whose E the R ranks divide, summaries of those refused)."""
+    ok, refused = [], []
+    for p in paths:
+        try:
+            g, _ = ep_layout.load_golden(p)
+            with g:
+                E = g.dims["E"]
+        except Exception as e:
+            refused.append({"golden": p, "ranks": R, "ok": False,
+                            "error": "%s: %s" % (type(e).__name__, e)})
+            continue
+        if E % R:
+            refused.append({"golden": p, "ranks": R, "ok": False,
+                            "error": "R = %d does not divide E = %d" % (R, E)})
+        else:
+            ok.append(p)
+    return ok, refused
 
 
 def profile(g):
@@ -384,7 +430,7 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=5, help="timed repetitions of the row exchange")
     ap.add_argument("--summary", help="append the summary JSON lines to this file")
     ap.add_argument("--timeout", type=int, default=300,
-                    help="seconds a file's ranks may take (collectives time out, ranks are killed)")
+                    help="seconds per golden file (collectives time out, stuck ranks are killed)")
     a = ap.parse_args(argv)
     if torch is None:
         print("ep_dispatch: PyTorch is not installed", file=sys.stderr)
@@ -399,29 +445,28 @@ def main(argv=None):
               file=sys.stderr)
         return 2
     os.makedirs(a.outdir, exist_ok=True)
-    rc = 0
-    goldens = a.golden
-    for p in goldens:
-        a.golden = p
-        try:
-            s = run(a)
-        except SystemExit as e:
-            print(e, file=sys.stderr)
-            s = {"golden": p, "ranks": a.ranks, "ok": False, "error": str(e)}
-        except Exception as e:  # recorded, the other files still run
-            s = {"golden": p, "ranks": a.ranks, "ok": False, "error": "%s: %s" % (type(e).__name__, e),
-                 "traceback": traceback.format_exc()}
-        rc = rc if s.get("ok") else 1
-        line = {k: v for k, v in s.items() if k != "per_rank"}
-        line["per_rank"] = [{k: v for k, v in i.items() if k != "traceback"} for i in s.get("per_rank", [])]
+    os.environ.update(NO_MULTICAST)
+    a.golden, lines = usable(a.golden, a.ranks)
+    if a.golden:
+        with tempfile.TemporaryDirectory(prefix="ep-dispatch-") as tmp:
+            t0 = time.time()
+            err = spawn(a, tmp)
+            seconds = round(time.time() - t0, 3)
+            for i, p in enumerate(a.golden):
+                s = collect(p, i, a, tmp, err)
+                s["spawn_seconds_all_files"] = seconds
+                lines.append(s)
+    for s in lines:
+        line = dict(s, per_rank=[{k: v for k, v in x.items() if k != "traceback"}
+                                 for x in s.get("per_rank", [])])
         print(json.dumps(line, default=str))
-        for i in s.get("per_rank", []):
-            if i.get("traceback"):
-                print("rank %d: %s" % (i["rank"], i["traceback"]), file=sys.stderr)
+        for x in s.get("per_rank", []):
+            if x.get("traceback"):
+                print("rank %d: %s" % (x["rank"], x["traceback"]), file=sys.stderr)
         if a.summary:
             with open(a.summary, "a") as fh:
                 fh.write(json.dumps(s, default=str) + "\n")
-    return rc
+    return 0 if lines and all(s.get("ok") for s in lines) else 1
 
 
 if __name__ == "__main__":
