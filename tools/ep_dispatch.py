@@ -73,9 +73,13 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def _timed(dev, fn):
-    """(result, seconds) of fn() between device synchronisations."""
+def _timed(dev, fn, collective=True):
+    """(result, seconds) of fn() between device synchronisations; for a
+    collective, after a barrier, so that the time is the exchange's and not
+    the wait for the slowest rank to arrive."""
     _sync(dev)
+    if collective:
+        dist.barrier()
     t0 = time.perf_counter()
     r = fn()
     _sync(dev)
@@ -180,7 +184,7 @@ def forward(st, iters):
     """One rank's expert-parallel forward: (host arrays, timings, notes)."""
     dev = st.dev
     tm = {}
-    lay, tm["layout_s"] = _timed(dev, st.layout)
+    lay, tm["layout_s"] = _timed(dev, st.layout, collective=False)
     (send, recv, pairs), tm["counts_roundtrip_s"] = _timed(dev, lambda: st.counts(lay))
     k = st.k
     xs = st.x[lay["send_token"].long() - st.t0]
@@ -197,7 +201,8 @@ def forward(st, iters):
         reps.append(_timed(dev, lambda: a2a((st.d,), xs, send, recv))[1])
     tm["dispatch_rows_s"] = sorted(reps)
     sizes = [int(sum(c[e] for c in pairs)) for e in range(st.El)]
-    (row, slot, v, kernel), tm["experts_s"] = _timed(dev, lambda: st.experts(rx, ridx, sizes))
+    (row, slot, v, kernel), tm["experts_s"] = _timed(dev, lambda: st.experts(rx, ridx, sizes),
+                                                      collective=False)
     contrib = st.combine_rows(rx.shape[0], row, slot, v["y_sorted"], rw)
     back, tm["combine_exchange_s"] = _timed(dev, lambda: a2a((st.d,), contrib, recv, send))
     out = st.combine_tokens(back, lay)
