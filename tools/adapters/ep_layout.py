@@ -145,101 +145,23 @@ def to_host(arrays, table):
 
 # ------------------------------------------------------------- golden files
 
-class _H5Golden:
-    """The few parts of a golden file the EP tools need, read with h5py:
-    the stand-in where the package's C library cannot load (a GPU machine
-    without a dropless build). The package's loader is used when it loads."""
-
-    def __init__(self, path):
-        import h5py
-        self._f = h5py.File(path, "r")
-        dec = lambda v: v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v
-        self.case = dec(self._f.attrs["case"])
-        self.seed = int(self._f.attrs["seed"])
-        self.config = {k: dec(v) for k, v in self._f["config"].attrs.items()}
-        c = self.config
-        self.dims = {"T": c["tokens"], "d": c["hidden"], "f": c["ffn"], "E": c["experts"],
-                     "k": c["top_k"], "M": c["tokens"] * c["top_k"]}
-
-    def _ds(self, name):
-        for grp in ("inputs", "forward", "backward"):
-            if grp in self._f and name in self._f[grp]:
-                return self._f[grp][name]
-        raise KeyError("golden has no dataset %s" % name)
-
-    def array(self, name):
-        return self._ds(name)[()]
-
-    def dtype_of(self, name):
-        v = self._ds(name).attrs["dtype"]
-        return v.decode() if isinstance(v, bytes) else str(v)
-
-    def close(self):
-        self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
 def load_golden(path):
-    """(golden, how): dropless.load where the library loads, else _H5Golden."""
-    try:
-        import dropless
-        return dropless.load(path), "dropless.load"
-    except Exception as e:  # ImportError, or the package's Error: no library here
-        return _H5Golden(path), "h5py (package unavailable: %s: %s)" % (type(e).__name__, e)
-
-
-def _put_attr(obj, k, v):
-    if isinstance(v, str):
-        obj.attrs[k] = np.bytes_(v.encode())
-    elif isinstance(v, float):
-        obj.attrs[k] = np.float64(v)
-    else:
-        obj.attrs[k] = np.int64(v)
-
-
-def _write_plain(path, g, outputs, attrs):
-    """A candidate without the package: root attributes, /config, each stage
-    in its group as a float32 container with its dtype attribute (the
-    format of doc/format.md); the package writes it when it loads."""
-    import h5py
-    with h5py.File(path, "w") as f:
-        for k, v in (("format", "dropless-golden"), ("format_version", 1), ("case", g.case)):
-            _put_attr(f, k, v)
-        f.attrs["seed"] = np.uint64(g.seed)
-        for k, v in attrs.items():
-            if v is not None:
-                _put_attr(f, k, str(v))
-        cfg = f.create_group("config")
-        for k, v in g.config.items():
-            _put_attr(cfg, k, v)
-        for name, x in outputs.items():
-            grp = "backward" if name.startswith("d_") else "forward"
-            a = np.asarray(x)
-            a = a.astype(np.float32) if a.dtype.kind == "f" else a
-            ds = f.require_group(grp).create_dataset(name, data=a)
-            _put_attr(ds, "dtype", g.dtype_of(name))
+    """(golden, how it was read): the package's loader, or h5io's where the
+    package's library cannot load."""
+    from . import h5io
+    return h5io.load(path)
 
 
 def write_candidate(path, g, groups, outputs=None, **attrs):
     """Writes a candidate: outputs (stage -> array) and root attributes
-    through the package (else _write_plain), then the /ep groups with h5py:
-    groups = [(R, arrays, rank or None)]. Temporary name, then rename."""
+    through the package (h5io's writer where it cannot load), then the /ep
+    groups with h5py: groups = [(R, arrays, rank or None)]. Temporary name,
+    then rename."""
     import h5py
+    from . import h5io
     tmp = "%s.tmp-%d" % (path, os.getpid())
     try:
-        try:
-            import dropless
-            if not isinstance(g, _H5Golden):
-                dropless.write_candidate(tmp, outputs or {}, g, force=True, **attrs)
-            else:
-                raise ImportError("golden read by h5py")
-        except ImportError:
-            _write_plain(tmp, g, outputs or {}, attrs)
+        h5io.write_candidate(tmp, outputs or {}, g, force=True, **attrs)
         with h5py.File(tmp, "r+") as f:
             ep = f.require_group("ep")
             for R, arrays, rank in groups:
