@@ -200,7 +200,7 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
     written, errors = [], []
     g, how = h5io.load(golden_path)
     if how != "dropless.load":
-        log("%s: golden read by %s" % (golden_path, how))
+        log("%s: golden read by %s" % (golden_path, how[:160]))
     with g:
         for mode in modes:
             t0 = time.time()
