@@ -6,6 +6,7 @@
 #define DROPLESS_GOLDEN_H
 #include "core.h"
 #include "moe.h"
+#include "ep.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -152,6 +153,9 @@ DL_EXTERN dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, cons
 
 /* -------------------------------------------------------------- one file */
 
+/* The most /ep/ranks_R groups a file holds. */
+#define DL_GOLDEN_EP_MAX 16
+
 /* An upper bound of dl_golden_dataset_count() (bits of bad_datasets). */
 #define DL_GOLDEN_DATASET_MAX 64
 
@@ -192,6 +196,11 @@ typedef struct {
      * not marked: it is read and judged at the case's type. */
     uint64_t coarse_datasets;
     dl_dtype_t store[DL_GOLDEN_DATASET_MAX];
+    /* /ep/ranks_R groups (doc/format.md, "Expert parallelism"): n_ep of them,
+     * ascending R in golden files; a candidate's may be rank views, and
+     * their datasets set aside are marked in ep[i].bad. Arrays owned by g. */
+    int n_ep;
+    dl_ep_layout_t ep[DL_GOLDEN_EP_MAX];
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 
@@ -216,6 +225,9 @@ typedef struct {
                               * (dl_golden_gen_stream); the same bytes */
     int64_t expert_begin, expert_end; /* expert_end > 0: only experts [begin, end)
                               * (a slice, doc/format.md); implies stream */
+    int n_ep_ranks;          /* > 0: write /ep/ranks_R for each R of ep_ranks (each a
+                              * divisor of E; duplicates written once, ascending) */
+    int64_t ep_ranks[DL_GOLDEN_EP_MAX];
 } dl_golden_gen_opts_t;
 
 /* Writes g to path: the root attributes, /config, and each group whose

@@ -27,6 +27,7 @@ typedef struct {
     dl_golden_inputs_t in; /* every input but the expert weights */
     dl_moe_forward_t f;    /* router stages and x_sorted whole; the rest rows [r0, r1) */
     dl_moe_backward_t b;
+    dl_golden_file_t *hdr; /* the file's header: the layouts go there */
     float *wbuf[2];        /* one expert's weights */
     float *dw;             /* one expert's weight gradient */
     dl_tier_stats_t stats;
@@ -105,7 +106,8 @@ static int route(stream_t *s)
         return rc;
     s->r0 = f->group_offsets[s->A];
     s->r1 = f->group_offsets[s->B];
-    return 0;
+    /* written after every other group, by then from the header */
+    return dl__golden_ep_layouts(c, f->topk_ids, f->topk_weights, s->o, s->hdr);
 }
 
 /* Rows of expert e relative to the slice's first row, and their count. */
@@ -397,6 +399,8 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     }
     /* refused before the work, not after it */
     int orc = dl__out_check(path, opts->force, err, errlen);
+    if (!orc)
+        orc = dl__golden_ep_check_ranks(k, opts, c->name, err, errlen);
     if (orc)
         return orc;
     stream_t s;
@@ -432,7 +436,9 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     hdr.has_inputs = hdr.has_forward = 1;
     hdr.has_backward = !opts->no_backward;
     dl__golden_source_t src = {&s, shape_of, produce, A, s.full ? 0 : B};
+    s.hdr = &hdr;
     rc = dl__golden_write_source(path, &hdr, &src, opts->force, NULL, NULL, err, errlen);
     stream_free(&s);
+    dl_golden_free(&hdr);
     return rc;
 }
