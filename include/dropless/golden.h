@@ -103,6 +103,13 @@ DL_EXTERN double dl_golden_ln(double x);
  * any thread count. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENOMEM. */
 DL_EXTERN int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in);
 DL_EXTERN void dl_golden_inputs_free(dl_golden_inputs_t *in);
+/* The pieces a distributed generator draws (`mpirun dropless gen`, doc/ep.md):
+ * every input but the expert weights (those stay NULL; free with
+ * dl_golden_inputs_free), and expert e's slab of one expert weight, which =
+ * 0 w_gate, 1 w_up, 2 w_down, hidden*ffn floats into buf. The same values
+ * dl_case_inputs draws. Errors as dl_case_inputs; DL_EINVAL (which, e). */
+DL_EXTERN int dl_case_inputs_tokens(const dl_case_t *c, dl_golden_inputs_t *in);
+DL_EXTERN int dl_case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf);
 
 /* ------------------------------------------------------ the dataset table */
 
@@ -272,6 +279,13 @@ DL_EXTERN int dl_golden_seal(const char *path, char *err, size_t errlen);
  * Free g with dl_golden_free, also after an error. */
 DL_EXTERN int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
                                  dl_golden_file_t *g, int *backward_err, char *err, size_t errlen);
+
+/* Adds to g (its forward routing computed) the layouts /ep/ranks_R of
+ * opts->ep_ranks (ascending, duplicates once), for writers that assemble a
+ * file themselves. Errors: DL_EINVAL (an R not dividing E, with a message),
+ * those of dl_ep_layout. */
+DL_EXTERN int dl_golden_add_ep_layouts(dl_golden_file_t *g, const dl_golden_gen_opts_t *opts,
+                                       char *err, size_t errlen);
 
 /* dl_golden_generate then dl_golden_write. A failed backward pass does not
  * fail the call: the file is written without /backward and the code is

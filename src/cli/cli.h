@@ -18,4 +18,12 @@ int dl_cli_capacity(int argc, char **argv); /* capacity.c */
 /* The time limit for parsing an unsealed file in a child process
  * (dl_golden_load_isolated): DROPLESS_PREFLIGHT_SECONDS, else 120 s. */
 unsigned dl_cli_preflight_seconds(void); /* check.c */
+/* gen_mpi.c: `mpirun -np R dropless gen`. The number of processes the
+ * launcher started (1 outside one); begin (MPI_Init; this rank into *rank;
+ * built without MPI: refuses, exit status 2), one call per case (every
+ * rank; rank 0 writes path), end (MPI_Finalize). 0 or an exit status. */
+int dl_cli_mpi_size(void);
+int dl_cli_gen_mpi_begin(int *rank);
+int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *go);
+void dl_cli_gen_mpi_end(void);
 #endif

@@ -451,6 +451,23 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
     return 0;
 }
 
+/* One case over the MPI processes (gen_mpi.c); 0 or an exit status. */
+static int gen_one_mpi(const gen_opts_t *o, const dl_case_t *c, const char *path, int rank)
+{
+    dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, 0, o->sc.ex_a, o->sc.ex_b, 0,
+                               {0}};
+    go.n_ep_ranks = o->sc.n_ep;
+    memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
+    int rc = dl_cli_gen_mpi(c, path, &go);
+    if (rc == 0 && rank == 0 && !o->quiet) {
+        struct stat st;
+        char sz[32];
+        human(stat(path, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
+        printf("wrote %s (%s, %d processes)\n", path, sz, dl_cli_mpi_size());
+    }
+    return rc;
+}
+
 int dl_cli_gen(int argc, char **argv)
 {
     gen_opts_t o;
@@ -474,6 +491,10 @@ int dl_cli_gen(int argc, char **argv)
         fprintf(stderr, "dropless gen: --output takes one case, %d given (use --dir)\n", n);
         goto done;
     }
+    /* under mpirun: every process runs each case, rank 0 writes it */
+    int mpi = dl_cli_mpi_size() > 1, mrank = 0;
+    if (mpi && (rc = dl_cli_gen_mpi_begin(&mrank)))
+        goto done;
     rc = DL_EXIT_OK;
     for (int i = 0; i < n && rc == DL_EXIT_OK; i++) {
         char path[4096];
@@ -482,8 +503,10 @@ int dl_cli_gen(int argc, char **argv)
             rc = DL_EXIT_USAGE;
             break;
         }
-        rc = gen_one(&o, &cases[i], path);
+        rc = mpi ? gen_one_mpi(&o, &cases[i], path, mrank) : gen_one(&o, &cases[i], path);
     }
+    if (mpi)
+        dl_cli_gen_mpi_end();
 done:
     free(cases);
     return rc;

@@ -61,6 +61,18 @@ int dl__golden_ep_layouts(const dl_moe_config_t *c, const int32_t *ids, const fl
     return 0;
 }
 
+int dl_golden_add_ep_layouts(dl_golden_file_t *g, const dl_golden_gen_opts_t *opts, char *err,
+                             size_t errlen)
+{
+    if (!g || !opts || !g->fwd.topk_ids || !g->fwd.topk_weights || g->n_ep)
+        return DL_EINVAL;
+    int rc = dl__golden_ep_check_ranks(&g->config, opts, g->case_name, err, errlen);
+    if (!rc && (rc = dl__golden_ep_layouts(&g->config, g->fwd.topk_ids, g->fwd.topk_weights, opts, g)))
+        dl__golden_msg(err, errlen, "case %s: expert-parallel layout: %s", g->case_name,
+                       dl_strerror(rc));
+    return rc;
+}
+
 /* ----------------------------------------------------------------- write */
 
 static hid_t file_type(int elem)
