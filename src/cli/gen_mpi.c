@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include "dropless.h"
 #include "cli.h"
 
@@ -505,6 +506,7 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opt
     int rc = refuse(x, path, go);
     if (rc)
         return rc;
+    const double t0 = MPI_Wtime();
     const dl_moe_config_t *k = &c->config;
     x->T = k->tokens, x->d = k->hidden, x->f = k->ffn, x->E = k->route.experts;
     x->k = k->route.top_k, x->per = x->E / x->R, x->dt = k->dtype;
@@ -525,6 +527,14 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opt
     if (!go->no_backward)
         backward(x);
     rc = write_file(x, path, go);
+    if (getenv("DROPLESS_MPI_STATS")) {
+        /* per-rank figures for doc/ep.md's scaling model */
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        fprintf(stderr, "dropless gen: rank %d of %d: %.3f s, max RSS %ld KiB, %lld tokens in, "
+                "%lld sorted rows, %lld experts\n", x->me, x->R, MPI_Wtime() - t0, ru.ru_maxrss,
+                (long long)x->n_in, (long long)x->Mr, (long long)x->per);
+    }
     run_free(x);
     return rc ? (rc == DL_EEXIST || rc == DL_EINVAL ? DL_EXIT_USAGE : DL_EXIT_FAIL) : 0;
 }
