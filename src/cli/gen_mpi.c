@@ -95,6 +95,7 @@ typedef struct {
     int *tc, *td, *trc, *trd;    /* token rows: send/recv counts and displacements */
     int *sc, *sd, *src_, *srd;   /* slot rows expert -> source: send, and as a source receive */
     dl_tier_stats_t stats;
+    double t[5];                 /* DROPLESS_MPI_STATS: ends of draw, route, forward, backward */
 } run_t;
 
 #define ALLOC(p, n) ((p) = calloc((n) > 0 ? (size_t)(n) : 1, sizeof *(p)))
@@ -521,18 +522,25 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opt
         for (int64_t e = 0; e < x->per; e++)
             TRY("expert weights", dl_case_expert_weight(c, i, x->me * x->per + e, x->w[i] + e * df));
     }
+    x->t[0] = MPI_Wtime();
     route(x);
     plan(x);
+    x->t[1] = MPI_Wtime();
     forward(x);
+    x->t[2] = MPI_Wtime();
     if (!go->no_backward)
         backward(x);
+    x->t[3] = MPI_Wtime();
     rc = write_file(x, path, go);
+    x->t[4] = MPI_Wtime();
     if (getenv("DROPLESS_MPI_STATS")) {
         /* per-rank figures for doc/ep.md's scaling model */
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        fprintf(stderr, "dropless gen: rank %d of %d: %.3f s, max RSS %ld KiB, %lld tokens in, "
-                "%lld sorted rows, %lld experts\n", x->me, x->R, MPI_Wtime() - t0, ru.ru_maxrss,
+        fprintf(stderr, "dropless gen: rank %d of %d: %.3f s (draw %.3f, route %.3f, forward %.3f, "
+                "backward %.3f, gather+write %.3f), max RSS %ld KiB, %lld tokens in, %lld sorted "
+                "rows, %lld experts\n", x->me, x->R, x->t[4] - t0, x->t[0] - t0, x->t[1] - x->t[0],
+                x->t[2] - x->t[1], x->t[3] - x->t[2], x->t[4] - x->t[3], ru.ru_maxrss,
                 (long long)x->n_in, (long long)x->Mr, (long long)x->per);
     }
     run_free(x);
