@@ -157,6 +157,24 @@ try:
                 assert f["ep/ranks_4"][k][()].tobytes() == w["ep/ranks_4"][k][()].tobytes(), k
     check("an expert slice (--experts) holds the whole layout", slice_has_ep)
 
+    def sealed():
+        p = os.path.join(tmp, "edited.h5")
+        shutil.copy(G, p)
+        dl("info", p)
+        with h5py.File(p, "r+") as f:
+            a = f["ep/ranks_2/send_counts"][()]
+            a[0, 0] += 1
+            f["ep/ranks_2/send_counts"][...] = a
+        r = dl("info", p, want=2)
+        assert "seal" in r.stderr, r.stderr
+        # as a candidate (a candidate needs no seal) the edit is a finding
+        r = dl("check", G, p, "--json", "-", want=1)
+        bad = [x for x in json.loads(r.stdout)["checks"] if x["verdict"] == "FAIL"]
+        assert [x["check"] for x in bad] == ["ep_counts"], bad
+        assert "send_counts[0,0]" in bad[0]["message"], bad
+    check("the seal covers /ep: an edited layout fails the golden's load, FAILs as a candidate",
+          sealed)
+
     def refuse():
         p = dl("gen", "tiny", "-o", os.path.join(tmp, "x.h5"), "--ep-ranks", "3", want=2)
         assert "does not divide" in p.stderr and p.stderr.count("\n") == 1, p.stderr
