@@ -316,7 +316,7 @@ try:
     check("a dropped slot FAILs, (t, j, rank) named",
           expect("drop", drop_slot, "ep_dispatch", "FAIL", "dropped: ("))
     check("a double send FAILs (duplicate copies: DeepEP sends one per rank)",
-          expect("dup", double_send, "ep_dispatch", "FAIL", "duplicate copies"))
+          expect("dup", double_send, "ep_dispatch", "FAIL", "duplicate copies: DeepEP sends one per rank: ("))
     check("a wrong send count FAILs, the element named",
           expect("count", count, "ep_counts", "FAIL", "send_counts[1,2]"))
     check("a wrong is_token_in_rank FAILs",

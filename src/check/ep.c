@@ -176,19 +176,20 @@ static void one_row(ep_t *e, walk_t *w, int64_t r, int64_t i, int64_t *prev)
              i, r, t);
         return;
     }
-    if (w->stamp[t] == r + 1) {
-        note(e, w->dx, &w->ndf, "duplicate copies: DeepEP sends one per rank: (%" PRId64
-             ", *, rank %" PRId64 ") in rows %" PRId64 " and %" PRId64, t, r, w->first[t], i);
-        return;
-    }
-    w->stamp[t] = (int32_t)(r + 1);
-    w->first[t] = i;
-    int64_t j0 = 0;
+    int64_t j0 = 0; /* the slot a finding names: the first the row claims */
     for (int64_t j = 0; L->recv_topk_idx && j < k; j++)
         if (L->recv_topk_idx[i * k + j] != -1) {
             j0 = j;
             break;
         }
+    if (w->stamp[t] == r + 1) {
+        note(e, w->dx, &w->ndf, "duplicate copies: DeepEP sends one per rank: (%" PRId64
+             ", %" PRId64 ", rank %" PRId64 ") in rows %" PRId64 " and %" PRId64, t, j0, r,
+             w->first[t], i);
+        return;
+    }
+    w->stamp[t] = (int32_t)(r + 1);
+    w->first[t] = i;
     /* the golden's is_token_in_rank, whole */
     int in = 0;
     for (int64_t j = 0; j < k; j++)
