@@ -4,6 +4,7 @@
 # fp32/bf16/fp16, softmax and grouped sigmoid routing) and on the kernel
 # tier's kernel-sizes-bf16 (planted group sizes, a hot expert; its digest
 # in vectors/KERNEL_SHA256SUMS), with --ep-ranks and --no-backward too;
+# --slices (each rank its expert slice) byte-identical to gen --experts;
 # refusals (R not dividing E, --experts, an existing output) exit 2 under
 # mpirun; a build without MPI refuses to run as several processes. SKIPs,
 # saying why, where mpirun is absent. Speaks TAP.
@@ -62,6 +63,33 @@ for np in 2 4; do
         'mpi $np gen $k -q -o "$T/$k.$np.h5" && [ "$(sha256sum "$T/$k.$np.h5" | cut -d" " -f1)" = "$want" ]'
     rm -f "$T/$k.$np.h5"
 done
+
+# --slices: each rank writes its expert slice, the bytes of gen --experts A:B
+slices() { # CASE NP E [OPTIONS]: every rank's slice against gen --experts
+    c=$1 np=$2 e=$3
+    shift 3
+    mkdir -p "$T/sl$np" && mpi $np gen "$c" --slices -q -d "$T/sl$np" "$@" || return 1
+    per=$((e / np)) r=0
+    while [ $r -lt $np ]; do
+        a=$((r * per)) b=$(((r + 1) * per))
+        "$DL" gen "$c" --experts $a:$b -q -f -d "$T" "$@" &&
+            cmp "$T/$c.experts-$a-$b.h5" "$T/sl$np/$c.experts-$a-$b.h5" || return 1
+        r=$((r + 1))
+    done
+    rm -rf "$T/sl$np"
+}
+check "mpirun -np 2 gen --slices: each slice = gen --experts (deepseek-v3-small, --ep-ranks 2)" \
+    'slices deepseek-v3-small 2 32 --ep-ranks 2'
+check "mpirun -np 4 gen --slices: each slice = gen --experts (mixtral-small-bf16)" \
+    'slices mixtral-small-bf16 4 8'
+check "mpirun -np 2 gen --slices --no-backward (plain-ffn-fp16)" \
+    'slices plain-ffn-fp16 2 6 --no-backward'
+check "mpirun -np 4 gen --slices: each slice = gen --experts (kernel tier: $k)" \
+    'slices $k 4 64'
+check "--slices without mpirun: exit 2, said" \
+    'run 2 gen tiny --slices -d "$T" && grep -q "needs mpirun" "$T/err"'
+check "--slices with --output under mpirun: exit 2, said" \
+    '! mpi 2 gen tiny --slices -o "$T/x.h5" && grep -q "one file per rank" "$T/err"'
 
 # negative controls: the comparison notices a changed byte; refusals
 check "cmp notices one changed byte (negative control)" \

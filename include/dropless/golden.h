@@ -287,6 +287,20 @@ DL_EXTERN int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t 
 DL_EXTERN int dl_golden_add_ep_layouts(dl_golden_file_t *g, const dl_golden_gen_opts_t *opts,
                                        char *err, size_t errlen);
 
+/* Writes the slice of experts [A, B) (doc/format.md, "Expert slices") from
+ * arrays a distributed generator holds: g has the header, /config, the
+ * has_* flags, every input but the expert weights, the whole routing
+ * (router_logits .. group_offsets, tie_margin, sort_perm, inv_perm) and,
+ * shaped as the slice, the expert weights and weight gradients [B-A, ., .]
+ * and the sorted-row values [Ms, .] (Ms = group_offsets[B] -
+ * group_offsets[A]), and its /ep layouts if any; the values a slice leaves
+ * out are not read. The bytes of dl_golden_gen_stream with expert_begin =
+ * A, expert_end = B. Same temporary-name and no-overwrite rules as
+ * dl_golden_write. Errors: DL_EINVAL (a range that is not a proper slice,
+ * an array missing), DL_EEXIST, DL_EIO, DL_ENOMEM. */
+DL_EXTERN int dl_golden_write_slice(const char *path, const dl_golden_file_t *g, int64_t A,
+                                    int64_t B, int force, char *err, size_t errlen);
+
 /* dl_golden_generate then dl_golden_write. A failed backward pass does not
  * fail the call: the file is written without /backward and the code is
  * returned in *backward_err (may be NULL). An existing path is refused

@@ -67,6 +67,8 @@ static void gen_usage(FILE *f)
             "                      the file is DIR/CASE.experts-A-B.h5\n"
             "      --ep-ranks R,.. also write the expert-parallel layout /ep/ranks_R for each\n"
             "                      R (a divisor of the expert count; doc/format.md)\n"
+            "      --slices        under mpirun: each rank writes its expert slice\n"
+            "                      DIR/CASE.experts-A-B.h5 (doc/ep.md), not rank 0 the file\n"
             "      --ignore-memory generate even when the case needs more memory than is\n"
             "                      available\n"
             "  -q, --quiet         print nothing on success\n"
@@ -182,7 +184,8 @@ static int parse_experts(const char *s, int64_t *a, int64_t *b)
 }
 
 /* gen's long options without a short form */
-enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM, O_EPRANKS };
+enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM, O_EPRANKS,
+       O_SLICES };
 
 /* The options of issue 13: --tier, --stream, --experts, --ignore-memory. */
 typedef struct {
@@ -190,6 +193,7 @@ typedef struct {
     int stream, ignore_memory;
     int64_t ex_a, ex_b; /* ex_b > 0: --experts ex_a:ex_b */
     int n_ep;           /* --ep-ranks */
+    int slices;         /* --slices (under mpirun) */
     int64_t ep[DL_GOLDEN_EP_MAX];
 } scale_opts_t;
 
@@ -218,6 +222,7 @@ static int scale_option(int ch, const char *arg, scale_opts_t *sc)
     dl_case_tier_t t;
     switch (ch) {
     case O_STREAM: sc->stream = 1; return 0;
+    case O_SLICES: sc->slices = 1; return 0;
     case O_IGNMEM: sc->ignore_memory = 1; return 0;
     case O_TIER:
         if (dl_case_tier_parse(arg, &t)) {
@@ -329,7 +334,8 @@ static int gen_parse(int argc, char **argv, gen_opts_t *o)
         {"case", required_argument, NULL, 'C'},   {"tier", required_argument, NULL, O_TIER},
         {"stream", no_argument, NULL, O_STREAM},  {"experts", required_argument, NULL, O_EXPERTS},
         {"ignore-memory", no_argument, NULL, O_IGNMEM},
-        {"ep-ranks", required_argument, NULL, O_EPRANKS}, {NULL, 0, NULL, 0}};
+        {"ep-ranks", required_argument, NULL, O_EPRANKS}, {"slices", no_argument, NULL, O_SLICES},
+        {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     o->dir = ".";
     o->dtype = DL_F32;
@@ -345,7 +351,7 @@ static int gen_parse(int argc, char **argv, gen_opts_t *o)
         case 'h': gen_usage(stdout); return -1;
         case O_ALL: o->all = 1; break;
         case O_NOBACK: o->no_backward = 1; break;
-        case O_STREAM: case O_IGNMEM: case O_TIER: case O_EXPERTS: case O_EPRANKS:
+        case O_STREAM: case O_IGNMEM: case O_TIER: case O_EXPERTS: case O_EPRANKS: case O_SLICES:
             if (scale_option(ch, optarg, &o->sc))
                 return DL_EXIT_USAGE;
             break;
@@ -458,12 +464,13 @@ static int gen_one_mpi(const gen_opts_t *o, const dl_case_t *c, const char *path
                                {0}};
     go.n_ep_ranks = o->sc.n_ep;
     memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
-    int rc = dl_cli_gen_mpi(c, path, &go);
-    if (rc == 0 && rank == 0 && !o->quiet) {
+    char written[4096];
+    int rc = dl_cli_gen_mpi(c, path, o->sc.slices ? o->dir : NULL, &go, written, sizeof written);
+    if (rc == 0 && (rank == 0 || o->sc.slices) && !o->quiet) {
         struct stat st;
         char sz[32];
-        human(stat(path, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
-        printf("wrote %s (%s, %d processes)\n", path, sz, dl_cli_mpi_size());
+        human(stat(written, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
+        printf("wrote %s (%s, rank %d of %d)\n", written, sz, rank, dl_cli_mpi_size());
     }
     return rc;
 }
@@ -493,6 +500,11 @@ int dl_cli_gen(int argc, char **argv)
     }
     /* under mpirun: every process runs each case, rank 0 writes it */
     int mpi = dl_cli_mpi_size() > 1, mrank = 0;
+    if (o.sc.slices && (!mpi || o.output)) {
+        fprintf(stderr, "dropless gen: --slices %s\n", mpi ? "writes one file per rank into --dir, "
+                "not --output" : "needs mpirun (for one slice: --experts A:B)");
+        goto done;
+    }
     if (mpi && (rc = dl_cli_gen_mpi_begin(&mrank)))
         goto done;
     rc = DL_EXIT_OK;

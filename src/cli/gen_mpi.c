@@ -42,9 +42,10 @@ int dl_cli_gen_mpi_begin(int *rank)
     return DL_EXIT_USAGE;
 }
 
-int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *go)
+int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
+                   const dl_golden_gen_opts_t *go, char *written, size_t n)
 {
-    (void)c, (void)path, (void)go;
+    (void)c, (void)path, (void)slice_dir, (void)go, (void)written, (void)n;
     return DL_EXIT_USAGE;
 }
 
@@ -427,21 +428,27 @@ static void assemble(run_t *x, dl_golden_file_t *g, int backward_too)
 }
 
 /* Rank 0's file: the header, the inputs whole, the gathered values. */
+static void header(const run_t *x, dl_golden_file_t *g, const dl_golden_gen_opts_t *go)
+{
+    const dl_case_t *c = x->c;
+    memset(g, 0, sizeof *g);
+    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
+    g->format_version = DL_GOLDEN_FORMAT_VERSION;
+    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
+    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
+    g->seed = c->seed;
+    g->config = c->config;
+    g->has_inputs = g->has_forward = 1;
+    g->has_backward = !go->no_backward;
+}
+
 static int write_file(run_t *x, const char *path, const dl_golden_gen_opts_t *go)
 {
     dl_golden_file_t g;
     memset(&g, 0, sizeof g);
-    const dl_case_t *c = x->c;
     if (x->me == 0) {
-        snprintf(g.format, sizeof g.format, "%s", DL_GOLDEN_FORMAT);
-        g.format_version = DL_GOLDEN_FORMAT_VERSION;
-        snprintf(g.generator, sizeof g.generator, "dropless %s", DL_VERSION_STRING);
-        snprintf(g.case_name, sizeof g.case_name, "%s", c->name);
-        g.seed = c->seed;
-        g.config = c->config;
-        g.has_inputs = g.has_forward = 1;
-        g.has_backward = !go->no_backward;
-        TRY("drawing the inputs", dl_case_inputs(c, &g.in));
+        header(x, &g, go);
+        TRY("drawing the inputs", dl_case_inputs(x->c, &g.in));
     }
     assemble(x, &g, !go->no_backward);
     int rc = 0;
@@ -459,6 +466,68 @@ static int write_file(run_t *x, const char *path, const dl_golden_gen_opts_t *go
     return rc;
 }
 
+
+/* rows of every rank, in rank order, into r on every rank */
+static void allgather(run_t *x, const float *s, int64_t rows, int64_t cols, float *r)
+{
+    int n = (int)rows, *cnt, *dis;
+    if (!ALLOC(cnt, x->R) || !ALLOC(dis, x->R))
+        fail_all(x, "gathering", DL_ENOMEM);
+    MPI_Allgather(&n, 1, MPI_INT, cnt, 1, MPI_INT, x->comm);
+    for (int i = 1; i < x->R; i++)
+        dis[i] = dis[i - 1] + cnt[i - 1];
+    MPI_Datatype row;
+    MPI_Type_contiguous(cols > 0 ? (int)cols : 1, MPI_FLOAT, &row);
+    MPI_Type_commit(&row);
+    MPI_Allgatherv(s, cols > 0 ? n : 0, row, r, cnt, dis, row, x->comm);
+    MPI_Type_free(&row);
+    free(cnt);
+    free(dis);
+}
+
+/* This rank's expert slice, written by itself: the whole routing (the
+ * router values gathered, the sort recomputed from everyone's ids), its
+ * experts' weights, rows and gradients as computed; nothing goes to rank 0. */
+static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *go)
+{
+    const int64_t T = x->T, E = x->E, M = x->T * x->k;
+    dl_golden_file_t g;
+    header(x, &g, go);
+    g.in = x->in;
+    g.in.w_gate = x->w[0], g.in.w_up = x->w[1], g.in.w_down = x->w[2];
+    dl_moe_forward_t *f = &g.fwd;
+    if (!ALLOC(f->router_logits, T * E) || !ALLOC(f->router_scores, T * E) ||
+        !ALLOC(f->tie_margin, T) || !ALLOC(f->sort_perm, M) || !ALLOC(f->inv_perm, M) ||
+        !ALLOC(f->group_sizes, E) || !ALLOC(f->group_offsets, E + 1))
+        fail_all(x, "assembling the slice", DL_ENOMEM);
+    allgather(x, x->fs.router_logits, x->Ts, E, f->router_logits);
+    allgather(x, x->fs.router_scores, x->Ts, E, f->router_scores);
+    allgather(x, x->fs.tie_margin, x->Ts, 1, f->tie_margin);
+    TRY("sort", dl_sort_assignments(x->ids, T, x->k, E, f->sort_perm, f->inv_perm, f->group_sizes,
+                                    f->group_offsets));
+    f->topk_ids = x->ids, f->topk_weights = x->wts;
+    f->x_sorted = x->xs, f->h_gate = x->hg, f->h_up = x->hu, f->h_act = x->ha, f->y_sorted = x->ys;
+    dl_moe_backward_t *b = &g.bwd;
+    b->d_y_sorted = x->dys, b->d_h_act = x->dha, b->d_h_gate = x->dhg, b->d_h_up = x->dhu;
+    b->d_x_sorted = x->dxs, b->d_w_gate = x->dw[0], b->d_w_up = x->dw[1], b->d_w_down = x->dw[2];
+    char err[512] = "";
+    int rc = go->n_ep_ranks > 0 ? dl_golden_add_ep_layouts(&g, go, err, sizeof err) : 0;
+    if (!rc)
+        rc = dl_golden_write_slice(path, &g, x->me * x->per, (x->me + 1) * x->per, go->force, err,
+                                   sizeof err);
+    if (rc)
+        fprintf(stderr, "dropless gen: rank %d: %s\n", x->me, err[0] ? err : dl_strerror(rc));
+    void *mine[] = {f->router_logits, f->router_scores, f->tie_margin, f->sort_perm, f->inv_perm,
+                    f->group_sizes, f->group_offsets};
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+        free(mine[i]);
+    for (int i = 0; i < g.n_ep; i++)
+        dl_ep_layout_free(&g.ep[i]);
+    int worst = rc ? 1 : 0, any;
+    MPI_Allreduce(&worst, &any, 1, MPI_INT, MPI_MAX, x->comm);
+    return rc ? rc : any ? DL_EIO : 0;
+}
+
 static void run_free(run_t *x)
 {
     dl_golden_inputs_free(&x->in);
@@ -474,7 +543,7 @@ static void run_free(run_t *x)
 }
 
 /* What every rank can refuse alike before any exchange; rank 0 says why. */
-static int refuse(const run_t *x, const char *path, const dl_golden_gen_opts_t *go)
+static int refuse(const run_t *x, const char *path, int slices, const dl_golden_gen_opts_t *go)
 {
     char err[512] = "";
     int rc = 0;
@@ -487,16 +556,18 @@ static int refuse(const run_t *x, const char *path, const dl_golden_gen_opts_t *
                  (long long)k->route.experts), rc = 1;
     else if (go->expert_end > 0)
         snprintf(err, sizeof err, "--experts is not supported under mpirun (each rank computes "
-                 "its experts; rank 0 writes the whole file)"), rc = 1;
-    else if (x->me == 0 && dl_golden_check_output(path, go->force, err, sizeof err))
-        rc = 1;
-    MPI_Bcast(&rc, 1, MPI_INT, 0, x->comm);
-    if (rc && x->me == 0)
+                 "its experts; --slices writes each rank's slice)"), rc = 1;
+    else if ((slices || x->me == 0) && dl_golden_check_output(path, go->force, err, sizeof err))
+        rc = 1; /* with slices, every rank its own file */
+    int any = rc;
+    MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, x->comm);
+    if (rc && (slices || x->me == 0))
         fprintf(stderr, "dropless gen: %s\n", err);
-    return rc ? DL_EXIT_USAGE : 0;
+    return any ? DL_EXIT_USAGE : 0;
 }
 
-int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opts_t *go)
+int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
+                   const dl_golden_gen_opts_t *go, char *written, size_t n)
 {
     run_t xx, *x = &xx;
     memset(x, 0, sizeof *x);
@@ -504,7 +575,13 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opt
     MPI_Comm_rank(x->comm, &x->me);
     MPI_Comm_size(x->comm, &x->R);
     x->c = c;
-    int rc = refuse(x, path, go);
+    const int64_t E = c->config.route.experts, per = x->R > 0 ? E / x->R : 0;
+    if (slice_dir)
+        snprintf(written, n, "%s/%s.experts-%lld-%lld.h5", slice_dir, c->name,
+                 (long long)(x->me * per), (long long)((x->me + 1) * per));
+    else
+        snprintf(written, n, "%s", path);
+    int rc = refuse(x, written, slice_dir != NULL, go);
     if (rc)
         return rc;
     const double t0 = MPI_Wtime();
@@ -531,7 +608,7 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const dl_golden_gen_opt
     if (!go->no_backward)
         backward(x);
     x->t[3] = MPI_Wtime();
-    rc = write_file(x, path, go);
+    rc = slice_dir ? write_slice(x, written, go) : write_file(x, path, go);
     x->t[4] = MPI_Wtime();
     if (getenv("DROPLESS_MPI_STATS")) {
         /* per-rank figures for doc/ep.md's scaling model */

@@ -103,4 +103,10 @@ int dl__golden_ep_write(int64_t file, int64_t gcpl, int64_t dcpl, const dl_golde
 int dl__golden_ep_read(int64_t file, dl_golden_file_t *g, int strict, const char *path, char *err,
                        size_t errlen);
 
+/* A dataset's extents in the slice of n_experts experts and their n_rows
+ * sorted rows (stream.c; full: the whole file), its element count, or -1
+ * when a slice leaves it out (it needs every expert's rows). */
+int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c, int full,
+                               int64_t n_experts, int64_t n_rows, int64_t dims[3]);
+
 #endif

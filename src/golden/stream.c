@@ -48,24 +48,30 @@ static int needs_all_experts(const dl_golden_dataset_t *ds)
     return !strchr("ME", dl_value_dims(v)[0]);
 }
 
-static int64_t shape_of(void *vctx, const dl_golden_dataset_t *ds, int64_t dims[3])
+int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c, int full,
+                               int64_t n_experts, int64_t n_rows, int64_t dims[3])
 {
-    stream_t *s = vctx;
-    if (!s->full && needs_all_experts(ds))
+    if (!full && needs_all_experts(ds))
         return -1;
-    if (s->o->no_backward && ds->group == DL_GOLDEN_BACKWARD)
-        return -1;
-    int64_t n = dl_golden_dataset_shape(ds, &s->c->config, dims);
-    if (n < 0 || s->full)
+    int64_t n = dl_golden_dataset_shape(ds, c, dims);
+    if (n < 0 || full)
         return n;
     if (ds->rank == 3 && ds->dims[0] == 'E')
-        dims[0] = s->B - s->A;
+        dims[0] = n_experts;
     else if (ds->rank == 2 && ds->dims[0] == 'M') /* sort_perm, inv_perm stay whole */
-        dims[0] = s->r1 - s->r0;
+        dims[0] = n_rows;
     n = 1;
     for (int i = 0; i < ds->rank; i++)
         n *= dims[i];
     return n;
+}
+
+static int64_t shape_of(void *vctx, const dl_golden_dataset_t *ds, int64_t dims[3])
+{
+    stream_t *s = vctx;
+    if (s->o->no_backward && ds->group == DL_GOLDEN_BACKWARD)
+        return -1;
+    return dl__golden_slice_shape(ds, &s->c->config, s->full, s->B - s->A, s->r1 - s->r0, dims);
 }
 
 static void progress(stream_t *s, const char *phase, double add)
