@@ -273,6 +273,11 @@ DL_EXTERN int dl_golden_check_output(const char *path, int force, char *err, siz
  * block. Errors: DL_EIO, DL_EFORMAT. */
 DL_EXTERN int dl_golden_seal(const char *path, char *err, size_t errlen);
 
+/* Fills g's root attributes (format, version, generator, case, seed) and
+ * configuration for case c, as a generated file has them; nothing else of
+ * g is touched. For writers that assemble a file themselves. */
+DL_EXTERN void dl_golden_header(const dl_case_t *c, dl_golden_file_t *g);
+
 /* Generates case c in memory: inputs, dl_moe_forward and (unless
  * opts->no_backward) dl_moe_backward. If the backward pass fails, g keeps
  * has_backward = 0 and the code is returned in *backward_err (may be NULL).

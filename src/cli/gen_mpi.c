@@ -430,14 +430,8 @@ static void assemble(run_t *x, dl_golden_file_t *g, int backward_too)
 /* Rank 0's file: the header, the inputs whole, the gathered values. */
 static void header(const run_t *x, dl_golden_file_t *g, const dl_golden_gen_opts_t *go)
 {
-    const dl_case_t *c = x->c;
     memset(g, 0, sizeof *g);
-    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
-    g->format_version = DL_GOLDEN_FORMAT_VERSION;
-    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
-    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
-    g->seed = c->seed;
-    g->config = c->config;
+    dl_golden_header(x->c, g);
     g->has_inputs = g->has_forward = 1;
     g->has_backward = !go->no_backward;
 }

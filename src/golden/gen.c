@@ -26,6 +26,16 @@ static void write_progress(void *vctx, const char *phase, double done)
     w->fn(w->ctx, phase, 0.9 + 0.1 * done);
 }
 
+void dl_golden_header(const dl_case_t *c, dl_golden_file_t *g)
+{
+    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
+    g->format_version = DL_GOLDEN_FORMAT_VERSION;
+    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
+    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
+    g->seed = c->seed;
+    g->config = c->config;
+}
+
 int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
                        dl_golden_file_t *g, int *backward_err, char *err, size_t errlen)
 {
@@ -50,12 +60,7 @@ int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
     }
     if ((rc = dl__golden_ep_check_ranks(&c->config, &o, c->name, err, errlen)))
         return rc;
-    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
-    g->format_version = DL_GOLDEN_FORMAT_VERSION;
-    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
-    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
-    g->seed = c->seed;
-    g->config = c->config;
+    dl_golden_header(c, g);
     if (o.progress)
         o.progress(o.progress_ctx, "inputs", 0.0);
     if ((rc = dl_case_inputs(c, &g->in))) {
