@@ -358,6 +358,16 @@ try:
     check("a rank view with a wrong recv_counts FAILs",
           expect("vcount", view_edit(view_count), "ep_counts", "FAIL", "recv_counts[0]", view=2))
 
+    def no_tokens(c, g):
+        del c["recv_token"]
+
+    def skip_without_tokens():
+        rows, p = verdicts(candidate("notok", no_tokens), 0)
+        hit = [r for r in rows if r["check"] == "ep_dispatch" and "ranks_4" in r["message"]]
+        assert hit and hit[0]["verdict"] == "SKIP", hit
+        assert "without recv_token" in hit[0]["message"], hit
+    check("received slots without recv_token: ep_dispatch SKIPs, saying why", skip_without_tokens)
+
     def reports():
         path = candidate("rep", drop_slot)
         x = os.path.join(tmp, "r.xml")

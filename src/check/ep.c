@@ -247,8 +247,17 @@ static void drops(ep_t *e, walk_t *w, int64_t r)
 static int dispatch(ep_t *e)
 {
     const dl_ep_layout_t *L = e->L;
-    if (!L->recv_token)
+    if (!L->recv_token) {
+        if (!L->recv_topk_idx && !L->recv_topk_weights)
+            return 0;
+        /* received slots without their tokens: said, not silently passed over */
+        dl_check_result_t *x = row(e, "ep_dispatch");
+        if (!x)
+            return DL_ENOMEM;
+        dl__ck_msg(x, "/ep/%s: recv_topk_idx/recv_topk_weights without recv_token: the dispatch "
+                   "cannot be checked", e->where);
         return 0;
+    }
     const int64_t R = L->ranks;
     walk_t w = {0};
     w.dx = row(e, "ep_dispatch");
