@@ -196,6 +196,8 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
+/* ep.c: the candidate's expert-parallel layouts */
+int dl__ck_ep(dl__ck_t *ck);
 
 
 
