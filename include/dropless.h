@@ -13,6 +13,7 @@
  *   gemm     exact grouped GEMM over a flat ragged array, ragged-K GEMM
  *   moe      the whole layer: configuration, forward, backward
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
+ *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
  *   golden   golden files (HDF5): the case catalogue, write, read
  *   check    the conformance runner
  *   capacity capacity-factor routing and its cost: the legacy baseline
@@ -28,6 +29,7 @@
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
 #include "dropless/values.h"
+#include "dropless/ep.h"
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"

@@ -141,7 +141,51 @@ def t_emit():
         assert r.conformant and r.backend == "test" and r.profile == "bf16"
 
 
+def t_h5io():
+    # the stand-in for a machine where the library cannot load: its reader
+    # agrees with the package's, and its files are the package's to the runner
+    from tools.adapters import h5io
+    out = os.path.join(TMP, "h5io")
+    os.makedirs(out)
+    path = GOLDEN["mixtral-small-bf16"]
+    with dropless.load(path) as g, h5io.Golden(path) as h:
+        assert (h.case, h.seed, dict(h.config)) == (g.case, g.seed, dict(g.config))
+        assert all(h.dims[k] == g.dims[k] for k in h.dims), (h.dims, g.dims)
+        for n in g.stages():
+            assert h.shape(n) == g.shape(n) and h.dtype_of(n) == g.dtype_of(n), n
+            assert h.array(n).tobytes() == g.array(n).tobytes(), n
+        for names, iso in ((("out", "d_x", "topk_ids", "x_sorted"), None),
+                           (("h_gate", "h_up", "d_w_down"), [["h_gate", "h_up"], ["d_w_down"]])):
+            files = []
+            for gg in (g, h):
+                p = os.path.join(out, "%s-%d.h5" % (type(gg).__name__, len(names)))
+                h5io.write_candidate(p, {n: g.array(n) for n in names}, gg, backend="t",
+                                     compute_mode="bf16-acc", isolated=iso, backend_version="v",
+                                     device="d", force=True)
+                files.append(p)
+            with h5py.File(files[0]) as a, h5py.File(files[1]) as b:
+                for k in ("backend", "backend_version", "device", "compute_mode", "isolated_groups",
+                          "case", "format", "format_version", "seed"):
+                    assert (k in a.attrs) == (k in b.attrs), k
+                    assert k not in a.attrs or a.attrs[k] == b.attrs[k], k
+                for n in names:
+                    d = ("backward/" if n.startswith("d_") else "forward/") + n
+                    assert a[d].attrs["dtype"] == b[d].attrs["dtype"], n
+                    assert a[d][()].tobytes() == b[d][()].astype(a[d].dtype).tobytes(), n
+            reps = [dropless.check(g, p) for p in files]
+            verdicts = [[(c.stage, c.check, c.verdict, c.err_pass) for c in r.checks] for r in reps]
+            assert reps[0].conformant and verdicts[0] == verdicts[1], verdicts
+        bad = g.array("out") + np.float32(1e-4)  # off the bf16 grid
+        try:
+            h5io.write_candidate(os.path.join(out, "bad.h5"), {"out": bad}, h, force=True)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("a value off the bf16 grid was written")
+
+
 check("fp32 probe: fp32, tf32 (nearest and toward zero), bf16 and off-grid GEMMs told apart", t_probe)
+check("h5io: the h5py reader and writer agree with the package's", t_h5io)
 check("stage-isolated groups: every stage in one, none holding its own upstream", t_groups)
 check("emit: a candidate file with its attributes, read back by the runner", t_emit)
 
@@ -197,18 +241,24 @@ def run_adapter(module, name, expect_backends):
                 if s["mode"] == "chained":
                     assert "isolated_groups" not in attrs
                     assert set(got) == set(g.stages()), sorted(set(g.stages()) ^ set(got))
+                if s["mode"] == "fused":  # out and the input/weight gradients, judged alone
+                    assert "isolated_groups" not in attrs and s["backend"].endswith("[fused]")
+                    assert set(got) == set(common.FUSED_STAGES) & set(g.stages()), got
+                    assert rep.conformant, "%s: %s" % (p, rep.table())
 
 
 def t_jax():
     from tools.adapters import jax_adapter
     run_adapter(jax_adapter, "jax", lambda g: ["jax-ragged_dot[default]", "jax-ragged_dot[highest]",
-                                               "jax-moe[default]", "jax-moe[highest]"])
+                                               "jax-moe[default]", "jax-moe[highest]",
+                                               "jax-moe[default][fused]", "jax-moe[highest][fused]"])
 
 
 def t_torch():
     from tools.adapters import torch_adapter
     run_adapter(torch_adapter, "torch",
-                lambda g: ["torch-moe" if g.dims["d"] % 8 == 0 else "torch-moe[mm_loop]"])
+                lambda g: [b + f for b in ["torch-moe" if g.dims["d"] % 8 == 0 else "torch-moe[mm_loop]"]
+                           for f in ("", "[fused]")])
 
 
 GEMM_STAGES = {"h_gate", "h_up", "y_sorted", "d_h_act", "d_w_down", "d_x_sorted", "d_w_gate",

@@ -319,6 +319,46 @@ START_TEST(files)
 }
 END_TEST
 
+/* Configurations from text: the case-file parser's keys, rules and
+ * messages, the canonical text back, and its parse the same struct. */
+START_TEST(config_text)
+{
+    dl_moe_config_t c, c2;
+    char canon[1024], canon2[1024];
+    ck_assert_int_eq(dl_api_config_parse("base = mixtral-small-bf16\ntokens = 5 # a comment\n", &c,
+                                         canon, sizeof canon, err, sizeof err), 0);
+    dl_case_t ref;
+    ck_assert_int_eq(dl_case_find("mixtral-small-bf16", &ref), 0);
+    ref.config.tokens = 5;
+    char want[1024], got[1024];
+    ck_assert_int_eq(dl_golden_config_string(&ref.config, "\n", want, sizeof want), 0);
+    ck_assert_int_eq(dl_golden_config_string(&c, "\n", got, sizeof got), 0);
+    ck_assert_str_eq(got, want);
+    ck_assert_str_eq(canon, want);
+    ck_assert_msg(strstr(canon, "tokens = 5\n") && strstr(canon, "dtype = bf16"), "%s", canon);
+    ck_assert_int_eq(dl_api_config_parse(canon, &c2, canon2, sizeof canon2, err, sizeof err), 0);
+    ck_assert_str_eq(canon, canon2);
+    ck_assert(c2.tokens == 5 && c2.route.top_k == 2 && c2.dtype == DL_BF16);
+    ck_assert_int_eq(dl_api_config_parse(canon, NULL, NULL, 0, err, sizeof err), 0);
+    /* refusals, each naming the line as a case file's would */
+    ck_assert_int_eq(dl_api_config_parse("tokens = 4\nhidden = 4\nexperts = 4\ntop_k = 9\n", &c,
+                                         NULL, 0, err, sizeof err), DL_EINVAL);
+    ck_assert_msg(strstr(err, "config:4: invalid configuration: top_k"), "%s", err);
+    ck_assert_int_eq(dl_api_config_parse("tokens = 4\ntopk = 2", &c, NULL, 0, err, sizeof err),
+                     DL_EFORMAT);
+    ck_assert_msg(!strcmp(err, "config:2: unknown key 'topk'"), "%s", err);
+    ck_assert_int_eq(dl_api_config_parse("hidden = 4", &c, NULL, 0, err, sizeof err), DL_EFORMAT);
+    ck_assert_msg(strstr(err, "config: missing key 'tokens'"), "%s", err);
+    ck_assert_int_eq(dl_api_config_parse(NULL, &c, NULL, 0, err, sizeof err), DL_EINVAL);
+    ck_assert_int_eq(dl_api_config_parse(canon, &c, canon2, 8, err, sizeof err), DL_EOVERFLOW);
+    char *big = malloc(8192);
+    memset(big, '#', 8191);
+    big[8191] = '\0';
+    ck_assert_int_eq(dl_api_config_parse(big, &c, NULL, 0, err, sizeof err), DL_EOVERFLOW);
+    free(big);
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -328,6 +368,7 @@ int main(void)
         DL_TEST("api", "refusals", refusals, 0),
         DL_TEST("api", "storage", storage, 0),
         DL_TEST("api", "files", files, 120),
+        DL_TEST("api", "config", config_text, 0),
     };
     return dl_test_main(tests, (int)(sizeof tests / sizeof tests[0]));
 }

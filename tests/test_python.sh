@@ -40,8 +40,11 @@ else
     plugin="-p dropless.pytest_plugin"
 fi
 cd "$tmp" || exit 1
+# dropless.jax compiles its FFI handler into a cache: a fresh one per run,
+# so the run tests the build from this tree's sources (doc/python.md)
 PYTHONPATH="$srcdir/python${PYTHONPATH:+:$PYTHONPATH}" DROPLESS_LIB="$lib" \
 DROPLESS_CLI="$builddir/dropless" top_builddir="$builddir" \
+DROPLESS_JAX_CACHE="${DROPLESS_JAX_CACHE:-$tmp/jax-ffi}" \
     "$py" -m pytest -q -p no:cacheprovider $plugin --junitxml="$tmp/junit.xml" -o junit_family=xunit1 \
     --rootdir="$tmp" "$srcdir/python/tests" "$srcdir/examples" >"$tmp/log" 2>&1
 rc=$?

@@ -183,6 +183,60 @@ def k_drop_weakest(gold, path, bf16=False):
     return L
 
 
+def reselect(gold, pick):
+    """A fused layer on the golden's inputs whose routing is pick(key, ids,
+    margin) -> ids (the golden's scores + bias as the selection key)."""
+    c, z = K.load(gold)
+    g = z["golden"]
+    key = g["forward/router_scores"][...].astype(np.float64)
+    if "expert_bias" in z:
+        key = key + z["expert_bias"][None, :]
+    z["topk_ids"] = pick(key, z["topk_ids"].copy(), g["forward/tie_margin"][...], c).astype(np.int32)
+    L = K.Layer(c, z)
+    L.forward()
+    L.backward()
+    return L
+
+
+def k_fused_tie_high(gold, path, bf16=False):
+    """A fused kernel that breaks exact ties towards the higher expert index
+    (the golden breaks them to the lower): a legitimate selection, so
+    CONFORMANT, the inferred selection reported as a routing WARN."""
+    def high_first(v):  # indices by value, descending, ties to the higher index
+        return np.lexsort((-np.arange(len(v)), -v))
+
+    def pick(key, ids, margin, c):
+        E, k = key.shape[1], ids.shape[1]
+        ng, kg = int(c.get("n_group", 1)), int(c.get("topk_group", 1))
+        for t in range(len(ids)):
+            kt = key[t].copy()
+            if ng > 1:  # the group rule first (topk_sum / top2_sum / max)
+                G = E // ng
+                terms = {"max": 1, "top2_sum": 2}.get(c["group_score"], k // kg)
+                gs = np.array([np.sort(kt[g * G:(g + 1) * G])[::-1][:terms].sum() for g in range(ng)])
+                keep = high_first(gs)[:kg]
+                mask = np.repeat(np.isin(np.arange(ng), keep), G)
+                kt[~mask] = -np.inf
+            ids[t] = high_first(kt)[:k]
+        return ids
+    L = reselect(gold, pick)
+    K.write(path, L.stages(), "zoo-fused-tie-high", "fp32", keep=FUSED)
+    return L
+
+
+def k_fused_wrong_expert(gold, path, bf16=False):
+    """The same, but the token with the widest tie margin takes its (k+1)-th
+    best expert instead of its k-th: outside every plausible selection."""
+    def pick(key, ids, margin, c):
+        k = ids.shape[1]
+        t = int(np.argmax(np.where(np.isfinite(margin), margin, -1)))
+        ids[t, k - 1] = np.argsort(-key[t], kind="stable")[k]
+        return ids
+    L = reselect(gold, pick)
+    K.write(path, L.stages(), "zoo-fused-wrong-expert", "fp32", keep=FUSED)
+    return L
+
+
 def k_atomics(gold, path, bf16=False):
     """Rows within each expert in another (atomics-like) order: a valid
     dispatch, sorted stages follow the candidate's sort_perm."""
@@ -398,6 +452,13 @@ ZOO = [
     # a drop under the floor cannot be seen: a WARN, never a PASS
     ("fused bf16 d = 512 dropping its weakest slot", k_drop_weakest, "wide512-bf16", 1, 0,
      [("case", "zero_drops", "WARN")], 0, None),
+    ("fused fp32, exact ties broken to the higher index", k_fused_tie_high, "ties", 0, 0,
+     [("topk_ids", "routing", "WARN"), ("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")],
+     None, 0.5),
+    ("fused fp32, exact group and expert ties broken to the higher index", k_fused_tie_high,
+     "ties-grouped", 0, 0, [("topk_ids", "routing", "WARN"), ("out", "numerics", "PASS")], None, 0.5),
+    ("fused fp32, one token outside its tie margin", k_fused_wrong_expert, "ties", 0, 1,
+     [("out", "numerics", "FAIL")], None, None),
     ("atomics-like row order within experts", k_atomics, "mixtral-small", 0, 0,
      [("sort_perm", "bijection", "WARN"), ("out", "numerics", "PASS")], 0, 0.5),
     ("off-by-one at group boundaries", k_off_by_one, "mixtral-small", 0, 1,

@@ -25,9 +25,7 @@ Writes into DIR:
   pipeline.json   {"reference-moe": ..., "torch-moe": ..., "jax-moe": ...,
                   "timing": ..., "steps": [...]}: the pipeline checks'
                   and the timing's JSON, and each step's exit and seconds
-  candidates/     the candidate files, CASE--BACKEND--MODE.h5 (and raw .npz
-                  where the machine has no libdropless, see
-                  tools/reference_layer/raw.py)
+  candidates/     the candidate files, CASE--BACKEND--MODE.h5
 and with --pack, candidates.tar.xz (the candidates and the four small
 files) split into parts of at most --part-mib MiB (candidates.tar.xz.00,
 .01, ...), so that few files carry them back (at most 8 files in all: the

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential autoconf automake libtool pkg-config libopenblas-openmp-dev
       libhdf5-dev libmpfr-dev check libdlpack-dev python3-h5py python3-numpy
-      python3-matplotlib"
+      python3-matplotlib openmpi-bin libopenmpi-dev"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

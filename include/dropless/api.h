@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core.h"
+#include "moe.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -56,6 +57,22 @@ DL_EXTERN char *dl_api_cases_json(void);
 /* The one table of the layer's arrays (DL_VALUE_MAP) as the JSON that
  * `dropless info --layout --json` prints. NULL when out of memory. */
 DL_EXTERN char *dl_api_layout_json(void);
+
+/* ----------------------------------------------------------- configurations */
+
+/* Parses a layer configuration from text in the case-file syntax
+ * (doc/format.md, "Case files": "key = value" lines, '#' comments, a
+ * "base" case first), with the case-file parser's rules and messages
+ * ("config:3: unknown key 'topk'"); keys that are no part of the layer
+ * (name, seed, inputs, zipf_s) are accepted and ignored. out (a struct of
+ * moe.h, for C callers such as dropless.jax's FFI handler) may be NULL:
+ * bindings validate only and read canon. canon (canon_len bytes, may be
+ * NULL) receives the whole configuration as '\n'-separated lines, every
+ * key given (dl_golden_config_string). Errors: DL_EINVAL (NULL text, an invalid
+ * configuration), DL_EFORMAT (syntax), DL_EOVERFLOW (text over 4096
+ * bytes, or canon too small), DL_EIO. */
+DL_EXTERN int dl_api_config_parse(const char *text, dl_moe_config_t *out, char *canon,
+                                  size_t canon_len, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- goldens */
 

@@ -11,6 +11,7 @@
 #include "core.h"
 #include "moe.h"
 #include "values.h"
+#include "ep.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -111,6 +112,9 @@ typedef struct {
     const char *backend;        /* may be NULL */
     const char *backend_version;
     const char *compute_mode;   /* the profile the backend declares; may be NULL */
+    int n_ep;                   /* expert-parallel layouts (/ep/ranks_R), whole or a */
+    const dl_ep_layout_t *ep;   /* rank's view, checked against dl_ep_layout of the
+                                 * golden's routing (checks ep_*, doc/conformance.md) */
 } dl_check_candidate_t;
 
 typedef struct {

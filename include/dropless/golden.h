@@ -6,6 +6,7 @@
 #define DROPLESS_GOLDEN_H
 #include "core.h"
 #include "moe.h"
+#include "ep.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -102,6 +103,13 @@ DL_EXTERN double dl_golden_ln(double x);
  * any thread count. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENOMEM. */
 DL_EXTERN int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in);
 DL_EXTERN void dl_golden_inputs_free(dl_golden_inputs_t *in);
+/* The pieces a distributed generator draws (`mpirun dropless gen`, doc/ep.md):
+ * every input but the expert weights (those stay NULL; free with
+ * dl_golden_inputs_free), and expert e's slab of one expert weight, which =
+ * 0 w_gate, 1 w_up, 2 w_down, hidden*ffn floats into buf. The same values
+ * dl_case_inputs draws. Errors as dl_case_inputs; DL_EINVAL (which, e). */
+DL_EXTERN int dl_case_inputs_tokens(const dl_case_t *c, dl_golden_inputs_t *in);
+DL_EXTERN int dl_case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf);
 
 /* ------------------------------------------------------ the dataset table */
 
@@ -152,6 +160,9 @@ DL_EXTERN dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, cons
 
 /* -------------------------------------------------------------- one file */
 
+/* The most /ep/ranks_R groups a file holds. */
+#define DL_GOLDEN_EP_MAX 16
+
 /* An upper bound of dl_golden_dataset_count() (bits of bad_datasets). */
 #define DL_GOLDEN_DATASET_MAX 64
 
@@ -192,6 +203,11 @@ typedef struct {
      * not marked: it is read and judged at the case's type. */
     uint64_t coarse_datasets;
     dl_dtype_t store[DL_GOLDEN_DATASET_MAX];
+    /* /ep/ranks_R groups (doc/format.md, "Expert parallelism"): n_ep of them,
+     * ascending R in golden files; a candidate's may be rank views, and
+     * their datasets set aside are marked in ep[i].bad. Arrays owned by g. */
+    int n_ep;
+    dl_ep_layout_t ep[DL_GOLDEN_EP_MAX];
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 
@@ -216,6 +232,9 @@ typedef struct {
                               * (dl_golden_gen_stream); the same bytes */
     int64_t expert_begin, expert_end; /* expert_end > 0: only experts [begin, end)
                               * (a slice, doc/format.md); implies stream */
+    int n_ep_ranks;          /* > 0: write /ep/ranks_R for each R of ep_ranks (each a
+                              * divisor of E; duplicates written once, ascending) */
+    int64_t ep_ranks[DL_GOLDEN_EP_MAX];
 } dl_golden_gen_opts_t;
 
 /* Writes g to path: the root attributes, /config, and each group whose
@@ -254,12 +273,38 @@ DL_EXTERN int dl_golden_check_output(const char *path, int force, char *err, siz
  * block. Errors: DL_EIO, DL_EFORMAT. */
 DL_EXTERN int dl_golden_seal(const char *path, char *err, size_t errlen);
 
+/* Fills g's root attributes (format, version, generator, case, seed) and
+ * configuration for case c, as a generated file has them; nothing else of
+ * g is touched. For writers that assemble a file themselves. */
+DL_EXTERN void dl_golden_header(const dl_case_t *c, dl_golden_file_t *g);
+
 /* Generates case c in memory: inputs, dl_moe_forward and (unless
  * opts->no_backward) dl_moe_backward. If the backward pass fails, g keeps
  * has_backward = 0 and the code is returned in *backward_err (may be NULL).
  * Free g with dl_golden_free, also after an error. */
 DL_EXTERN int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
                                  dl_golden_file_t *g, int *backward_err, char *err, size_t errlen);
+
+/* Adds to g (its forward routing computed) the layouts /ep/ranks_R of
+ * opts->ep_ranks (ascending, duplicates once), for writers that assemble a
+ * file themselves. Errors: DL_EINVAL (an R not dividing E, with a message),
+ * those of dl_ep_layout. */
+DL_EXTERN int dl_golden_add_ep_layouts(dl_golden_file_t *g, const dl_golden_gen_opts_t *opts,
+                                       char *err, size_t errlen);
+
+/* Writes the slice of experts [A, B) (doc/format.md, "Expert slices") from
+ * arrays a distributed generator holds: g has the header, /config, the
+ * has_* flags, every input but the expert weights, the whole routing
+ * (router_logits .. group_offsets, tie_margin, sort_perm, inv_perm) and,
+ * shaped as the slice, the expert weights and weight gradients [B-A, ., .]
+ * and the sorted-row values [Ms, .] (Ms = group_offsets[B] -
+ * group_offsets[A]), and its /ep layouts if any; the values a slice leaves
+ * out are not read. The bytes of dl_golden_gen_stream with expert_begin =
+ * A, expert_end = B. Same temporary-name and no-overwrite rules as
+ * dl_golden_write. Errors: DL_EINVAL (a range that is not a proper slice,
+ * an array missing), DL_EEXIST, DL_EIO, DL_ENOMEM. */
+DL_EXTERN int dl_golden_write_slice(const char *path, const dl_golden_file_t *g, int64_t A,
+                                    int64_t B, int force, char *err, size_t errlen);
 
 /* dl_golden_generate then dl_golden_write. A failed backward pass does not
  * fail the call: the file is written without /backward and the code is

@@ -167,6 +167,8 @@ static void build(const dl_api_candidate_t *h, const opts_t *o, dl_golden_file_t
     c->backend = view->backend[0] ? view->backend : NULL;
     c->backend_version = view->backend_version[0] ? view->backend_version : NULL;
     c->compute_mode = view->compute_mode[0] ? view->compute_mode : NULL;
+    c->n_ep = h->f.n_ep;
+    c->ep = h->f.ep;
 }
 
 int dl_api_check(const dl_api_golden_t *g, const dl_api_candidate_t *c, const char *options,

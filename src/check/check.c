@@ -138,7 +138,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     }
 
     rc = dl__ck_stages(&ck);
-    if (rc || (rc = dl__ck_require(&ck)))
+    if (rc || (rc = dl__ck_ep(&ck)) || (rc = dl__ck_require(&ck)))
         goto out;
 
     r->verdict = dl__ck_worst_verdict(r);

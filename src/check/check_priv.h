@@ -152,6 +152,11 @@ void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const 
 void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
                       const float *d_w, int64_t T, double *m);
 
+/* ties.c: without candidate topk_ids, the plausible selection nearest the
+ * candidate's out for each token inside its tie margin; *ids is a copy of
+ * the exact ids with those (owned by ck), or NULL when none differs. */
+int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids);
+
 /* tokens.c */
 int dl__ck_canonicalise(dl__ck_t *ck);
 int dl__ck_tokens(dl__ck_t *ck);
@@ -191,6 +196,8 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
+/* ep.c: the candidate's expert-parallel layouts */
+int dl__ck_ep(dl__ck_t *ck);
 
 
 

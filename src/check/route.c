@@ -274,7 +274,11 @@ int dl__ck_route_ids(dl__ck_t *ck)
         ck->eff[DL_VALUE_TOPK_IDS] = ck->cand_arr[DL_VALUE_TOPK_IDS];
         ck->eff_is_cand[DL_VALUE_TOPK_IDS] = 1;
     } else {
-        ck->eff[DL_VALUE_TOPK_IDS] = ck->exact_ids;
+        int32_t *inferred = NULL;
+        if (!ck->cand_arr[DL_VALUE_TOPK_IDS] && (rc = dl__ck_infer_ties(ck, &inferred)))
+            return rc;
+        ck->eff[DL_VALUE_TOPK_IDS] = inferred ? inferred : ck->exact_ids;
+        ck->eff_is_cand[DL_VALUE_TOPK_IDS] = inferred != NULL;
     }
     ck->eff_golden[DL_VALUE_TOPK_IDS] =
         !memcmp(ck->eff[DL_VALUE_TOPK_IDS], ck->gf->topk_ids, (size_t)ck->M * sizeof(int32_t));

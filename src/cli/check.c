@@ -359,7 +359,8 @@ static dl_check_candidate_t candidate_of(const dl_golden_file_t *cand, const cha
     dl_check_candidate_t c = {.fwd = cand->fwd, .bwd = cand->bwd,
                               .backend = cand->backend[0] ? cand->backend : cpath,
                               .backend_version = cand->backend_version[0] ? cand->backend_version : NULL,
-                              .compute_mode = cand->compute_mode[0] ? cand->compute_mode : NULL};
+                              .compute_mode = cand->compute_mode[0] ? cand->compute_mode : NULL,
+                              .n_ep = cand->n_ep, .ep = cand->ep};
     for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
         dl_value_t v;
         if (dl_value_parse(dl_golden_dataset(i)->name, &v) != 0 || v == DL_VALUE_NONE)

@@ -18,4 +18,15 @@ int dl_cli_capacity(int argc, char **argv); /* capacity.c */
 /* The time limit for parsing an unsealed file in a child process
  * (dl_golden_load_isolated): DROPLESS_PREFLIGHT_SECONDS, else 120 s. */
 unsigned dl_cli_preflight_seconds(void); /* check.c */
+/* gen_mpi.c: `mpirun -np R dropless gen`. The number of processes the
+ * launcher started (1 outside one); begin (MPI_Init; this rank into *rank;
+ * built without MPI: refuses, exit status 2), one call per case (every
+ * rank: rank 0 writes path, or with slice_dir each rank its slice
+ * slice_dir/NAME.experts-A-B.h5; the file this rank wrote, or rank 0's,
+ * into written), end (MPI_Finalize). 0 or an exit status. */
+int dl_cli_mpi_size(void);
+int dl_cli_gen_mpi_begin(int *rank);
+int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
+                   const dl_golden_gen_opts_t *go, char *written, size_t n);
+void dl_cli_gen_mpi_end(void);
 #endif

@@ -65,6 +65,10 @@ static void gen_usage(FILE *f)
             "                      not fit in memory whole, and for the layer tier)\n"
             "      --experts A:B   only experts A..B-1 (an expert-parallel slice; streams);\n"
             "                      the file is DIR/CASE.experts-A-B.h5\n"
+            "      --ep-ranks R,.. also write the expert-parallel layout /ep/ranks_R for each\n"
+            "                      R (a divisor of the expert count; doc/format.md)\n"
+            "      --slices        under mpirun: each rank writes its expert slice\n"
+            "                      DIR/CASE.experts-A-B.h5 (doc/ep.md), not rank 0 the file\n"
             "      --ignore-memory generate even when the case needs more memory than is\n"
             "                      available\n"
             "  -q, --quiet         print nothing on success\n"
@@ -180,14 +184,37 @@ static int parse_experts(const char *s, int64_t *a, int64_t *b)
 }
 
 /* gen's long options without a short form */
-enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM };
+enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM, O_EPRANKS,
+       O_SLICES };
 
 /* The options of issue 13: --tier, --stream, --experts, --ignore-memory. */
 typedef struct {
     int tier; /* -1: none */
     int stream, ignore_memory;
     int64_t ex_a, ex_b; /* ex_b > 0: --experts ex_a:ex_b */
+    int n_ep;           /* --ep-ranks */
+    int slices;         /* --slices (under mpirun) */
+    int64_t ep[DL_GOLDEN_EP_MAX];
 } scale_opts_t;
+
+/* "1,2,4,8": positive rank counts (whether each divides E is the case's
+ * to say); 1 if malformed. */
+static int parse_ep_ranks(const char *s, scale_opts_t *sc)
+{
+    sc->n_ep = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 1 || errno || sc->n_ep == DL_GOLDEN_EP_MAX || (*end && *end != ','))
+            return 1;
+        sc->ep[sc->n_ep++] = v;
+        s = *end ? end + 1 : end;
+        if (*end && !*s)
+            return 1;
+    }
+    return sc->n_ep == 0;
+}
 
 /* 0, or 1 after printing why arg is not a valid value of option ch. */
 static int scale_option(int ch, const char *arg, scale_opts_t *sc)
@@ -195,6 +222,7 @@ static int scale_option(int ch, const char *arg, scale_opts_t *sc)
     dl_case_tier_t t;
     switch (ch) {
     case O_STREAM: sc->stream = 1; return 0;
+    case O_SLICES: sc->slices = 1; return 0;
     case O_IGNMEM: sc->ignore_memory = 1; return 0;
     case O_TIER:
         if (dl_case_tier_parse(arg, &t)) {
@@ -206,6 +234,13 @@ static int scale_option(int ch, const char *arg, scale_opts_t *sc)
     case O_EXPERTS:
         if (parse_experts(arg, &sc->ex_a, &sc->ex_b)) {
             fprintf(stderr, "dropless gen: --experts needs A:B with 0 <= A < B, not '%s'\n", arg);
+            return 1;
+        }
+        return 0;
+    case O_EPRANKS:
+        if (parse_ep_ranks(arg, sc)) {
+            fprintf(stderr, "dropless gen: --ep-ranks needs a comma-separated list of at most %d "
+                            "positive rank counts, not '%s'\n", DL_GOLDEN_EP_MAX, arg);
             return 1;
         }
         return 0;
@@ -298,7 +333,9 @@ static int gen_parse(int argc, char **argv, gen_opts_t *o)
         {"quiet", no_argument, NULL, 'q'},        {"help", no_argument, NULL, 'h'},
         {"case", required_argument, NULL, 'C'},   {"tier", required_argument, NULL, O_TIER},
         {"stream", no_argument, NULL, O_STREAM},  {"experts", required_argument, NULL, O_EXPERTS},
-        {"ignore-memory", no_argument, NULL, O_IGNMEM}, {NULL, 0, NULL, 0}};
+        {"ignore-memory", no_argument, NULL, O_IGNMEM},
+        {"ep-ranks", required_argument, NULL, O_EPRANKS}, {"slices", no_argument, NULL, O_SLICES},
+        {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     o->dir = ".";
     o->dtype = DL_F32;
@@ -314,7 +351,7 @@ static int gen_parse(int argc, char **argv, gen_opts_t *o)
         case 'h': gen_usage(stdout); return -1;
         case O_ALL: o->all = 1; break;
         case O_NOBACK: o->no_backward = 1; break;
-        case O_STREAM: case O_IGNMEM: case O_TIER: case O_EXPERTS:
+        case O_STREAM: case O_IGNMEM: case O_TIER: case O_EXPERTS: case O_EPRANKS: case O_SLICES:
             if (scale_option(ch, optarg, &o->sc))
                 return DL_EXIT_USAGE;
             break;
@@ -391,7 +428,9 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
     char err[512] = "";
     progress_t pr = {c->name, 0, -1, NULL, now_s(), progress_after_s()};
     dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, o->sc.stream, o->sc.ex_a,
-                               o->sc.ex_b};
+                               o->sc.ex_b, 0, {0}};
+    go.n_ep_ranks = o->sc.n_ep;
+    memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
     if (plan_memory(c, &go, o->sc.ignore_memory))
         return DL_EXIT_USAGE;
     if (!o->quiet && isatty(2)) {
@@ -418,6 +457,24 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
     return 0;
 }
 
+/* One case over the MPI processes (gen_mpi.c); 0 or an exit status. */
+static int gen_one_mpi(const gen_opts_t *o, const dl_case_t *c, const char *path, int rank)
+{
+    dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, 0, o->sc.ex_a, o->sc.ex_b, 0,
+                               {0}};
+    go.n_ep_ranks = o->sc.n_ep;
+    memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
+    char written[4096];
+    int rc = dl_cli_gen_mpi(c, path, o->sc.slices ? o->dir : NULL, &go, written, sizeof written);
+    if (rc == 0 && (rank == 0 || o->sc.slices) && !o->quiet) {
+        struct stat st;
+        char sz[32];
+        human(stat(written, &st) == 0 ? (int64_t)st.st_size : -1, sz, sizeof sz);
+        printf("wrote %s (%s, rank %d of %d)\n", written, sz, rank, dl_cli_mpi_size());
+    }
+    return rc;
+}
+
 int dl_cli_gen(int argc, char **argv)
 {
     gen_opts_t o;
@@ -441,6 +498,15 @@ int dl_cli_gen(int argc, char **argv)
         fprintf(stderr, "dropless gen: --output takes one case, %d given (use --dir)\n", n);
         goto done;
     }
+    /* under mpirun: every process runs each case, rank 0 writes it */
+    int mpi = dl_cli_mpi_size() > 1, mrank = 0;
+    if (o.sc.slices && (!mpi || o.output)) {
+        fprintf(stderr, "dropless gen: --slices %s\n", mpi ? "writes one file per rank into --dir, "
+                "not --output" : "needs mpirun (for one slice: --experts A:B)");
+        goto done;
+    }
+    if (mpi && (rc = dl_cli_gen_mpi_begin(&mrank)))
+        goto done;
     rc = DL_EXIT_OK;
     for (int i = 0; i < n && rc == DL_EXIT_OK; i++) {
         char path[4096];
@@ -449,8 +515,10 @@ int dl_cli_gen(int argc, char **argv)
             rc = DL_EXIT_USAGE;
             break;
         }
-        rc = gen_one(&o, &cases[i], path);
+        rc = mpi ? gen_one_mpi(&o, &cases[i], path, mrank) : gen_one(&o, &cases[i], path);
     }
+    if (mpi)
+        dl_cli_gen_mpi_end();
 done:
     free(cases);
     return rc;

@@ -118,6 +118,8 @@ void dl_golden_free(dl_golden_file_t *g)
         for (int i = 0; i < NTABLE; i++)
             free(*dl_golden_slot(g, &table[i].pub));
     }
+    for (int i = 0; i < g->n_ep && i < DL_GOLDEN_EP_MAX; i++)
+        dl_ep_layout_free(&g->ep[i]);
     memset(g, 0, sizeof *g);
 }
 

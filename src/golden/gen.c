@@ -26,6 +26,16 @@ static void write_progress(void *vctx, const char *phase, double done)
     w->fn(w->ctx, phase, 0.9 + 0.1 * done);
 }
 
+void dl_golden_header(const dl_case_t *c, dl_golden_file_t *g)
+{
+    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
+    g->format_version = DL_GOLDEN_FORMAT_VERSION;
+    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
+    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
+    g->seed = c->seed;
+    g->config = c->config;
+}
+
 int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
                        dl_golden_file_t *g, int *backward_err, char *err, size_t errlen)
 {
@@ -48,12 +58,9 @@ int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
         dl__golden_msg(err, errlen, "case %s: invalid configuration: %s", c->name, why);
         return rc;
     }
-    snprintf(g->format, sizeof g->format, "%s", DL_GOLDEN_FORMAT);
-    g->format_version = DL_GOLDEN_FORMAT_VERSION;
-    snprintf(g->generator, sizeof g->generator, "dropless %s", DL_VERSION_STRING);
-    snprintf(g->case_name, sizeof g->case_name, "%s", c->name);
-    g->seed = c->seed;
-    g->config = c->config;
+    if ((rc = dl__golden_ep_check_ranks(&c->config, &o, c->name, err, errlen)))
+        return rc;
+    dl_golden_header(c, g);
     if (o.progress)
         o.progress(o.progress_ctx, "inputs", 0.0);
     if ((rc = dl_case_inputs(c, &g->in))) {
@@ -69,6 +76,10 @@ int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
         return rc;
     }
     g->has_forward = 1;
+    if ((rc = dl__golden_ep_layouts(&g->config, g->fwd.topk_ids, g->fwd.topk_weights, &o, g))) {
+        dl__golden_msg(err, errlen, "case %s: expert-parallel layout: %s", c->name, dl_strerror(rc));
+        return rc;
+    }
     if (!o.no_backward) {
         if (o.progress)
             o.progress(o.progress_ctx, "backward", 0.35);
@@ -94,8 +105,11 @@ int dl_golden_gen_file(const dl_case_t *c, const char *path, const dl_golden_gen
         return DL_EINVAL;
     if (opts && (opts->stream || opts->expert_end > 0))
         return dl_golden_gen_stream(c, path, opts, err, errlen);
+    int rc = dl__golden_ep_check_ranks(&c->config, opts, c->name, err, errlen);
+    if (rc)
+        return rc;
     /* refused before the work, not after it */
-    int rc = dl__out_check(path, opts && opts->force, err, errlen);
+    rc = dl__out_check(path, opts && opts->force, err, errlen);
     if (rc)
         return rc;
     dl_golden_file_t g;

@@ -87,5 +87,26 @@ int dl__golden_check_seal(const char *path, int strict, int *sealed, char *err, 
 /* Writes the user block of a file being written (fd, at offset 0): it says
  * "incomplete" until dl_golden_seal replaces it. 0 or DL_EIO. */
 int dl__golden_mark_incomplete(int fd, char *err, size_t errlen, const char *path);
+/* The expert-parallel layout groups (ep.c, ep_read.c). hid_t values are
+ * passed as int64_t (HDF5 1.10's hid_t) so this header needs no hdf5.h.
+ * check_ranks: DL_EINVAL unless every --ep-ranks R divides E. layouts:
+ * fills g->ep (ascending R, duplicates once) from the routing. write: the
+ * /ep group after the others (nothing when g->n_ep = 0). read: every
+ * /ep/ranks_R into g->ep; strict (a golden) needs them complete and equal
+ * to the stage's layout of g->fwd.topk_ids (read that first). */
+int dl__golden_ep_check_ranks(const dl_moe_config_t *c, const dl_golden_gen_opts_t *o,
+                              const char *name, char *err, size_t errlen);
+int dl__golden_ep_layouts(const dl_moe_config_t *c, const int32_t *ids, const float *w,
+                          const dl_golden_gen_opts_t *o, dl_golden_file_t *g);
+int dl__golden_ep_write(int64_t file, int64_t gcpl, int64_t dcpl, const dl_golden_file_t *g,
+                        const char *path, char *err, size_t errlen);
+int dl__golden_ep_read(int64_t file, dl_golden_file_t *g, int strict, const char *path, char *err,
+                       size_t errlen);
+
+/* A dataset's extents in the slice of n_experts experts and their n_rows
+ * sorted rows (stream.c; full: the whole file), its element count, or -1
+ * when a slice leaves it out (it needs every expert's rows). */
+int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c, int full,
+                               int64_t n_experts, int64_t n_rows, int64_t dims[3]);
 
 #endif

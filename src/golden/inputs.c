@@ -339,3 +339,18 @@ int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
     fill(in->w_down, nffn, c->seed, S_DOWN, sigma_of(k->ffn), t);
     return 0;
 }
+
+int dl_case_inputs_tokens(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    return dl__case_inputs_small(c, in);
+}
+
+int dl_case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf)
+{
+    if (!c || !buf || which < DL__W_GATE || which > DL__W_DOWN || e < 0 ||
+        e >= c->config.route.experts ||
+        (c->config.ffn_kind != DL_FFN_SWIGLU && which != DL__W_DOWN))
+        return DL_EINVAL;
+    dl__case_expert_weight(c, which, e, buf);
+    return 0;
+}

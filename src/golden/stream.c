@@ -27,6 +27,7 @@ typedef struct {
     dl_golden_inputs_t in; /* every input but the expert weights */
     dl_moe_forward_t f;    /* router stages and x_sorted whole; the rest rows [r0, r1) */
     dl_moe_backward_t b;
+    dl_golden_file_t *hdr; /* the file's header: the layouts go there */
     float *wbuf[2];        /* one expert's weights */
     float *dw;             /* one expert's weight gradient */
     dl_tier_stats_t stats;
@@ -47,24 +48,30 @@ static int needs_all_experts(const dl_golden_dataset_t *ds)
     return !strchr("ME", dl_value_dims(v)[0]);
 }
 
-static int64_t shape_of(void *vctx, const dl_golden_dataset_t *ds, int64_t dims[3])
+int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c, int full,
+                               int64_t n_experts, int64_t n_rows, int64_t dims[3])
 {
-    stream_t *s = vctx;
-    if (!s->full && needs_all_experts(ds))
+    if (!full && needs_all_experts(ds))
         return -1;
-    if (s->o->no_backward && ds->group == DL_GOLDEN_BACKWARD)
-        return -1;
-    int64_t n = dl_golden_dataset_shape(ds, &s->c->config, dims);
-    if (n < 0 || s->full)
+    int64_t n = dl_golden_dataset_shape(ds, c, dims);
+    if (n < 0 || full)
         return n;
     if (ds->rank == 3 && ds->dims[0] == 'E')
-        dims[0] = s->B - s->A;
+        dims[0] = n_experts;
     else if (ds->rank == 2 && ds->dims[0] == 'M') /* sort_perm, inv_perm stay whole */
-        dims[0] = s->r1 - s->r0;
+        dims[0] = n_rows;
     n = 1;
     for (int i = 0; i < ds->rank; i++)
         n *= dims[i];
     return n;
+}
+
+static int64_t shape_of(void *vctx, const dl_golden_dataset_t *ds, int64_t dims[3])
+{
+    stream_t *s = vctx;
+    if (s->o->no_backward && ds->group == DL_GOLDEN_BACKWARD)
+        return -1;
+    return dl__golden_slice_shape(ds, &s->c->config, s->full, s->B - s->A, s->r1 - s->r0, dims);
 }
 
 static void progress(stream_t *s, const char *phase, double add)
@@ -105,7 +112,8 @@ static int route(stream_t *s)
         return rc;
     s->r0 = f->group_offsets[s->A];
     s->r1 = f->group_offsets[s->B];
-    return 0;
+    /* written after every other group, by then from the header */
+    return dl__golden_ep_layouts(c, f->topk_ids, f->topk_weights, s->o, s->hdr);
 }
 
 /* Rows of expert e relative to the slice's first row, and their count. */
@@ -397,6 +405,8 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     }
     /* refused before the work, not after it */
     int orc = dl__out_check(path, opts->force, err, errlen);
+    if (!orc)
+        orc = dl__golden_ep_check_ranks(k, opts, c->name, err, errlen);
     if (orc)
         return orc;
     stream_t s;
@@ -432,7 +442,9 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     hdr.has_inputs = hdr.has_forward = 1;
     hdr.has_backward = !opts->no_backward;
     dl__golden_source_t src = {&s, shape_of, produce, A, s.full ? 0 : B};
+    s.hdr = &hdr;
     rc = dl__golden_write_source(path, &hdr, &src, opts->force, NULL, NULL, err, errlen);
     stream_free(&s);
+    dl_golden_free(&hdr);
     return rc;
 }

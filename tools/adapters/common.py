@@ -1,6 +1,7 @@
 """What the GPU adapters share: golden files read and candidate files
 written through the package `dropless` (python/: the C library's loader,
-writer and layout; the adapters keep no table of their own), the one
+writer and layout; the adapters keep no table of their own; h5io stands in
+where the library cannot load, e.g. on a GPU machine), the one
 backend signature, the fp32 probe, the compute profile, the stage-isolated
 groups, and the command line.
 
@@ -20,6 +21,8 @@ import traceback
 import numpy as np
 
 import dropless
+
+from . import h5io
 
 ADAPTERS_VERSION = "0.2.0"
 
@@ -124,6 +127,24 @@ def isolated_groups(g, outputs):
     return groups
 
 
+# ---------------------------------------------------------- fused kernels
+
+# What a fused MoE kernel (vLLM's fused_moe, a fused training layer) hands
+# back: the layer's output and the gradients of its inputs and weights, no
+# intermediate. The runner bounds each through the absent upstream stages
+# (doc/tolerances.md), so these candidates test that propagation on real
+# framework arithmetic.
+FUSED_STAGES = ("out", "d_x", "d_w_gate", "d_w_up", "d_w_down", "d_router_weight")
+CHAINED_MODES = ("chained", "fused")  # no isolated_groups: one pass of the layer
+
+
+def fused(res):
+    """A chained Result cut down to FUSED_STAGES, named BACKEND[fused]."""
+    keep = {s: v for s, v in res.outputs.items() if s in FUSED_STAGES}
+    notes = dict(res.notes, fused="the chained layer's %s only" % " ".join(keep))
+    return res._replace(name=res.name + "[fused]", outputs=keep, notes=notes)
+
+
 # ------------------------------------------------------------ candidates
 
 def candidate_name(case, backend, mode=None):
@@ -154,8 +175,8 @@ def emit(g, outdir, res, mode, version, device, seconds, log=print, groups=None)
     (groups: the isolated groups, None for a chained candidate), logs a line
     and returns (path, summary dict)."""
     path = os.path.join(outdir, candidate_name(g.case, res.name, mode))
-    dropless.write_candidate(path, res.outputs, g, backend=res.name, compute_mode=res.compute_mode,
-                             isolated=groups, backend_version=version, device=device, force=True)
+    h5io.write_candidate(path, res.outputs, g, backend=res.name, compute_mode=res.compute_mode,
+                         isolated=groups, backend_version=version, device=device, force=True)
     errs = compare(g, res.outputs)
     worst = max((v for v in errs.values() if isinstance(v, float)), default=0.0)
     nd = res.notes.get("repeat_differs")
@@ -174,10 +195,13 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
     file; a failing mode is reported and the others still run. info(g) ->
     (version, device name). With repeat, each backend runs twice and
     notes["repeat_differs"] lists the stages whose bits changed
-    (nondeterminism: atomics, split-K). Every mode but "chained" is
-    stage-isolated. Returns ([(path, summary)], [error dicts])."""
+    (nondeterminism: atomics, split-K). Every mode but those of
+    CHAINED_MODES is stage-isolated. Returns ([(path, summary)], [error dicts])."""
     written, errors = [], []
-    with dropless.load(golden_path) as g:
+    g, how = h5io.load(golden_path)
+    if how != "dropless.load":
+        log("%s: golden read by %s" % (golden_path, how[:160]))
+    with g:
         for mode in modes:
             t0 = time.time()
             try:
@@ -190,7 +214,7 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
                         dropless.to_numpy(res.outputs[s]).tobytes() !=
                         dropless.to_numpy(again[s]).tobytes())
                 version, dname = info(g)
-                groups = None if mode == "chained" else isolated_groups(g, res.outputs)
+                groups = None if mode in CHAINED_MODES else isolated_groups(g, res.outputs)
                 written.append(emit(g, outdir, res, mode, version, dname, seconds, log, groups))
             except Skip as e:
                 log("%-26s %-30s %-8s skipped: %s" % (g.case, "-", mode, e))

@@ -13,6 +13,8 @@ Backends (one candidate file each):
   torch-moe          chained: a MoE layer as people write it (fp32 router GEMM,
                      softmax/sigmoid, torch.topk, argsort, gather, grouped GEMMs,
                      SwiGLU, index_add_ combine), forward then autograd backward.
+  torch-moe[fused]   the same layer, written as a fused kernel would expose it
+                     (mode fused): out, d_x and the weight gradients only.
 
 Where the grouped GEMM cannot take the shapes (rows not 16-byte aligned), a
 per-expert torch.mm loop stands in and the backend name says so
@@ -318,7 +320,7 @@ def run_chained(g, device="cuda"):
     return common.Result(name, res, notes, common.profile_for(g.config["dtype"], probe))
 
 
-MODES = ("isolated", "chained", "isolated_tf32", "wgrad_fp32")
+MODES = ("isolated", "chained", "fused", "isolated_tf32", "wgrad_fp32")
 
 
 def run_wgrad_fp32(g, device="cuda"):
@@ -382,8 +384,9 @@ def run_isolated_tf32(g, device="cuda"):
     return r._replace(name=r.name + "[allow_tf32]")
 
 
-BACKENDS = {"isolated": run_isolated, "chained": run_chained, "isolated_tf32": run_isolated_tf32,
-            "wgrad_fp32": run_wgrad_fp32}
+BACKENDS = {"isolated": run_isolated, "chained": run_chained,
+            "fused": lambda g, device="cuda": common.fused(run_chained(g, device)),
+            "isolated_tf32": run_isolated_tf32, "wgrad_fp32": run_wgrad_fp32}
 
 
 def _synchronised(fn):

@@ -1,4 +1,4 @@
 """A reference dropless MoE layer in PyTorch (layer.py, gemm.py), its
-candidate files for `dropless check` (run.py, raw.py), and the CPU/GPU
+candidate files for `dropless check` (run.py), and the CPU/GPU
 pipeline checks and timing that tools/pipeline_checks.py runs. See
 doc/reference_layer.md."""

@@ -15,11 +15,9 @@ Declared profiles: `bf16` / `fp16` for bf16 / fp16 cases (bf16 operands,
 fp32 accumulation, every short sum in fp32 and rounded once: the strict
 profile, not -acc), `fp32` for fp32 cases.
 
-Golden files are read through the package `dropless` (the C library) where
-it loads, else with h5py alone (a machine without the library); candidates
-are written through the package (tools/adapters/common.emit) where it
-loads, else as raw .npz files that `python3 -m tools.reference_layer.raw`
-turns into candidate files on a machine that has the library.
+Golden files are read and candidates written through the package `dropless`
+(the C library) where it loads, else with h5py alone (tools/adapters/h5io.py,
+common.emit), as the adapters do.
 """
 
 import json
@@ -31,7 +29,7 @@ import traceback
 import numpy as np
 import torch
 
-from .golden_io import have_dropless, open_golden  # noqa: F401 (re-exported)
+from .golden_io import open_golden  # noqa: F401 (re-exported)
 from .layer import ReferenceMoE
 
 TDT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -123,20 +121,12 @@ def device_name(dev):
 
 
 def write(g, outdir, backend, outputs, notes, mode, dev, seconds, log=print):
-    """A candidate file through the package where it loads, else a raw .npz
-    (tools/reference_layer/raw.py converts it). Returns (path, summary)."""
-    version = "torch %s" % torch.__version__
-    if have_dropless():
-        from tools.adapters import common
-        res = common.Result(backend, outputs, notes, profile(g.config["dtype"]))
-        return common.emit(g, outdir, res, mode, version, device_name(dev), seconds, log)
-    from .raw import save_raw
-    path = save_raw(outdir, g.case, backend, mode, outputs, notes, profile(g.config["dtype"]),
-                    version, device_name(dev))
-    log("%-26s %-30s %-8s raw %s" % (g.case, backend, mode, os.path.basename(path)))
-    return path, {"case": g.case, "backend": backend, "mode": mode, "raw": os.path.basename(path),
-                  "compute_mode": profile(g.config["dtype"]), "notes": notes,
-                  "seconds": round(seconds, 3)}
+    """A candidate file (tools/adapters/common.emit: through the package, or
+    h5py where its library does not load). Returns (path, summary)."""
+    from tools.adapters import common
+    res = common.Result(backend, outputs, notes, profile(g.config["dtype"]))
+    return common.emit(g, outdir, res, mode, "torch %s" % torch.__version__, device_name(dev),
+                       seconds, log)
 
 
 def run_file(path, outdir, dev, gemm="auto", repeat=True, log=print, defect=None):

@@ -1,0 +1,278 @@
+/* Ties in candidates without routing. A fused kernel exposes `out` but not
+ * the selection it made; on a token inside its tie margin (an exact tie, or
+ * a gap its own score rounding can flip) any of the plausible selections is
+ * legitimate, and judging out against the golden's alone would FAIL a
+ * correct kernel that broke the tie the other way. So for each such token
+ * the runner lists the selections the exact rule gives when the near-tied
+ * keys (and near-tied groups) move by more than the score tolerance, and
+ * keeps the one whose exact out row is nearest the candidate's; the rest of
+ * the check then runs on those ids, as if the candidate had stored them. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check/check_priv.h"
+
+#define MAX_UNITS 12 /* perturbed keys or groups per token: 2^12 selections tried */
+#define MAX_SETS 512 /* distinct plausible selections kept per token */
+
+/* The tolerance on token t's keys (judge_other_set's rule, at the golden's
+ * selected experts and every competitor within reach). */
+static double key_tol(const dl__ck_t *ck, int64_t t, const int32_t *x)
+{
+    const float *sc = ck->eff[DL_VALUE_ROUTER_SCORES], *lg = ck->eff[DL_VALUE_ROUTER_LOGITS];
+    double tau = 0.0, kth = INFINITY;
+    for (int64_t j = 0; j < ck->k; j++) {
+        tau = fmax(tau, dl__ck_score_bound(ck, lg, sc, t, x[j], 1));
+        kth = fmin(kth, fabs((double)sc[t * ck->E + x[j]]));
+    }
+    if (ck->c->route.has_bias)
+        tau += 2.0 * 0x1p-24 * kth;
+    return tau * 2.0 * (double)dl_route_group_terms(&ck->c->route);
+}
+
+static double key(const dl__ck_t *ck, const float *s, int64_t e)
+{
+    double b = ck->c->route.has_bias && ck->in->expert_bias ? ck->in->expert_bias[e] : 0.0;
+    return (double)s[e] + b;
+}
+
+/* Group g's score: the sum of its `terms` largest keys (the selection's
+ * group rule; only the order of such sums matters here). */
+static double group_score(const dl__ck_t *ck, const float *s, int64_t g, int64_t G, int64_t terms)
+{
+    double top[64];
+    for (int64_t i = 0; i < terms; i++)
+        top[i] = -INFINITY;
+    for (int64_t e = g * G; e < (g + 1) * G; e++) {
+        double v = key(ck, s, e);
+        int64_t i = terms - 1;
+        if (!(v > top[i]))
+            continue;
+        while (i > 0 && top[i - 1] < v) {
+            top[i] = top[i - 1];
+            i--;
+        }
+        top[i] = v;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < terms; i++)
+        sum += top[i];
+    return sum;
+}
+
+/* The units whose order is in doubt: experts whose key lies within tol of
+ * the k-th selected key, and with group-limited routing the groups whose
+ * score lies within tol of the topk_group-th one (their experts move
+ * together). units[i] >= 0 is an expert, -1 - g a group. */
+static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, double tol, int *units)
+{
+    const int64_t E = ck->E, k = ck->k;
+    const dl_route_config_t *rc = &ck->c->route;
+    double kth = INFINITY;
+    for (int64_t j = 0; j < k; j++)
+        kth = fmin(kth, key(ck, s, x[j]));
+    int n = 0;
+    for (int64_t e = 0; e < E && n < MAX_UNITS; e++)
+        if (fabs(key(ck, s, e) - kth) <= tol)
+            units[n++] = (int)e;
+    if (rc->n_group > 1 && E / rc->n_group <= 64) {
+        const int64_t G = E / rc->n_group, terms = dl_route_group_terms(rc);
+        double gs[256], bound = INFINITY;
+        if (rc->n_group > 256)
+            return n;
+        for (int64_t g = 0; g < rc->n_group; g++)
+            gs[g] = group_score(ck, s, g, G, terms);
+        for (int64_t j = 0; j < k; j++) /* the weakest kept group */
+            bound = fmin(bound, gs[x[j] / G]);
+        for (int64_t g = 0; g < rc->n_group && n < MAX_UNITS; g++)
+            if (fabs(gs[g] - bound) <= tol)
+                units[n++] = (int)(-1 - g);
+    }
+    return n;
+}
+
+/* The distinct selections of token t under every up/down move of the units
+ * by delta, into sets [cap][k] (the golden's first); their count. */
+static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, double tol, int32_t *sets,
+                     int cap, float *srow)
+{
+    const int64_t E = ck->E, k = ck->k;
+    const dl_route_config_t *rc = &ck->c->route;
+    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    int units[MAX_UNITS];
+    int nu = near_units(ck, s, x, tol, units);
+    int n = 1;
+    memcpy(sets, x, (size_t)k * sizeof *sets);
+    for (long mask = 0; mask < (1L << nu) && n < cap; mask++) {
+        memcpy(srow, s, (size_t)E * sizeof *srow);
+        for (int i = 0; i < nu; i++) {
+            const double dir = (mask >> i) & 1 ? 1.0 : -1.0;
+            int64_t lo = units[i], hi = units[i] + 1;
+            if (units[i] < 0) {
+                const int64_t G = E / rc->n_group;
+                lo = (int64_t)(-1 - units[i]) * G;
+                hi = lo + G;
+            }
+            for (int64_t e = lo; e < hi; e++) {
+                double dl = fmax(2.0 * tol, 8.0 * dl__ck_ulp(srow[e], DL_F32));
+                srow[e] = (float)((double)srow[e] + dir * dl);
+            }
+        }
+        int32_t *c = sets + (size_t)n * k;
+        float w[64], mg;
+        if (k > 64 || dl_route_topk(rc, srow, ck->in->expert_bias, 1, c, w, &mg))
+            continue;
+        int seen = 0;
+        for (int i = 0; i < n && !seen; i++) {
+            int same = 1;
+            for (int64_t j = 0; j < k && same; j++) {
+                int found = 0;
+                for (int64_t q = 0; q < k && !found; q++)
+                    found = sets[(size_t)i * k + q] == c[j];
+                same = found;
+            }
+            seen = same;
+        }
+        n += !seen;
+    }
+    return n;
+}
+
+/* y_e(x_t) for every expert e of the union of the sets: rows ys[e] (d
+ * floats each, NULL for experts not used), exact stage by stage. */
+static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float *ys,
+                       int64_t *off, float *xr, float *hg, float *hu)
+{
+    const int64_t E = ck->E, d = ck->d, f = ck->f;
+    int64_t m = 0;
+    for (int64_t e = 0; e < E; e++) {
+        off[e] = m;
+        if (used[e])
+            memcpy(xr + (m++) * d, ck->in->x + t * d, (size_t)d * sizeof *xr);
+    }
+    off[E] = m;
+    int rc;
+    if (ck->swiglu) {
+        dl_gemm_term_t tg = {xr, d, ck->in->w_gate, DL_RHS_KN};
+        dl_gemm_term_t tu = {xr, d, ck->in->w_up, DL_RHS_KN};
+        if ((rc = dl_gemm_grouped(&tg, 1, f, off, E, ck->act, hg, NULL)) ||
+            (rc = dl_gemm_grouped(&tu, 1, f, off, E, ck->act, hu, NULL)) ||
+            (rc = dl_swiglu(hg, hu, m * f, ck->act, hg)))
+            return rc;
+        dl_gemm_term_t td = {hg, f, ck->in->w_down, DL_RHS_KN};
+        return dl_gemm_grouped(&td, 1, d, off, E, ck->act, ys, NULL);
+    }
+    dl_gemm_term_t td = {xr, d, ck->in->w_down, DL_RHS_KN};
+    return dl_gemm_grouped(&td, 1, d, off, E, ck->act, ys, NULL);
+}
+
+typedef struct {
+    int32_t *sets;
+    float *srow, *ys, *xr, *hg, *hu;
+    int64_t *off;
+    uint8_t *used;
+    int cap;
+} scratch_t;
+
+/* The index of the set whose out row is nearest cand (the golden's on a
+ * draw), or a negative error. */
+static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, const float *cand)
+{
+    const int64_t E = ck->E, k = ck->k, d = ck->d;
+    memset(w->used, 0, (size_t)E);
+    for (int i = 0; i < n * k; i++)
+        w->used[w->sets[i]] = 1;
+    int rc = expert_rows(ck, t, w->used, w->ys, w->off, w->xr, w->hg, w->hu);
+    if (rc)
+        return rc;
+    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    int best = 0;
+    double best_err = INFINITY;
+    for (int i = 0; i < n; i++) {
+        const int32_t *c = w->sets + (size_t)i * k;
+        float wt[64];
+        if (dl_route_weights(&ck->c->route, s, c, wt))
+            continue;
+        double err = 0.0;
+        for (int64_t col = 0; col < d; col++) {
+            double o = 0.0;
+            for (int64_t j = 0; j < k; j++)
+                o += (double)wt[j] * w->ys[w->off[c[j]] * d + col];
+            err = fmax(err, fabs(o - (double)cand[t * d + col]));
+        }
+        if (err < best_err) {
+            best_err = err;
+            best = i;
+        }
+    }
+    return best;
+}
+
+static int scratch_init(dl__ck_t *ck, scratch_t *w)
+{
+    const int64_t E = ck->E, k = ck->k, d = ck->d, f = ck->f ? ck->f : 1;
+    w->cap = MAX_SETS;
+    w->sets = dl__ck_alloc(ck, (int64_t)w->cap * k, sizeof *w->sets);
+    w->srow = dl__ck_alloc(ck, E, sizeof *w->srow);
+    w->ys = dl__ck_alloc(ck, E * d, sizeof *w->ys);
+    w->xr = dl__ck_alloc(ck, E * d, sizeof *w->xr);
+    w->hg = dl__ck_alloc(ck, E * f, sizeof *w->hg);
+    w->hu = dl__ck_alloc(ck, E * f, sizeof *w->hu);
+    w->off = dl__ck_alloc(ck, E + 1, sizeof *w->off);
+    w->used = dl__ck_alloc(ck, E, 1);
+    return w->sets && w->srow && w->ys && w->xr && w->hg && w->hu && w->off && w->used
+               ? 0
+               : DL_ENOMEM;
+}
+
+int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids_out)
+{
+    const int64_t T = ck->T, k = ck->k;
+    const float *cand = ck->cand_arr[DL_VALUE_OUT];
+    *ids_out = NULL;
+    if (!cand || !ck->tie_margin || !ck->eff[DL_VALUE_ROUTER_SCORES] || k > 64 ||
+        ck->opt.exact_upstream)
+        return 0;
+    scratch_t w;
+    int32_t *ids = NULL;
+    int64_t n_amb = 0, n_changed = 0, first = -1;
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *x = ck->exact_ids + t * k;
+        const double tol = key_tol(ck, t, x);
+        if (!(ck->tie_margin[t] <= tol))
+            continue;
+        n_amb++;
+        if (!ids) {
+            int rc = scratch_init(ck, &w);
+            if (rc || !(ids = dl__ck_alloc(ck, ck->M, sizeof *ids)))
+                return rc ? rc : DL_ENOMEM;
+            memcpy(ids, ck->exact_ids, (size_t)ck->M * sizeof *ids);
+        }
+        int n = plausible(ck, t, x, tol, w.sets, w.cap, w.srow);
+        int b = n > 1 ? nearest(ck, t, &w, n, cand) : 0;
+        if (b < 0)
+            return b;
+        if (b > 0) {
+            memcpy(ids + t * k, w.sets + (size_t)b * k, (size_t)k * sizeof *ids);
+            if (first < 0)
+                first = t;
+            n_changed++;
+        }
+    }
+    if (!n_changed)
+        return 0;
+    dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
+    if (!r)
+        return DL_ENOMEM;
+    r->verdict = DL_VERDICT_WARN;
+    r->n_checked = n_amb;
+    r->n_over_pass = n_changed;
+    r->worst_index = first;
+    dl__ck_msg(r, "no topk_ids: %lld of %lld tokens inside their tie margin; the selection that "
+                  "explains out differs from the golden's on %lld (first: token %lld) and is "
+                  "used downstream",
+               (long long)n_amb, (long long)T, (long long)n_changed, (long long)first);
+    *ids_out = ids;
+    return 0;
+}
