@@ -76,13 +76,14 @@ def env_info():
 
 
 def goldens(args):
+    """Absolute paths (the steps run in the repository root)."""
     files = []
     for a in args:
         if os.path.isdir(a):
             files += sorted(glob.glob(os.path.join(a, "*.h5")))
         else:
             files.append(a)
-    return files
+    return [os.path.abspath(f) for f in files]
 
 
 def pack(cand_dir, out_dir, part_mib, extra=()):

@@ -125,8 +125,11 @@ def shape_sets(goldens, open_golden):
     but seed and input kind), each set in the order given."""
     sets = {}
     for p in goldens:
-        with open_golden(p) as g:
-            key = tuple(g.config[k] for k in SHAPE_KEYS)
+        try:
+            with open_golden(p) as g:
+                key = tuple(g.config[k] for k in SHAPE_KEYS)
+        except Exception:  # unreadable: per_case reports it
+            continue
         sets.setdefault(key, []).append(p)
     return list(sets.values())
 
@@ -302,8 +305,11 @@ def torch_checks(name, goldens, cand, device):
     res = {"backend": name, "torch": torch.__version__, "device": run.device_name(dev),
            "cases": [], "graph": []}
     for p in goldens:
-        with run.open_golden(p) as g:
-            res["cases"].append(per_case(be, g, cuda))
+        try:
+            with run.open_golden(p) as g:
+                res["cases"].append(per_case(be, g, cuda))
+        except Exception as e:  # an unreadable file must not stop the others
+            res["cases"].append(dict(err(e), case=os.path.basename(p), deterministic={}))
     os.makedirs(cand, exist_ok=True)
     for ps in shape_sets(goldens, run.open_golden):
         if len(ps) < 2:

@@ -169,7 +169,12 @@ def main(argv=None):
     os.makedirs(a.outdir, exist_ok=True)
     rc = 0
     for p in a.golden:
-        written, errors = run_file(p, a.outdir, dev, a.gemm, not a.no_repeat, defect=a.defect)
+        try:
+            written, errors = run_file(p, a.outdir, dev, a.gemm, not a.no_repeat, defect=a.defect)
+        except Exception as e:  # an unreadable file must not stop the others
+            print("%s: %s: %s" % (p, type(e).__name__, e), file=sys.stderr)
+            written, errors = [], [{"case": os.path.basename(p), "backend": BACKEND,
+                                    "error": "%s: %s" % (type(e).__name__, e)}]
         rc = 1 if errors else rc
         if a.summary:
             with open(a.summary, "a") as fh:
