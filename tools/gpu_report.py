@@ -86,19 +86,29 @@ def goldens(args):
     return [os.path.abspath(f) for f in files]
 
 
+def priority(name):
+    """Archive order, most wanted first: a truncated archive (parts beyond
+    what comes back) still unpacks up to its last complete file."""
+    for i, pat in enumerate(("reference-moe", "--torch-moe--", "--jax-moe_", "--torch-moe_fused",
+                             "_fused_--")):
+        if pat in name:
+            return (i, name)
+    return (9, name)
+
+
 def pack(cand_dir, out_dir, part_mib, extra=()):
-    """candidates.tar.xz of cand_dir (and the files extra, at the archive's
-    top level), split into parts of part_mib MiB. Compressed by `xz -T0`
-    (every core; blocks of 4 MiB so that they run in parallel) where the
-    machine has it, else by Python's lzma."""
+    """candidates.tar.xz of the files extra (at the archive's top level,
+    first) and cand_dir (in priority() order), split into parts of part_mib
+    MiB. Compressed by `xz -T0` (every core; blocks of 4 MiB so that they
+    run in parallel) where the machine has it, else by Python's lzma."""
     path = os.path.join(out_dir, "candidates.tar.xz")
     tarpath = os.path.join(out_dir, "candidates.tar")
     with tarfile.open(tarpath, mode="w") as tar:
-        for f in sorted(os.listdir(cand_dir)):
-            tar.add(os.path.join(cand_dir, f), arcname=f)
         for f in extra:
             if os.path.exists(f):
                 tar.add(f, arcname=os.path.basename(f))
+        for f in sorted(os.listdir(cand_dir), key=priority):
+            tar.add(os.path.join(cand_dir, f), arcname=f)
     try:
         with open(path, "wb") as o:
             subprocess.run(["xz", "-T0", "-6", "--block-size=4MiB", "-c", tarpath], stdout=o,
@@ -264,10 +274,25 @@ def main(argv=None):
         size, parts = pack(cand, a.out, a.part_mib, small)
         shutil.rmtree(cand)
         # at most MAX_FILES files come back: the small ones are in the archive
-        # too, so drop them from outside, pipeline.json last, if need be
+        # too, so drop them from outside, pipeline.json last, if need be; then
+        # the archive's last parts (its least wanted candidates), saying so
         for f in small[:3]:
             if len(os.listdir(a.out)) > MAX_FILES:
                 os.unlink(f)
+        dropped = []
+        while len(os.listdir(a.out)) > MAX_FILES and len(parts) > 1:
+            os.unlink(parts[-1])
+            dropped.append(os.path.basename(parts.pop()))
+        if dropped:
+            report["pack_dropped_parts"] = dropped[::-1]
+            report["pack_note"] = (
+                "more than %d files: the archive's last parts were dropped; `cat "
+                "candidates.tar.xz.* | xz -dc | tar -x` unpacks every complete file before the "
+                "cut, then reports the truncation (the last file it writes may be cut short: "
+                "delete it)" % MAX_FILES)
+            with open(os.path.join(a.out, "pipeline.json"), "w") as fh:
+                json.dump(report, fh, indent=1, default=str)
+            print("gpu_report: WARNING: %s" % report["pack_note"], flush=True)
         print("gpu_report: packed %.1f MiB into %s (%.1f s); %s" % (
             size / 2**20, " ".join(os.path.basename(p) for p in parts), time.time() - t1,
             " ".join(sorted(os.listdir(a.out)))))
