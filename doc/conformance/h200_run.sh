@@ -1,0 +1,81 @@
+#!/bin/sh
+# The H200 run of this report, on the device machine, in two parts that
+# each fit one call (10 minutes): goldens are generated there and every
+# candidate is checked there, by a bundle of this build (tools/bundle_libs.sh
+# DIR '' packed as .devbundle/bundle.tar.xz and carried), so that only
+# reports come back.
+#   sh doc/conformance/h200_run.sh ep-jax   # EP layout + dispatch, dropless.jax example
+#   sh doc/conformance/h200_run.sh report   # gpu_report.py: reference layer, pipeline
+#                                           # checks, timing, adapters; all checks
+# Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
+set -u
+part=${1:?usage: h200_run.sh ep-jax|report}
+top=$(pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+B=/tmp/dlb
+mkdir -p $B && tar -xJf .devbundle/bundle.tar.xz -C $B || exit 1
+export LD_LIBRARY_PATH=$B DROPLESS_LIB=$B/libdropless.so.0 DROPLESS_CLI=$B/dropless
+export PYTHONPATH=$top/python:$top OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
+DL=$B/dropless
+PY=${PY:-/opt/torch/.venv/bin/python3}; [ -x "$PY" ] || PY=python3
+W=/tmp/h200/$part; R=$W/res
+rm -rf "$W"; mkdir -p $W/golden $R
+CASES=doc/conformance/cases
+check_dir() { # GOLDEN_DIR CAND_DIR REPORT_DIR: every CASE--*.h5 against GOLDEN_DIR/CASE.h5
+    mkdir -p "$3"
+    ls "$2"/*.h5 2>/dev/null | xargs -r -P 12 -I{} sh -c \
+        'b=$(basename {} .h5); "$0" check --force --json "$2/$b.json" "$1/${b%%--*}.h5" {} > "$2/$b.txt" 2>&1; true' \
+        "$DL" "$1" "$3"
+}
+t0=$(date +%s)
+case $part in
+ep-jax)
+    g=$W/golden
+    $DL gen -q -d $g --ep-ranks 1,2,4,8 mixtral-small mixtral-small-bf16 deepseek-v3-small \
+        deepseek-v3-small-bf16 zipf one-hot empty-experts ties-grouped
+    $DL gen -q -d $g --ep-ranks 1,2,4 --config $CASES/skewed-ep.case
+    $DL gen -q -d $g --ep-ranks 2,4,8,32 --no-backward --config $CASES/deepseek-v3-ep.case
+    for c in mixtral-d512 mixtral-d512-bf16; do $DL gen -q -d $g --ep-ranks 1,2,4,8 --config $CASES/$c.case; done
+    echo "== goldens $(ls $g | wc -l), $(( $(date +%s) - t0 )) s"
+    mkdir -p $W/layout $W/dispatch
+    timeout 150 $PY -m tools.adapters.ep_layout $g/*.h5 -o $W/layout --ranks 2,4,8,32 \
+        --summary $R/layout.jsonl > $R/layout-log.txt 2>&1; echo "== ep_layout rc=$? $(( $(date +%s) - t0 )) s"
+    timeout 200 $PY tools/ep_dispatch.py $g/skewed-ep.h5 $g/deepseek-v3-ep.h5 $g/mixtral-d512.h5 \
+        $g/mixtral-d512-bf16.h5 $g/mixtral-small.h5 $g/mixtral-small-bf16.h5 $g/deepseek-v3-small.h5 \
+        --ranks 1 --device cuda -o $W/dispatch --summary $R/dispatch.jsonl --timeout 120 \
+        > $R/dispatch-log.txt 2>&1; echo "== ep_dispatch rc=$? $(( $(date +%s) - t0 )) s"
+    check_dir $g $W/layout $R/layout-checks
+    check_dir $g $W/dispatch $R/dispatch-checks
+    echo "== checks $(( $(date +%s) - t0 )) s"
+    for c in mixtral-small mixtral-small-bf16 mixtral-small-fp16 deepseek-v3-small-bf16 \
+             plain-ffn-bf16 odd-shapes-bf16 ties-grouped-bf16 no-tokens-bf16; do
+        timeout 120 $PY examples/jax_moe_ffi.py --case $c --device gpu; echo "== jax_moe_ffi $c exit $?"
+        timeout 120 $PY examples/jax_moe_ffi.py --case $c --device gpu --defect renormalize > /dev/null 2>&1
+        echo "== jax_moe_ffi $c --defect renormalize exit $? (want 1)"
+    done > $R/jax-ffi-h200.txt 2>&1
+    timeout 150 $PY -m pytest -q -p no:cacheprovider python/tests/test_jax.py >> $R/jax-ffi-h200.txt 2>&1
+    echo "== jax done $(( $(date +%s) - t0 )) s"
+    ;;
+report)
+    g=$W/golden; rp=$W/replay
+    mkdir -p $rp
+    for f in $CASES/*.case; do $DL gen -q -d $g --config "$f"; done
+    rm -f $g/deepseek-v3-ep.h5 $g/skewed-ep.h5   # the EP part's
+    $DL gen -q -d $g mixtral-small mixtral-small-bf16 mixtral-small-fp16 deepseek-v3-small \
+        deepseek-v3-small-bf16 deepseek-v3-small-fp16 plain-ffn plain-ffn-bf16 odd-shapes-bf16 \
+        empty-experts empty-experts-bf16 ties ties-bf16 ties-grouped ties-grouped-bf16 zipf-bf16 \
+        no-tokens-bf16 kernel-sizes-bf16
+    for f in $CASES/replay/*.case; do $DL gen -q -d $rp --config "$f"; done
+    echo "== goldens $(ls $g | wc -l) + $(ls $rp | wc -l) replays, $(( $(date +%s) - t0 )) s"
+    $PY tools/gpu_report.py --out $W/rep --budget ${BUDGET:-400} --timeout 200 --replay $rp -- $g \
+        > $R/gpu_report-stdout.txt 2>&1; echo "== gpu_report rc=$? $(( $(date +%s) - t0 )) s"
+    cp $W/rep/pipeline.json $W/rep/summary.jsonl $W/rep/env.json $W/rep/log.txt $R/ 2>/dev/null
+    ln -s $rp/*.h5 $g/ 2>/dev/null
+    mkdir -p $R/declared $R/fp32
+    ls $W/rep/candidates/*.h5 | xargs -r -P 12 -n 1 sh doc/conformance/check_all.sh --one $DL $g $R
+    echo "== checks $(ls $R/declared/*.json | wc -l) reports, $(( $(date +%s) - t0 )) s"
+    ;;
+esac
+tar -C $W -cJf $OUT/$part.tar.xz res && ls -la $OUT
+echo "== $part: $(( $(date +%s) - t0 )) s"
