@@ -7,6 +7,7 @@
 #   sh doc/conformance/h200_run.sh ep-jax   # EP layout + dispatch, dropless.jax example
 #   sh doc/conformance/h200_run.sh report   # gpu_report.py: reference layer, pipeline
 #                                           # checks, timing, adapters; all checks
+#   sh doc/conformance/h200_run.sh jax-rest # the JAX adapter on what report's budget left
 # Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
 set -u
 part=${1:?usage: h200_run.sh ep-jax|report}
@@ -74,6 +75,24 @@ report)
     ln -s $rp/*.h5 $g/ 2>/dev/null
     mkdir -p $R/declared $R/fp32
     ls $W/rep/candidates/*.h5 | xargs -r -P 12 -n 1 sh doc/conformance/check_all.sh --one $DL $g $R
+    echo "== checks $(ls $R/declared/*.json | wc -l) reports, $(( $(date +%s) - t0 )) s"
+    ;;
+jax-rest)
+    # the JAX adapter on the cases the report part's budget left out, and the
+    # d = 512 fused candidates again under a TF32 router
+    g=$W/golden; c=$W/cand
+    mkdir -p $c $R/declared $R/fp32 $R/router-tf32
+    $DL gen -q -d $g odd-shapes-bf16 plain-ffn plain-ffn-bf16 ties ties-bf16 ties-grouped \
+        ties-grouped-bf16 zipf-bf16
+    for f in mixtral-d512 mixtral-d512-bf16; do $DL gen -q -d $g --config $CASES/$f.case; done
+    timeout 330 $PY -m tools.adapters.jax_adapter -o $c --summary $R/summary.jsonl $g/*.h5 \
+        > $R/jax-log.txt 2>&1; echo "== jax adapter rc=$? $(( $(date +%s) - t0 )) s"
+    ls $c/*.h5 | xargs -r -P 12 -n 1 sh doc/conformance/check_all.sh --one $DL $g $R
+    for f in $c/mixtral-d512-bf16--*fused*.h5 $c/mixtral-d512-bf16--*chained*.h5; do
+        b=$(basename $f .h5)
+        $DL check --force --profile router=tf32,default=bf16-acc --json $R/router-tf32/$b.json \
+            $g/mixtral-d512-bf16.h5 $f > $R/router-tf32/$b.txt 2>&1
+    done
     echo "== checks $(ls $R/declared/*.json | wc -l) reports, $(( $(date +%s) - t0 )) s"
     ;;
 esac
