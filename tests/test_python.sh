@@ -33,8 +33,10 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/dl-pytest-XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 # The tree's package comes first on the path, so an older `pip install
 # ./python` in the venv cannot hide a change; its plugin is named unless the
-# venv's installed entry point already loads it.
-if "$py" -c 'import importlib.metadata as m, sys; e = m.entry_points(); e = e.select(group="pytest11") if hasattr(e, "select") else e.get("pytest11", []); sys.exit(0 if any(x.name == "dropless" for x in e) else 1)'; then
+# venv's installed entry point already loads it (looked up on pytest's own
+# path: a `pip install ./python` leaves python/dropless.egg-info, whose entry
+# point the tree's path then brings along).
+if PYTHONPATH="$srcdir/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import importlib.metadata as m, sys; e = m.entry_points(); e = e.select(group="pytest11") if hasattr(e, "select") else e.get("pytest11", []); sys.exit(0 if any(x.name == "dropless" for x in e) else 1)'; then
     plugin=""
 else
     plugin="-p dropless.pytest_plugin"
