@@ -95,6 +95,28 @@ jax-rest)
     done
     echo "== checks $(ls $R/declared/*.json | wc -l) reports, $(( $(date +%s) - t0 )) s"
     ;;
+d512-probe)
+    # finding 4: jax-moe[default][fused] on mixtral-d512-bf16 under the
+    # profiles that model what JAX does (bf16 SwiGLU: experts=bf16-elem;
+    # TF32 router), on three seeds of the case
+    g=$W/golden; c=$W/cand
+    mkdir -p $c
+    for seed in 0 1 2; do
+        sed "s/^seed *=.*//; s/^name *=.*/name = mixtral-d512-bf16-s$seed/" $CASES/mixtral-d512-bf16.case > $W/s$seed.case
+        echo "seed = $((seed + 11))" >> $W/s$seed.case
+        $DL gen -q -d $g --config $W/s$seed.case
+    done
+    $DL gen -q -d $g --config $CASES/mixtral-d512-bf16.case
+    timeout 300 $PY -m tools.adapters.jax_adapter --mode fused --no-repeat -o $c $g/*.h5 \
+        > $R/jax-log.txt 2>&1; echo "== jax adapter rc=$? $(( $(date +%s) - t0 )) s"
+    for f in $c/*.h5; do
+        b=$(basename $f .h5); gg=$g/${b%%--*}.h5
+        for p in bf16-acc default=bf16-acc,experts=bf16-elem router=tf32,default=bf16-acc,experts=bf16-elem; do
+            echo "== $b --profile $p: $($DL check --force --profile $p $gg $f | grep -E 'FAIL|CONFORMANT' | cut -c1-220 | tr '\n' ' ')"
+        done
+    done > $R/probe.txt 2>&1
+    cat $R/probe.txt
+    ;;
 esac
 tar -C $W -cJf $OUT/$part.tar.xz res && ls -la $OUT
 echo "== $part: $(( $(date +%s) - t0 )) s"
