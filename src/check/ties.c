@@ -16,8 +16,41 @@
 #define MAX_UNITS 12 /* perturbed keys or groups per token: 2^12 selections tried */
 #define MAX_SETS 512 /* distinct plausible selections kept per token */
 
+/* The worst-case error of token t's scores that a kernel's hidden router
+ * GEMM may carry under the router's profile (the WARN bound of
+ * router_logits, kappa = K, pushed through the score function), when the
+ * candidate gives neither logits nor scores: its selection was made on
+ * values the runner never sees. */
+static double hidden_score_err(const dl__ck_t *ck, int64_t t)
+{
+    if (ck->cand_arr[DL_VALUE_ROUTER_LOGITS] || ck->cand_arr[DL_VALUE_ROUTER_SCORES] ||
+        !ck->in->router_weight)
+        return 0.0;
+    const dl_check_profile_t *p = dl__ck_prof(ck, DL_VALUE_ROUTER_LOGITS);
+    const int64_t d = ck->d, E = ck->E;
+    const double kin = (dl__ck_on_input_grid(p, ck->act) ? 0 : 1) +
+                       (dl__ck_on_input_grid(p, DL_F32) ? 0 : 1);
+    const double rel = (double)d * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
+    const float *l = (const float *)ck->eff[DL_VALUE_ROUTER_LOGITS] + t * E;
+    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    double dl_max = 0.0, ds_max = 0.0;
+    for (int64_t e = 0; e < E; e++) {
+        double m = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            m += fabs((double)ck->in->x[t * d + i]) * fabs((double)ck->in->router_weight[i * E + e]);
+        dl_max = fmax(dl_max, rel * m + 0x1p-23 * fabs((double)l[e]));
+    }
+    for (int64_t e = 0; e < E; e++) {
+        double se = fabs((double)s[e]);
+        ds_max = fmax(ds_max, ck->c->route.score_fn == DL_SCORE_SOFTMAX ? 2.0 * se * dl_max
+                                                                        : se * (1.0 - se) * dl_max);
+    }
+    return ds_max;
+}
+
 /* The tolerance on token t's keys (judge_other_set's rule, at the golden's
- * selected experts and every competitor within reach). */
+ * selected experts and every competitor within reach, widened by what a
+ * hidden router may carry). */
 static double key_tol(const dl__ck_t *ck, int64_t t, const int32_t *x)
 {
     const float *sc = ck->eff[DL_VALUE_ROUTER_SCORES], *lg = ck->eff[DL_VALUE_ROUTER_LOGITS];
@@ -28,6 +61,7 @@ static double key_tol(const dl__ck_t *ck, int64_t t, const int32_t *x)
     }
     if (ck->c->route.has_bias)
         tau += 2.0 * 0x1p-24 * kth;
+    tau += hidden_score_err(ck, t);
     return tau * 2.0 * (double)dl_route_group_terms(&ck->c->route);
 }
 
@@ -188,7 +222,7 @@ static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, con
         return rc;
     const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
     int best = 0;
-    double best_err = INFINITY;
+    double best_err = INFINITY, err0 = INFINITY;
     for (int i = 0; i < n; i++) {
         const int32_t *c = w->sets + (size_t)i * k;
         float wt[64];
@@ -201,12 +235,42 @@ static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, con
                 o += (double)wt[j] * w->ys[w->off[c[j]] * d + col];
             err = fmax(err, fabs(o - (double)cand[t * d + col]));
         }
+        if (i == 0)
+            err0 = err;
         if (err < best_err) {
             best_err = err;
             best = i;
         }
     }
-    return best;
+    /* Another selection must explain the row far better than the golden's:
+     * a tie broken the other way leaves rounding, where a dropped or
+     * wrongly weighted slot leaves a contribution-sized error either way
+     * (and stays the drop search's to name). */
+    return best > 0 && 4.0 * best_err < err0 ? best : 0;
+}
+
+/* Writes set c into the token's ids in the golden's slot order: experts
+ * both selections share keep their slot, the others fill the rest. */
+static void place(int32_t *dst, const int32_t *x, const int32_t *c, int64_t k)
+{
+    uint8_t used[64] = {0};
+    for (int64_t j = 0; j < k; j++) {
+        dst[j] = -1;
+        for (int64_t q = 0; q < k; q++)
+            if (c[q] == x[j]) {
+                dst[j] = x[j];
+                used[q] = 1;
+            }
+    }
+    int64_t q = 0;
+    for (int64_t j = 0; j < k; j++) {
+        if (dst[j] >= 0)
+            continue;
+        while (used[q])
+            q++;
+        dst[j] = c[q];
+        used[q] = 1;
+    }
 }
 
 static int scratch_init(dl__ck_t *ck, scratch_t *w)
@@ -254,7 +318,7 @@ int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids_out)
         if (b < 0)
             return b;
         if (b > 0) {
-            memcpy(ids + t * k, w.sets + (size_t)b * k, (size_t)k * sizeof *ids);
+            place(ids + t * k, x, w.sets + (size_t)b * k, k);
             if (first < 0)
                 first = t;
             n_changed++;
