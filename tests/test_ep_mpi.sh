@@ -28,7 +28,17 @@ if ! command -v mpirun >/dev/null 2>&1; then
     echo "1..$n"
     exit 0
 fi
-mpi() { np=$1; shift; mpirun --oversubscribe -np "$np" "$DL" "$@" >"$T/out" 2>"$T/err"; }
+# Under AddressSanitizer (tools/check_sanitizers.sh) the ranks keep their
+# memory-error checks but not the leak check: Open MPI leaves its own
+# allocations (MCA plugins, ompi_op_base_op_select, opal_argv) at
+# MPI_Finalize, in modules already unloaded, where no suppression can name
+# them; the single-process generator's leaks are checked by the other tests.
+mpi() {
+    np=$1
+    shift
+    ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+        mpirun --oversubscribe -np "$np" "$DL" "$@" >"$T/out" 2>"$T/err"
+}
 
 # case, then the process counts that divide its experts
 for spec in "tiny 2 4" "mixtral-small 2 4" "deepseek-v3-small 2 4" "zipf-fp16 2 4" \
