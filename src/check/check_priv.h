@@ -143,6 +143,15 @@ int dl__ck_route_ids(dl__ck_t *ck);
 /* The WARN bound of score element (t, e) given the effective logits. */
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
                           int64_t e, int warn);
+/* Token t's selection key for expert e (score + bias, as the selection
+ * rounds it). */
+double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e);
+/* The WARN tolerance on token t's keys at the experts of x (and of c, if not
+ * NULL): the score bound there, the key's rounding, times the group rule's
+ * terms; within it two selections are a tie. */
+double dl__ck_key_tol(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x);
+/* 1 when the k ids of a and b are the same set. */
+int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k);
 /* M for scores: [T, E]. */
 void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m);
 /* M of the score VJP (dl_route_scores_backward) at stored scores and

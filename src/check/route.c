@@ -102,11 +102,40 @@ void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const 
 
 /* ------------------------------------------------------- the ids check */
 
-static double key_of(const dl__ck_t *ck, const float *s, int64_t e)
+double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e)
 {
     if (ck->c->route.has_bias && ck->in->expert_bias)
         return (float)((double)s[e] + (double)ck->in->expert_bias[e]);
     return s[e];
+}
+
+double dl__ck_key_tol(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x)
+{
+    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
+    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
+    const float *s = scores + t * ck->E;
+    double tau = 0.0, kth = INFINITY;
+    for (int64_t j = 0; j < ck->k; j++) {
+        tau = fmax(tau, dl__ck_score_bound(ck, logits, scores, t, x[j], 1));
+        if (c)
+            tau = fmax(tau, dl__ck_score_bound(ck, logits, scores, t, c[j], 1));
+        kth = fmin(kth, dl__ck_key(ck, s, x[j]));
+    }
+    if (ck->c->route.has_bias)
+        tau += 2.0 * 0x1p-24 * fabs(kth); /* the key's own rounding */
+    return tau * 2.0 * (double)dl_route_group_terms(&ck->c->route);
+}
+
+int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
+{
+    for (int64_t j = 0; j < k; j++) {
+        int found = 0;
+        for (int64_t i = 0; i < k && !found; i++)
+            found = a[j] == b[i];
+        if (!found)
+            return 0;
+    }
+    return 1;
 }
 
 /* The exact selection on the effective scores: the golden's when they are
@@ -166,25 +195,17 @@ static int bad_ids(const int32_t *c, int64_t k, int64_t E, ids_tally_t *y)
 static void judge_other_set(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x,
                             ids_tally_t *y)
 {
-    const int64_t E = ck->E, k = ck->k;
-    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
-    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
-    const float *s = scores + t * E;
-    double tau = 0.0, kth = INFINITY;
-    for (int64_t j = 0; j < k; j++) {
-        double b1 = dl__ck_score_bound(ck, logits, scores, t, c[j], 1);
-        double b2 = dl__ck_score_bound(ck, logits, scores, t, x[j], 1);
-        tau = fmax(tau, fmax(b1, b2));
-        kth = fmin(kth, key_of(ck, s, x[j]));
-    }
-    if (ck->c->route.has_bias)
-        tau += 2.0 * 0x1p-24 * fabs(kth); /* the key's own rounding */
-    tau *= 2.0 * (double)dl_route_group_terms(&ck->c->route);
+    const int64_t k = ck->k;
+    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * ck->E;
+    const double tau = dl__ck_key_tol(ck, t, c, x);
+    double kth = INFINITY;
+    for (int64_t j = 0; j < k; j++)
+        kth = fmin(kth, dl__ck_key(ck, s, x[j]));
     const double margin = ck->tie_margin[t];
     int tie = margin <= tau;
     if (tie && ck->c->route.n_group <= 1)
         for (int64_t j = 0; j < k; j++)
-            if (key_of(ck, s, c[j]) < kth - tau)
+            if (dl__ck_key(ck, s, c[j]) < kth - tau)
                 tie = 0;
     double ratio = tau > 0 ? margin / tau : INFINITY;
     if (tie) {
@@ -245,14 +266,7 @@ static int check_ids(dl__ck_t *ck, const int32_t *cid)
                 y.first_fail = t;
             continue;
         }
-        int64_t nmiss = 0;
-        for (int64_t j = 0; j < k; j++) {
-            int found = 0;
-            for (int64_t i = 0; i < k && !found; i++)
-                found = c[j] == x[i];
-            nmiss += !found;
-        }
-        if (nmiss)
+        if (!dl__ck_same_set(c, x, k))
             judge_other_set(ck, t, c, x, &y);
     }
     ids_verdict(ck, r, &y);

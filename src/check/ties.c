@@ -48,27 +48,12 @@ static double hidden_score_err(const dl__ck_t *ck, int64_t t)
     return ds_max;
 }
 
-/* The tolerance on token t's keys (judge_other_set's rule, at the golden's
- * selected experts and every competitor within reach, widened by what a
- * hidden router may carry). */
+/* The tolerance on token t's keys: the ids check's, widened by what a
+ * hidden router may carry. */
 static double key_tol(const dl__ck_t *ck, int64_t t, const int32_t *x)
 {
-    const float *sc = ck->eff[DL_VALUE_ROUTER_SCORES], *lg = ck->eff[DL_VALUE_ROUTER_LOGITS];
-    double tau = 0.0, kth = INFINITY;
-    for (int64_t j = 0; j < ck->k; j++) {
-        tau = fmax(tau, dl__ck_score_bound(ck, lg, sc, t, x[j], 1));
-        kth = fmin(kth, fabs((double)sc[t * ck->E + x[j]]));
-    }
-    if (ck->c->route.has_bias)
-        tau += 2.0 * 0x1p-24 * kth;
-    tau += hidden_score_err(ck, t);
-    return tau * 2.0 * (double)dl_route_group_terms(&ck->c->route);
-}
-
-static double key(const dl__ck_t *ck, const float *s, int64_t e)
-{
-    double b = ck->c->route.has_bias && ck->in->expert_bias ? ck->in->expert_bias[e] : 0.0;
-    return (double)s[e] + b;
+    return dl__ck_key_tol(ck, t, NULL, x) +
+           2.0 * (double)dl_route_group_terms(&ck->c->route) * hidden_score_err(ck, t);
 }
 
 /* Group g's score: the sum of its `terms` largest keys (the selection's
@@ -79,7 +64,7 @@ static double group_score(const dl__ck_t *ck, const float *s, int64_t g, int64_t
     for (int64_t i = 0; i < terms; i++)
         top[i] = -INFINITY;
     for (int64_t e = g * G; e < (g + 1) * G; e++) {
-        double v = key(ck, s, e);
+        double v = dl__ck_key(ck, s, e);
         int64_t i = terms - 1;
         if (!(v > top[i]))
             continue;
@@ -105,10 +90,10 @@ static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, doub
     const dl_route_config_t *rc = &ck->c->route;
     double kth = INFINITY;
     for (int64_t j = 0; j < k; j++)
-        kth = fmin(kth, key(ck, s, x[j]));
+        kth = fmin(kth, dl__ck_key(ck, s, x[j]));
     int n = 0;
     for (int64_t e = 0; e < E && n < MAX_UNITS; e++)
-        if (fabs(key(ck, s, e) - kth) <= tol)
+        if (fabs(dl__ck_key(ck, s, e) - kth) <= tol)
             units[n++] = (int)e;
     if (rc->n_group > 1 && E / rc->n_group <= 64) {
         const int64_t G = E / rc->n_group, terms = dl_route_group_terms(rc);
@@ -154,20 +139,12 @@ static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, double tol
             }
         }
         int32_t *c = sets + (size_t)n * k;
-        float w[64], mg;
-        if (k > 64 || dl_route_topk(rc, srow, ck->in->expert_bias, 1, c, w, &mg))
+        float w[64], mg; /* k <= 64: dl__ck_infer_ties */
+        if (dl_route_topk(rc, srow, ck->in->expert_bias, 1, c, w, &mg))
             continue;
         int seen = 0;
-        for (int i = 0; i < n && !seen; i++) {
-            int same = 1;
-            for (int64_t j = 0; j < k && same; j++) {
-                int found = 0;
-                for (int64_t q = 0; q < k && !found; q++)
-                    found = sets[(size_t)i * k + q] == c[j];
-                same = found;
-            }
-            seen = same;
-        }
+        for (int i = 0; i < n && !seen; i++)
+            seen = dl__ck_same_set(sets + (size_t)i * k, c, k);
         n += !seen;
     }
     return n;
