@@ -8,6 +8,8 @@
 #   sh doc/conformance/h200_run.sh report   # gpu_report.py: reference layer, pipeline
 #                                           # checks, timing, adapters; all checks
 #   sh doc/conformance/h200_run.sh jax-rest # the JAX adapter on what report's budget left
+#   sh doc/conformance/h200_run.sh reflayer # the reference layer alone: candidates and their
+#                                           # checks, its pipeline checks, timing, profile
 # Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
 set -u
 part=${1:?usage: h200_run.sh ep-jax|report}
@@ -94,6 +96,32 @@ jax-rest)
             $g/mixtral-d512-bf16.h5 $f > $R/router-tf32/$b.txt 2>&1
     done
     echo "== checks $(ls $R/declared/*.json | wc -l) reports, $(( $(date +%s) - t0 )) s"
+    ;;
+reflayer)
+    # the reference layer after a change to its kernels: CONFORMANT on the
+    # report's goldens (chained and fused), sync-free, capturable and
+    # deterministic (its pipeline checks), its speed and where its time goes
+    g=$W/golden; rp=$W/replay; c=$W/cand
+    mkdir -p $rp $c
+    $DL gen -q -d $g mixtral-small mixtral-small-bf16 mixtral-small-fp16 deepseek-v3-small \
+        deepseek-v3-small-bf16 plain-ffn-bf16 odd-shapes-bf16 empty-experts-bf16 ties-bf16 \
+        ties-grouped-bf16 zipf-bf16 no-tokens-bf16 ${REFLAYER_BIG:-kernel-sizes-bf16}
+    for f in $CASES/replay/*.case; do $DL gen -q -d $rp --config "$f"; done
+    echo "== goldens $(ls $g | wc -l) + $(ls $rp | wc -l) replays, $(( $(date +%s) - t0 )) s"
+    timeout 200 $PY -m tools.reference_layer -o $c --summary $R/summary.jsonl --device cuda $g/*.h5 \
+        > $R/reference-log.txt 2>&1; echo "== reference layer rc=$? $(( $(date +%s) - t0 )) s"
+    timeout 150 $PY tools/pipeline_checks.py reference-moe --out $R/pipeline-reference.json \
+        --cand $c --device cuda $g/mixtral-small-bf16.h5 $g/deepseek-v3-small-bf16.h5 $rp/*.h5 \
+        > $R/pipeline-log.txt 2>&1; echo "== pipeline checks rc=$? $(( $(date +%s) - t0 )) s"
+    ln -s $rp/*.h5 $g/ 2>/dev/null
+    check_dir $g $c $R/checks
+    echo "== checks: $(grep -l '^CONFORMANT' $R/checks/*.txt | wc -l) CONFORMANT of $(ls $R/checks/*.txt | wc -l), $(( $(date +%s) - t0 )) s"
+    grep -L '^CONFORMANT' $R/checks/*.txt | head -5 | xargs -r tail -n 4
+    timeout 150 $PY -m tools.reference_layer.timing --out $R/timing.json --iters 10 \
+        > $R/timing-log.txt 2>&1; echo "== timing rc=$? $(( $(date +%s) - t0 )) s"; cat $R/timing-log.txt
+    timeout 150 $PY -m tools.reference_layer.profile --out $R/profile.json ${PROFILE_ARGS:-} \
+        > $R/profile-log.txt 2>&1; echo "== profile rc=$? $(( $(date +%s) - t0 )) s"
+    cp $R/timing.json $R/profile.json $OUT/ 2>/dev/null
     ;;
 d512-probe)
     # finding 4: jax-moe[default][fused] on mixtral-d512-bf16 under the

@@ -155,6 +155,14 @@ def time_shape(name, s, dev, iters, warmup):
     return res
 
 
+def write_json(path, obj):
+    """obj as JSON into path, through a temporary name."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1, default=str)
+    os.replace(tmp, path)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -182,10 +190,7 @@ def main(argv=None):
                                 if k.startswith("speedup") or k in ("seconds",)}), flush=True)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(res, fh, indent=1, default=str)
-    os.replace(tmp, a.out)
+    write_json(a.out, res)
     return 0
 
 
