@@ -1,5 +1,7 @@
 /* make bench: what checking costs against what generating costs. One
- * medium case: the golden forward+backward is timed, then dl_check_run on
+ * medium case: generating (forward+backward) and dl_check_run run
+ * interleaved round by round (bench_pairs.h; each ratio the median of the
+ * rounds' ratios, [min, max]), the checks on
  * (a) the golden itself (every stage reused), (b) a candidate whose every
  * stage differs in some elements by 1 ulp (every stage recomputed, M by
  * OpenBLAS), (c) recompute_all on the golden. */
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "dropless.h"
+#include "bench_pairs.h"
 
 static double now(void)
 {
@@ -35,6 +38,52 @@ static float *fill(int64_t n, double scale)
     for (int64_t i = 0; i < n; i++)
         p[i] = (float)(normal() * scale);
     return p;
+}
+
+/* One timed computation: generating (c, in) or a check (g, cand, o). */
+typedef struct {
+    const dl_moe_config_t *c;
+    const dl_moe_inputs_t *in;
+    const dl_check_golden_t *g;
+    const dl_check_candidate_t *cand;
+    dl_check_options_t o;
+    int rc;
+    dl_verdict_t verdict;
+} check_ctx_t;
+
+static double run_generate(void *p)
+{
+    check_ctx_t *x = p;
+    dl_moe_forward_t f;
+    dl_moe_backward_t b;
+    double t0 = now();
+    x->rc = dl_moe_forward(x->c, x->in, &f);
+    if (!x->rc) {
+        x->rc = dl_moe_backward(x->c, x->in, &f, &b);
+        if (!x->rc)
+            dl_moe_backward_free(&b);
+        dl_moe_forward_free(&f);
+    }
+    t0 = now() - t0;
+    return x->rc ? -1 : t0;
+}
+
+static double run_check(void *p)
+{
+    check_ctx_t *x = p;
+    dl_check_report_t r;
+    double t0 = now();
+    x->rc = dl_check_run(x->g, x->cand, &x->o, &r);
+    t0 = now() - t0;
+    if (x->rc)
+        return -1;
+    x->verdict = r.verdict;
+    if (getenv("DL_BENCH_VERBOSE")) {
+        const dl_check_report_t *rr = &r;
+        dl_check_write(stdout, DL_REPORT_TABLE, &rr, 1, 0);
+    }
+    dl_check_report_free(&r);
+    return t0;
 }
 
 int main(int argc, char **argv)
@@ -87,30 +136,32 @@ int main(int argc, char **argv)
     SETB(DL_VALUE_D_X, d_x)
 
     dl_check_candidate_t same = {.fwd = gf, .bwd = gb};
+    check_ctx_t cx[4] = {{.c = &c, .in = &in}};
     dl_check_options_t o;
     dl_check_options_default(&o);
-    dl_check_report_t r;
-    const char *what[3] = {"golden as candidate (reuse)", "every stage 1 ulp off (recompute)",
-                           "recompute_all on the golden"};
-    printf("case T=%lld d=%lld f=%lld E=%lld k=%lld: generate (forward+backward) %.3f s\n",
-           (long long)T, (long long)d, (long long)f, (long long)E, (long long)k, tgen);
-    for (int i = 0; i < 3; i++) {
-        o.recompute_all = i == 2;
-        t0 = now();
-        int rc = dl_check_run(&g, i == 1 ? &cand : &same, &o, &r);
-        double tc = now() - t0;
-        if (rc) {
-            fprintf(stderr, "bench_check: %s\n", dl_strerror(rc));
-            return 1;
-        }
-        printf("  check, %-36s %.3f s (%.2fx generate), verdict %s\n", what[i], tc, tc / tgen,
-               dl_verdict_name(r.verdict));
-        if (getenv("DL_BENCH_VERBOSE")) {
-            const dl_check_report_t *rr = &r;
-            dl_check_write(stdout, DL_REPORT_TABLE, &rr, 1, 0);
-        }
-        dl_check_report_free(&r);
+    for (int i = 1; i < 4; i++) {
+        cx[i] = (check_ctx_t){.g = &g, .cand = i == 2 ? &cand : &same, .o = o};
+        cx[i].o.recompute_all = i == 3;
     }
+    bench_fn_t fns[4] = {run_generate, run_check, run_check, run_check};
+    void *ctx[4] = {&cx[0], &cx[1], &cx[2], &cx[3]};
+    bench_rounds_t r;
+    int rounds = bench_rounds_default();
+    bench_env_line("bench_check", rounds);
+    printf("case T=%lld d=%lld f=%lld E=%lld k=%lld: generate (forward+backward) first run %.3f s\n",
+           (long long)T, (long long)d, (long long)f, (long long)E, (long long)k, tgen);
+    if (bench_interleave(fns, ctx, 4, rounds, &r)) {
+        fprintf(stderr, "bench_check: %s\n", dl_strerror(cx[0].rc ? cx[0].rc : 1));
+        return 1;
+    }
+    const char *what[4] = {"generate (forward+backward)", "golden as candidate (reuse)",
+                           "every stage 1 ulp off (recompute)", "recompute_all on the golden"};
+    for (int i = 1; i < 4; i++) {
+        bench_ratio_t q = bench_ratio(&r, i, 0);
+        printf("  check, %-36s %.3f s (%.2fx generate [%.2f,%.2f]), verdict %s\n", what[i],
+               bench_median_time(&r, i), q.med, q.lo, q.hi, dl_verdict_name(cx[i].verdict));
+    }
+    printf("  (%s: %.3f s, median of %d rounds)\n", what[0], bench_median_time(&r, 0), r.n);
     for (int s = 0; s < DL_VALUE_COUNT; s++)
         free(copies[s]);
     dl_moe_forward_free(&gf);

@@ -2,11 +2,12 @@
  * sgemm on the same grouped shapes (their inputs already in double/float,
  * one call per non-empty group, conversion not timed).
  *
- *   bench_gemm [--quick] [--reps R] [--case NAME]
+ *   bench_gemm [--quick] [--rounds N] [--case NAME]
  *
- * Each timing is the best of R runs (default 2), so that a busy neighbour on
- * a shared machine costs less; /proc/loadavg at the end of the case is
- * printed with the line.
+ * The three (ours, dgemm, sgemm) run interleaved for N rounds (default 5,
+ * or DL_BENCH_PAIRS; bench_pairs.h): each ratio is the median of the
+ * rounds' ratios, with their [min, max]; the 1-minute load before and
+ * after the case is printed with the line.
  * Without --case every case runs in its own child process (so that each
  * line's peak RSS is its own). --quick shrinks T and the model dimensions
  * (by 8) for a smoke test. One line per case on stdout. */
@@ -22,6 +23,7 @@
 #include <cblas.h>
 #undef I
 #include "dropless.h"
+#include "bench_pairs.h"
 
 typedef enum { G_GATE_UP, G_DOWN, G_DW } gemm_kind_t;
 
@@ -152,241 +154,283 @@ static double *to_double(const float *x, int64_t n, double *buf)
     return buf;
 }
 
-static int reps = 2;
+static int rounds = 5;
 
 /* internal tuning knob of the library (src/stages/stages_priv.h), for experiments:
  * DL_GEMM_KC=<chunk length> in the environment */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
 
-static double loadavg(void)
-{
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1)
-            l = -1;
-        fclose(f);
-    }
-    return l;
-}
+/* One case's operands and the three computations timed on them. */
+typedef struct {
+    const bench_case_t *c;
+    const int64_t *off;
+    int64_t E, K, N, f, d, maxme;
+    float *lhs, *rhs, *out;
+    double *Ad, *Bd, *Cd; /* the dgemm baseline's operands, one expert at a time */
+    dl_tier_stats_t st;
+    int rc, bad, checked;
+} gemm_ctx_t;
 
-static int run_case(const bench_case_t *c, int quick)
+/* The exact GEMM against the exact dot product on 16 elements. */
+static int spot_check(const gemm_ctx_t *g)
 {
-    int64_t E = c->E, k = c->k, d = c->d, f = c->f, T = c->T;
-    if (quick) {
-        d /= 8;
-        f /= 8;
-        T = 64;
-    }
-    int64_t *off = malloc((size_t)(E + 1) * sizeof(int64_t));
-    route(T, k, E, c->zipf, off);
-    int64_t M = off[E], nonempty = 0, maxme = 0;
-    for (int64_t e = 0; e < E; e++) {
-        nonempty += off[e + 1] > off[e];
-        if (off[e + 1] - off[e] > maxme)
-            maxme = off[e + 1] - off[e];
-    }
-    /* gate/up: [M,d] x [d,f]; down: [M,f] x [f,d]; dW_down[e] = h_e^T dy_e */
-    int64_t K = c->kind == G_GATE_UP ? d : f, N = c->kind == G_GATE_UP ? f : d;
-    const char *gname = c->kind == G_GATE_UP ? "gate_up" : c->kind == G_DOWN ? "down" : "dW_down";
-    float *lhs, *rhs = NULL, *out;
-    double io_bytes, flops;
-    dl_tier_stats_t st = {0, 0, 0};
-    double t0, t_ours;
-    int rc = 0;
-    /* warm OpenBLAS's threads outside the timing */
-    {
-        double a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, cc[4];
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1, a, 2, b, 2, 0, cc, 2);
-    }
-    if (c->kind != G_DW) {
-        lhs = malloc((size_t)(M * K) * sizeof(float));
-        /* weights of experts without tokens are never read: leave them untouched */
-        rhs = malloc((size_t)(E * K * N) * sizeof(float));
-        out = malloc((size_t)(M * N) * sizeof(float));
-        fill(lhs, M * K, 1, 1.0, c->in_t);
-        for (int64_t e = 0; e < E; e++)
-            if (off[e + 1] > off[e])
-                fill(rhs + e * K * N, K * N, 1000 + (uint64_t)e, 1.0 / sqrt((double)K), c->in_t);
-        memset(out, 0, (size_t)(M * N) * sizeof(float));
-        io_bytes = 4.0 * ((double)M * K + (double)nonempty * K * N + (double)M * N);
-        flops = 2.0 * (double)M * K * N;
-        dl_gemm_term_t term = {lhs, K, rhs, DL_RHS_KN};
-        t_ours = 1e300;
-        for (int r = 0; r < reps; r++) {
-            dl_tier_stats_t s1 = {0, 0, 0};
-            t0 = now();
-            rc = dl_gemm_grouped(&term, 1, N, off, E, c->out_t, out, &s1);
-            t0 = now() - t0;
-            t_ours = t0 < t_ours ? t0 : t_ours;
-            st = s1;
-        }
-    } else {
-        /* a = h [M, f], b = dy [M, d], out [E, f, d] */
-        K = 0;
-        lhs = malloc((size_t)(M * f) * sizeof(float));
-        rhs = malloc((size_t)(M * d) * sizeof(float));
-        out = malloc((size_t)(E * f * d) * sizeof(float));
-        fill(lhs, M * f, 2, 1.0, c->in_t);
-        fill(rhs, M * d, 3, 1.0 / sqrt((double)d), c->in_t);
-        memset(out, 0, (size_t)(E * f * d) * sizeof(float));
-        io_bytes = 4.0 * ((double)M * f + (double)M * d + (double)E * f * d);
-        flops = 2.0 * (double)M * f * d;
-        t_ours = 1e300;
-        for (int r = 0; r < reps; r++) {
-            dl_tier_stats_t s1 = {0, 0, 0};
-            t0 = now();
-            rc = dl_gemm_ragged_k(lhs, f, rhs, d, off, E, c->out_t, out, &s1);
-            t0 = now() - t0;
-            t_ours = t0 < t_ours ? t0 : t_ours;
-            st = s1;
-        }
-    }
-    double rss = peak_rss_mb();
-    if (rc) {
-        fprintf(stderr, "%s: %s\n", c->name, dl_strerror(rc));
-        return 1;
-    }
-    /* spot check against the exact dot product */
+    const int64_t E = g->E, K = g->K, N = g->N, f = g->f, d = g->d, *off = g->off;
     int bad = 0;
     for (int s = 0; s < 16; s++) {
         int64_t e = (int64_t)(mix((uint64_t)s + 77) % (uint64_t)E);
         if (off[e + 1] == off[e])
             continue;
-        if (c->kind != G_DW) {
+        if (g->c->kind != G_DW) {
             int64_t m = off[e] + (int64_t)(mix((uint64_t)s) % (uint64_t)(off[e + 1] - off[e]));
             int64_t n = (int64_t)(mix((uint64_t)s + 9) % (uint64_t)N);
-            double want = dl_dot_exact_f32(lhs + m * K, 1, rhs + e * K * N + n, N, (size_t)K, c->out_t);
-            bad += (float)want != out[m * N + n];
+            double want = dl_dot_exact_f32(g->lhs + m * K, 1, g->rhs + e * K * N + n, N, (size_t)K,
+                                           g->c->out_t);
+            bad += (float)want != g->out[m * N + n];
         } else {
             int64_t i = (int64_t)(mix((uint64_t)s) % (uint64_t)f), j = (int64_t)(mix((uint64_t)s + 9) % (uint64_t)d);
-            double want = dl_dot_exact_f32(lhs + off[e] * f + i, f, rhs + off[e] * d + j, d,
-                                           (size_t)(off[e + 1] - off[e]), c->out_t);
-            bad += (float)want != out[(e * f + i) * d + j];
+            double want = dl_dot_exact_f32(g->lhs + off[e] * f + i, f, g->rhs + off[e] * d + j, d,
+                                           (size_t)(off[e + 1] - off[e]), g->c->out_t);
+            bad += (float)want != g->out[(e * f + i) * d + j];
         }
     }
-    /* the baselines, one call per non-empty group */
-    double t_d = 0, t_s = 0;
-    if (c->kind != G_DW) {
-        double *Ad = malloc((size_t)(maxme * K) * sizeof(double));
-        double *Bd = malloc((size_t)(K * N) * sizeof(double));
-        double *Cd = malloc((size_t)(maxme * N) * sizeof(double));
-        for (int64_t e = 0; e < E; e++) {
-            int64_t me = off[e + 1] - off[e];
-            if (!me)
-                continue;
-            to_double(lhs + off[e] * K, me * K, Ad);
-            to_double(rhs + e * K * N, K * N, Bd);
-            double best = 1e300;
-            for (int r = 0; r < reps; r++) {
-                t0 = now();
-                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)me, (int)N, (int)K,
-                            1.0, Ad, (int)K, Bd, (int)N, 0.0, Cd, (int)N);
-                t0 = now() - t0;
-                best = t0 < best ? t0 : best;
-            }
-            t_d += best;
-        }
-        free(Ad);
-        free(Bd);
-        free(Cd);
-        for (int64_t e = 0; e < E; e++) {
-            int64_t me = off[e + 1] - off[e];
-            if (!me)
-                continue;
-            double best = 1e300;
-            for (int r = 0; r < reps; r++) {
-                t0 = now();
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)me, (int)N, (int)K,
-                            1.0f, lhs + off[e] * K, (int)K, rhs + e * K * N, (int)N, 0.0f,
-                            out + off[e] * N, (int)N);
-                t0 = now() - t0;
-                best = t0 < best ? t0 : best;
-            }
-            t_s += best;
-        }
+    return bad;
+}
+
+/* ours: the exact grouped GEMM (or ragged-K weight gradient); its first run
+ * is spot-checked before the baselines overwrite the output */
+static double run_ours(void *p)
+{
+    gemm_ctx_t *g = p;
+    dl_tier_stats_t s1 = {0, 0, 0};
+    double t0 = now();
+    if (g->c->kind != G_DW) {
+        dl_gemm_term_t term = {g->lhs, g->K, g->rhs, DL_RHS_KN};
+        g->rc = dl_gemm_grouped(&term, 1, g->N, g->off, g->E, g->c->out_t, g->out, &s1);
     } else {
-        double *Ad = malloc((size_t)(maxme * f) * sizeof(double));
-        double *Bd = malloc((size_t)(maxme * d) * sizeof(double));
-        double *Cd = malloc((size_t)(f * d) * sizeof(double));
-        for (int64_t e = 0; e < E; e++) {
-            int64_t me = off[e + 1] - off[e];
+        g->rc = dl_gemm_ragged_k(g->lhs, g->f, g->rhs, g->d, g->off, g->E, g->c->out_t, g->out, &s1);
+    }
+    t0 = now() - t0;
+    if (g->rc)
+        return -1;
+    g->st = s1;
+    if (!g->checked) {
+        g->bad = spot_check(g);
+        g->checked = 1;
+    }
+    return t0;
+}
+
+/* OpenBLAS dgemm, one call per non-empty group; each expert's operands are
+ * converted to double untimed, one expert at a time (never a double copy
+ * of every weight) */
+static double run_dgemm(void *p)
+{
+    gemm_ctx_t *g = p;
+    const int64_t K = g->K, N = g->N, f = g->f, d = g->d, *off = g->off;
+    double t = 0;
+    for (int64_t e = 0; e < g->E; e++) {
+        int64_t me = off[e + 1] - off[e];
+        if (!me)
+            continue;
+        double t0;
+        if (g->c->kind != G_DW) {
+            to_double(g->lhs + off[e] * K, me * K, g->Ad);
+            to_double(g->rhs + e * K * N, K * N, g->Bd);
+            t0 = now();
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)me, (int)N, (int)K, 1.0,
+                        g->Ad, (int)K, g->Bd, (int)N, 0.0, g->Cd, (int)N);
+        } else {
+            to_double(g->lhs + off[e] * f, me * f, g->Ad);
+            to_double(g->rhs + off[e] * d, me * d, g->Bd);
+            t0 = now();
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)f, (int)d, (int)me, 1.0,
+                        g->Ad, (int)f, g->Bd, (int)d, 0.0, g->Cd, (int)d);
+        }
+        t += now() - t0;
+    }
+    return t;
+}
+
+/* OpenBLAS sgemm likewise (no conversion); for the weight gradient an
+ * empty expert's output is zeroed, as the exact path writes it */
+static double run_sgemm(void *p)
+{
+    gemm_ctx_t *g = p;
+    const int64_t K = g->K, N = g->N, f = g->f, d = g->d, *off = g->off;
+    double t = 0;
+    for (int64_t e = 0; e < g->E; e++) {
+        int64_t me = off[e + 1] - off[e];
+        double t0 = now();
+        if (g->c->kind != G_DW) {
             if (!me)
                 continue;
-            to_double(lhs + off[e] * f, me * f, Ad);
-            to_double(rhs + off[e] * d, me * d, Bd);
-            double best = 1e300;
-            for (int r = 0; r < reps; r++) {
-                t0 = now();
-                cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)f, (int)d, (int)me, 1.0,
-                            Ad, (int)f, Bd, (int)d, 0.0, Cd, (int)d);
-                t0 = now() - t0;
-                best = t0 < best ? t0 : best;
-            }
-            t_d += best;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)me, (int)N, (int)K, 1.0f,
+                        g->lhs + off[e] * K, (int)K, g->rhs + e * K * N, (int)N, 0.0f,
+                        g->out + off[e] * N, (int)N);
+        } else if (!me) {
+            memset(g->out + e * f * d, 0, (size_t)(f * d) * sizeof(float));
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)f, (int)d, (int)me, 1.0f,
+                        g->lhs + off[e] * f, (int)f, g->rhs + off[e] * d, (int)d, 0.0f,
+                        g->out + e * f * d, (int)d);
         }
-        free(Ad);
-        free(Bd);
-        free(Cd);
-        for (int64_t e = 0; e < E; e++) {
-            int64_t me = off[e + 1] - off[e];
-            if (!me) /* the exact path writes zeros here; so must the baseline */
-            {
-                t0 = now();
-                memset(out + e * f * d, 0, (size_t)(f * d) * sizeof(float));
-                t_s += now() - t0;
-                continue;
-            }
-            double best = 1e300;
-            for (int r = 0; r < reps; r++) {
-                t0 = now();
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)f, (int)d, (int)me, 1.0f,
-                            lhs + off[e] * f, (int)f, rhs + off[e] * d, (int)d, 0.0f,
-                            out + e * f * d, (int)d);
-                t0 = now() - t0;
-                best = t0 < best ? t0 : best;
-            }
-            t_s += best;
-        }
+        t += now() - t0;
     }
-    double tot = (double)(st.fast + st.middle + st.exact);
+    return t;
+}
+
+/* Operands of case c (weights of experts without tokens are never read and
+ * stay unset); io_bytes and flops of the GEMM. */
+static void setup(gemm_ctx_t *g, double *io_bytes, double *flops)
+{
+    const bench_case_t *c = g->c;
+    const int64_t E = g->E, M = g->off[E], K = g->K, N = g->N, f = g->f, d = g->d;
+    int64_t nonempty = 0;
+    for (int64_t e = 0; e < E; e++)
+        nonempty += g->off[e + 1] > g->off[e];
+    if (c->kind != G_DW) {
+        g->lhs = malloc((size_t)(M * K) * sizeof(float));
+        g->rhs = malloc((size_t)(E * K * N) * sizeof(float));
+        g->out = calloc((size_t)(M * N), sizeof(float));
+        fill(g->lhs, M * K, 1, 1.0, c->in_t);
+        for (int64_t e = 0; e < E; e++)
+            if (g->off[e + 1] > g->off[e])
+                fill(g->rhs + e * K * N, K * N, 1000 + (uint64_t)e, 1.0 / sqrt((double)K), c->in_t);
+        g->Ad = malloc((size_t)(g->maxme * K) * sizeof(double));
+        g->Bd = malloc((size_t)(K * N) * sizeof(double));
+        g->Cd = malloc((size_t)(g->maxme * N) * sizeof(double));
+        *io_bytes = 4.0 * ((double)M * K + (double)nonempty * K * N + (double)M * N);
+        *flops = 2.0 * (double)M * K * N;
+    } else { /* a = h [M, f], b = dy [M, d], out [E, f, d] */
+        g->lhs = malloc((size_t)(M * f) * sizeof(float));
+        g->rhs = malloc((size_t)(M * d) * sizeof(float));
+        g->out = calloc((size_t)(E * f * d), sizeof(float));
+        fill(g->lhs, M * f, 2, 1.0, c->in_t);
+        fill(g->rhs, M * d, 3, 1.0 / sqrt((double)d), c->in_t);
+        g->Ad = malloc((size_t)(g->maxme * f) * sizeof(double));
+        g->Bd = malloc((size_t)(g->maxme * d) * sizeof(double));
+        g->Cd = malloc((size_t)(f * d) * sizeof(double));
+        *io_bytes = 4.0 * ((double)M * f + (double)M * d + (double)E * f * d);
+        *flops = 2.0 * (double)M * f * d;
+    }
+}
+
+static int run_case(const bench_case_t *c, int quick)
+{
+    gemm_ctx_t g = {.c = c, .E = c->E, .d = c->d, .f = c->f};
+    int64_t T = c->T;
+    if (quick) {
+        g.d /= 8;
+        g.f /= 8;
+        T = 64;
+    }
+    int64_t *off = malloc((size_t)(g.E + 1) * sizeof(int64_t));
+    route(T, c->k, g.E, c->zipf, off);
+    g.off = off;
+    int64_t nonempty = 0;
+    for (int64_t e = 0; e < g.E; e++) {
+        nonempty += off[e + 1] > off[e];
+        if (off[e + 1] - off[e] > g.maxme)
+            g.maxme = off[e + 1] - off[e];
+    }
+    /* gate/up: [M,d] x [d,f]; down: [M,f] x [f,d]; dW_down[e] = h_e^T dy_e */
+    g.K = c->kind == G_GATE_UP ? g.d : g.f;
+    g.N = c->kind == G_GATE_UP ? g.f : g.d;
+    const char *gname = c->kind == G_GATE_UP ? "gate_up" : c->kind == G_DOWN ? "down" : "dW_down";
+    double io_bytes, flops;
+    setup(&g, &io_bytes, &flops);
+    /* warm OpenBLAS's threads outside the timing */
+    {
+        double a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, cc[4];
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1, a, 2, b, 2, 0, cc, 2);
+    }
+    double load0 = bench_load1();
+    bench_fn_t fns[3] = {run_ours, run_dgemm, run_sgemm};
+    void *ctx[3] = {&g, &g, &g};
+    bench_rounds_t r;
+    int fail = bench_interleave(fns, ctx, 3, rounds, &r);
+    double rss = peak_rss_mb();
+    if (fail) {
+        fprintf(stderr, "%s: %s\n", c->name, dl_strerror(g.rc));
+        return 1;
+    }
+    bench_ratio_t rd = bench_ratio(&r, 0, 1), rs = bench_ratio(&r, 0, 2);
+    double t_ours = bench_median_time(&r, 0);
+    double tot = (double)(g.st.fast + g.st.middle + g.st.exact);
     printf("case=%s shape=%s gemm=%s E=%lld k=%lld d=%lld f=%lld T=%lld M=%lld groups=%lld "
-           "in=%s out=%s time_s=%.3f gflops=%.1f fast=%.5f%% middle=%.5f%% exact=%.5f%% "
-           "peak_rss_mb=%.0f io_mb=%.0f rss_over_io=%.3f dgemm_s=%.3f sgemm_s=%.3f "
-           "spot_check_errors=%d load=%.2f ratio_vs_dgemm=%.3f ratio_vs_sgemm=%.3f\n",
-           c->name, c->shape, gname, (long long)E, (long long)k, (long long)d, (long long)f,
-           (long long)T, (long long)M, (long long)nonempty, dl_dtype_name(c->in_t),
-           dl_dtype_name(c->out_t), t_ours, flops / t_ours * 1e-9, 100.0 * (double)st.fast / tot,
-           100.0 * (double)st.middle / tot, 100.0 * (double)st.exact / tot, rss,
-           io_bytes / 1048576.0, rss / (io_bytes / 1048576.0), t_d, t_s, bad, loadavg(), t_ours / t_d,
-           t_ours / t_s);
+           "in=%s out=%s threads=%d rounds=%d time_s=%.3f gflops=%.1f fast=%.5f%% middle=%.5f%% "
+           "exact=%.5f%% peak_rss_mb=%.0f io_mb=%.0f rss_over_io=%.3f dgemm_s=%.3f sgemm_s=%.3f "
+           "spot_check_errors=%d load=%.2f-%.2f ratio_vs_dgemm=%.3f [%.3f,%.3f] "
+           "ratio_vs_sgemm=%.3f [%.3f,%.3f]\n",
+           c->name, c->shape, gname, (long long)g.E, (long long)c->k, (long long)g.d,
+           (long long)g.f, (long long)T, (long long)off[g.E], (long long)nonempty,
+           dl_dtype_name(c->in_t), dl_dtype_name(c->out_t), bench_threads(), r.n, t_ours,
+           flops / t_ours * 1e-9, 100.0 * (double)g.st.fast / tot, 100.0 * (double)g.st.middle / tot,
+           100.0 * (double)g.st.exact / tot, rss, io_bytes / 1048576.0,
+           rss / (io_bytes / 1048576.0), bench_median_time(&r, 1), bench_median_time(&r, 2), g.bad,
+           load0, bench_load1(), rd.med, rd.lo, rd.hi, rs.med, rs.lo, rs.hi);
     fflush(stdout);
     free(off);
-    free(lhs);
-    free(rhs);
-    free(out);
-    return bad != 0;
+    free(g.lhs), free(g.rhs), free(g.out), free(g.Ad), free(g.Bd), free(g.Cd);
+    return g.bad != 0;
 }
+
+/* Runs case c in a child process (its peak RSS its own), with
+ * OMP_NUM_THREADS=1 when one_thread. */
+static int run_child(char *prog, const bench_case_t *c, int quick, int one_thread)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char rs[16];
+        snprintf(rs, sizeof rs, "%d", rounds);
+        char *args[] = {prog, "--rounds", rs, "--case", (char *)c->name, quick ? "--quick" : NULL,
+                        NULL};
+        if (one_thread) {
+            setenv("OMP_NUM_THREADS", "1", 1);
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        }
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "case %s failed\n", c->name);
+        return 1;
+    }
+    return 0;
+}
+
+/* The one-thread pass: one case of each GEMM kind and type pair. */
+static const char *const one_thread_cases[] = {"mixtral_gate_up", "mixtral_down_bf16_to_fp32",
+                                               "mixtral_gate_up_fp32", "deepseek_dw_down"};
 
 int main(int argc, char **argv)
 {
-    int quick = 0;
+    int quick = 0, all_threads_only = 0;
     const char *only = NULL;
+    rounds = bench_rounds_default();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
+        else if ((strcmp(argv[i], "--rounds") == 0 || strcmp(argv[i], "--reps") == 0) &&
+                 i + 1 < argc)
+            rounds = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 1;
         else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (strcmp(argv[i], "--no-one-thread") == 0)
+            all_threads_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--reps R] [--case NAME]\ncases:", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--rounds N] [--case NAME] [--no-one-thread]\n"
+                            "cases:", argv[0]);
             for (int c = 0; c < NCASES; c++)
                 fprintf(stderr, " %s", cases[c].name);
             fprintf(stderr, "\n");
             return 2;
         }
     }
+    if (rounds > BENCH_MAX_ROUNDS)
+        rounds = BENCH_MAX_ROUNDS;
     if (getenv("DL_GEMM_KC"))
         dl__gemm_set_tuning(atoll(getenv("DL_GEMM_KC")), 0);
     if (only) {
@@ -396,24 +440,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "unknown case %s\n", only);
         return 2;
     }
+    bench_env_line("bench_gemm", rounds);
     int fails = 0;
-    for (int c = 0; c < NCASES; c++) {
-        fflush(stdout);
-        pid_t pid = fork();
-        if (pid == 0) {
-            char rs[16];
-            snprintf(rs, sizeof rs, "%d", reps);
-            char *args[] = {argv[0], "--reps", rs, "--case", (char *)cases[c].name,
-                            quick ? "--quick" : NULL, NULL};
-            execv("/proc/self/exe", args);
-            _exit(127);
-        }
-        int status = 0;
-        if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-            WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "case %s failed\n", cases[c].name);
-            fails++;
-        }
+    for (int c = 0; c < NCASES; c++)
+        fails += run_child(argv[0], &cases[c], quick, 0);
+    if (!all_threads_only && bench_threads() > 1) {
+        printf("# bench_gemm: one thread (OMP_NUM_THREADS=1)\n");
+        for (size_t i = 0; i < sizeof one_thread_cases / sizeof one_thread_cases[0]; i++)
+            for (int c = 0; c < NCASES; c++)
+                if (strcmp(cases[c].name, one_thread_cases[i]) == 0)
+                    fails += run_child(argv[0], &cases[c], quick, 1);
     }
     return fails ? 1 : 0;
 }

@@ -1,6 +1,8 @@
 /* make bench: the whole layer, forward and backward, at real d, f, E, k with
- * T reduced for 2 cores. Ratios are against OpenBLAS dgemm and sgemm timed
- * in the same run on the same grouped shapes (one GEMM call per expert). */
+ * T reduced for 2 cores. Ratios are against OpenBLAS dgemm and sgemm on the
+ * same grouped shapes (one GEMM call per expert), interleaved with ours
+ * round by round (bench_pairs.h): the median of the rounds' ratios and
+ * their [min, max]. */
 #include "config.h"
 #include <cblas.h>
 #include <math.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 #include <time.h>
 #include "dropless.h"
+#include "bench_pairs.h"
 
 typedef struct {
     const char *name;
@@ -85,6 +88,65 @@ static double blas_time(int dbl, const int64_t *sizes, int64_t E, int64_t K, int
     return t;
 }
 
+static int rounds = 3;
+
+/* One shape's layer and the computations timed on it. */
+typedef struct {
+    const dl_moe_config_t *c;
+    const dl_moe_inputs_t *in;
+    int64_t E, d, f;
+    dl_moe_forward_t F;
+    dl_moe_backward_t B;
+    int have_f, have_b, rc;
+    const char *what;
+} layer_ctx_t;
+
+static double run_forward(void *p)
+{
+    layer_ctx_t *L = p;
+    if (L->have_b)
+        dl_moe_backward_free(&L->B), L->have_b = 0;
+    if (L->have_f)
+        dl_moe_forward_free(&L->F), L->have_f = 0;
+    double t0 = bench_now();
+    L->rc = dl_moe_forward(L->c, L->in, &L->F);
+    t0 = bench_now() - t0;
+    L->what = "forward";
+    L->have_f = !L->rc;
+    return L->rc ? -1 : t0;
+}
+
+static double run_backward(void *p)
+{
+    layer_ctx_t *L = p;
+    double t0 = bench_now();
+    L->rc = dl_moe_backward(L->c, L->in, &L->F, &L->B);
+    t0 = bench_now() - t0;
+    L->what = "backward";
+    L->have_b = !L->rc;
+    return L->rc ? -1 : t0;
+}
+
+/* The same grouped shapes through BLAS, on the last forward's group sizes:
+ * 3 GEMMs forward, 6 backward (2 weight gradients of [d, f], one of [f, d]). */
+static double blas_fwd(layer_ctx_t *L, int dbl)
+{
+    const int64_t *g = L->F.group_sizes;
+    return 2 * blas_time(dbl, g, L->E, L->d, L->f, 0) + blas_time(dbl, g, L->E, L->f, L->d, 0);
+}
+
+static double blas_bwd(layer_ctx_t *L, int dbl)
+{
+    const int64_t *g = L->F.group_sizes;
+    return blas_time(dbl, g, L->E, L->d, L->f, 0) + 2 * blas_time(dbl, g, L->E, L->f, L->d, 0) +
+           blas_time(dbl, g, L->E, L->f, L->d, 1) + 2 * blas_time(dbl, g, L->E, L->d, L->f, 1);
+}
+
+static double blas_fwd_d(void *p) { return blas_fwd(p, 1); }
+static double blas_fwd_s(void *p) { return blas_fwd(p, 0); }
+static double blas_bwd_d(void *p) { return blas_bwd(p, 1); }
+static double blas_bwd_s(void *p) { return blas_bwd(p, 0); }
+
 static void run(const shape_t *s)
 {
     dl_moe_config_t c = {0};
@@ -110,22 +172,21 @@ static void run(const shape_t *s)
             wr[e] = (float)(-s->zipf * log((double)e + 1.0));
     }
     dl_moe_inputs_t in = {x, wr, bias, wg, wu, wd, dout};
-    dl_moe_forward_t F;
-    dl_moe_backward_t B;
-    double t0 = now();
-    int rc = dl_moe_forward(&c, &in, &F);
-    double tf = now() - t0;
-    if (rc) {
-        printf("%s: forward failed: %s\n", s->name, dl_strerror(rc));
+    layer_ctx_t L = {.c = &c, .in = &in, .E = E, .d = d, .f = f};
+    /* each round: forward, backward, then the BLAS baselines on that
+     * forward's group sizes (bench_pairs.h) */
+    bench_fn_t fns[6] = {run_forward, run_backward, blas_fwd_d, blas_fwd_s, blas_bwd_d, blas_bwd_s};
+    void *ctx[6] = {&L, &L, &L, &L, &L, &L};
+    bench_rounds_t r;
+    if (bench_interleave(fns, ctx, 6, rounds, &r)) {
+        printf("%s: %s failed: %s\n", s->name, L.what, dl_strerror(L.rc));
         exit(1);
     }
-    t0 = now();
-    rc = dl_moe_backward(&c, &in, &F, &B);
-    double tb = now() - t0;
-    if (rc) {
-        printf("%s: backward failed: %s\n", s->name, dl_strerror(rc));
-        exit(1);
-    }
+    double tf = bench_median_time(&r, 0), tb = bench_median_time(&r, 1);
+    bench_ratio_t fdr = bench_ratio(&r, 0, 2), fsr = bench_ratio(&r, 0, 3);
+    bench_ratio_t bdr = bench_ratio(&r, 1, 4), bsr = bench_ratio(&r, 1, 5);
+    dl_moe_forward_t F = L.F;
+    dl_moe_backward_t B = L.B;
     double rss = peak_rss_mb();
     const int64_t M = T * s->k;
     double in_b = 4.0 * (T * d * 2 + d * E + E + 3 * E * d * f);
@@ -136,23 +197,19 @@ static void run(const shape_t *s)
         hist_max = F.group_sizes[e] > hist_max ? F.group_sizes[e] : hist_max;
         empty += F.group_sizes[e] == 0;
     }
-    /* the same grouped shapes through BLAS */
-    double fd = 2 * blas_time(1, F.group_sizes, E, d, f, 0) + blas_time(1, F.group_sizes, E, f, d, 0);
-    double fs = 2 * blas_time(0, F.group_sizes, E, d, f, 0) + blas_time(0, F.group_sizes, E, f, d, 0);
-    double bd = blas_time(1, F.group_sizes, E, d, f, 0) + 2 * blas_time(1, F.group_sizes, E, f, d, 0) +
-                blas_time(1, F.group_sizes, E, f, d, 1) + 2 * blas_time(1, F.group_sizes, E, d, f, 1);
-    double bs = blas_time(0, F.group_sizes, E, d, f, 0) + 2 * blas_time(0, F.group_sizes, E, f, d, 0) +
-                blas_time(0, F.group_sizes, E, f, d, 1) + 2 * blas_time(0, F.group_sizes, E, d, f, 1);
     double ffl = 6.0 * M * d * f, bfl = 12.0 * M * d * f;
     const dl_tier_stats_t *sf = &F.stats, *sb = &B.stats;
     double nf = (double)(sf->fast + sf->middle + sf->exact), nb = (double)(sb->fast + sb->middle + sb->exact);
-    printf("%-18s forward  T=%lld d=%lld f=%lld E=%lld k=%lld time=%.2fs GFLOP/s=%.1f "
-           "middle=%.4f%% exact=%.4f%% ratio_vs_dgemm=%.2f ratio_vs_sgemm=%.2f\n",
-           s->name, (long long)T, (long long)d, (long long)f, (long long)E, (long long)s->k, tf,
-           ffl / tf * 1e-9, 100 * sf->middle / nf, 100 * sf->exact / nf, tf / fd, tf / fs);
+    printf("%-18s forward  T=%lld d=%lld f=%lld E=%lld k=%lld threads=%d rounds=%d time=%.2fs "
+           "GFLOP/s=%.1f middle=%.4f%% exact=%.4f%% ratio_vs_dgemm=%.2f [%.2f,%.2f] "
+           "ratio_vs_sgemm=%.2f [%.2f,%.2f]\n",
+           s->name, (long long)T, (long long)d, (long long)f, (long long)E, (long long)s->k,
+           bench_threads(), r.n, tf, ffl / tf * 1e-9, 100 * sf->middle / nf, 100 * sf->exact / nf,
+           fdr.med, fdr.lo, fdr.hi, fsr.med, fsr.lo, fsr.hi);
     printf("%-18s backward time=%.2fs GFLOP/s=%.1f middle=%.4f%% exact=%.4f%% "
-           "ratio_vs_dgemm=%.2f ratio_vs_sgemm=%.2f\n",
-           s->name, tb, bfl / tb * 1e-9, 100 * sb->middle / nb, 100 * sb->exact / nb, tb / bd, tb / bs);
+           "ratio_vs_dgemm=%.2f [%.2f,%.2f] ratio_vs_sgemm=%.2f [%.2f,%.2f] load=%.2f\n",
+           s->name, tb, bfl / tb * 1e-9, 100 * sb->middle / nb, 100 * sb->exact / nb, bdr.med,
+           bdr.lo, bdr.hi, bsr.med, bsr.lo, bsr.hi, bench_load1());
     printf("%-18s memory   peak_rss=%.0fMB inputs+outputs=%.0fMB rss_ratio=%.2f "
            "load: max_group=%lld empty_experts=%lld\n",
            s->name, rss, (in_b + fw_b + bw_b) / 1048576.0, rss * 1048576.0 / (in_b + fw_b + bw_b),
@@ -178,6 +235,10 @@ int main(int argc, char **argv)
         {"deepseek-v3-like", quick ? 16 : 512, 7168, 2048, 16, 8, 1, 0},
         {"zipf-1.2", quick ? 32 : 1024, 2048, 1408, 64, 6, 0, 1.2},
     };
+    /* three rounds by default: a round of the largest shape is a minute or
+     * two (DL_BENCH_PAIRS sets it, as for every program of make bench) */
+    rounds = getenv("DL_BENCH_PAIRS") ? bench_rounds_default() : 3;
+    bench_env_line("bench_layer", rounds);
     printf("# bench_layer: bf16 activations and weights, fp32 weight gradients; %s\n",
            quick ? "--quick" : "full");
     int status = 0;
