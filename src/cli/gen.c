@@ -208,7 +208,8 @@ typedef struct {
 static int parse_layouts(const char *s, scale_opts_t *sc)
 {
     char buf[256];
-    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf || !*buf)
+    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf || !*buf || *buf == ',' ||
+        buf[strlen(buf) - 1] == ',' || strstr(buf, ",,"))
         return 1;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (sc->n_layout == DL_GOLDEN_LAYOUT_MAX ||
@@ -216,7 +217,7 @@ static int parse_layouts(const char *s, scale_opts_t *sc)
             return 1;
         sc->n_layout++;
     }
-    return buf[strlen(buf) - 1] == ',';
+    return 0;
 }
 
 /* "1,2,4,8": positive rank counts (whether each divides E is the case's
