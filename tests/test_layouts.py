@@ -208,6 +208,53 @@ def poisoned_twin():
 check("--layout-poison: padding rows NaN (0x7fc00000), valid rows unchanged", poisoned_twin)
 
 
+def tampered_golden():
+    """A golden whose layout is not its routing's, even resealed, is refused
+    by the strict reader, naming the dataset."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(top_builddir, ".libs", "libdropless.so"))
+    for n, edit in (("masked_m", lambda a: a + np.eye(1, a.size, 2, dtype=a.dtype)[0]),
+                    ("sorted_token_ids", lambda a: np.where(a == a.max(), -1, a)),
+                    ("y", lambda a: a * 2)):
+        p = os.path.join(tmp, "tamper-%s.h5" % n)
+        dl("gen", "mixtral-small", "-q", "-o", p, "--layout", "masked:16,vllm-block:4")
+        grp = "masked_16" if n == "masked_m" else "vllm-block_4"
+        with h5py.File(p, "r+") as f:
+            d = f["layouts"][grp][n]
+            d[...] = edit(d[()])
+        err = ctypes.create_string_buffer(512)
+        assert lib.dl_golden_seal(p.encode(), err, 512) == 0, err.value
+        r = dl("info", p, want=2)
+        assert "/layouts/%s/%s is not the layout of this file's routing" % (grp, n) in r.stderr, \
+            r.stderr
+
+
+check("a tampered (and resealed) layout group is refused by the strict reader", tampered_golden)
+
+
+def one_call():
+    """dropless.layouts.kernel_inputs: a golden (without /layouts) as a
+    kernel's inputs in one call, and the kernel's output back to y_sorted."""
+    p = os.path.join(tmp, "plain.h5")
+    dl("gen", "mixtral-small", "-q", "-o", p)
+    for spec in ("masked:16", "contiguous:8", "vllm-block:4", "batched:16"):
+        k = LY.kernel_inputs(p, spec)
+        lay = k["layout"]
+        with h5py.File(p, "r") as f:
+            ys = f["forward/y_sorted"][()]
+            y = k["y_out"].copy()
+            y[lay.y_src >= 0] = k["y_expected"][lay.y_src >= 0]
+            assert same_bits(lay.to_flat(y), ys), spec
+            assert k["w_gate"].shape[0] == lay.e1 - lay.e0
+        if lay.kind == "masked":
+            assert lay.shaped(k["x"]).shape == (8, 16, 16) and "expected_m" in k
+    k = LY.kernel_inputs(p, "masked:16", expert_range=(4, 8), poisoned=True)
+    assert np.isnan(k["y_out"]).all() and k["masked_m"].size == 4
+
+
+check("kernel_inputs: one call from a golden to a kernel's inputs, to_flat back", one_call)
+
+
 def edges():
     # an expert with zero tokens: empty-experts' 0, 4, 7 take no row, no block
     p = os.path.join(tmp, "ee.h5")
@@ -374,17 +421,25 @@ check("zoo: vllm-block per EP rank (expert_ids -1 elsewhere, zero rows): CONFORM
 check("zoo: masked, writes its padding: NOT CONFORMANT, rows named",
       not_conformant(K.masked_writes_padding, "masked:16", False, "layout_y",
                      "padding written", "(expert "))
-def reads_padding_plain():
-    """With zero padding the bug is invisible: the reason for the twin."""
-    rep = run_kernel(K.masked_reads_padding, "masked:16", False)
-    assert rep["conformant"], fails(rep)
+def plain_conformant(kernel, spec):
+    """With zero padding a kernel that reads it is invisible: the reason for
+    the twin."""
+    def t():
+        rep = run_kernel(kernel, spec, False)
+        assert rep["conformant"], fails(rep)
+    return t
 
 
 check("zoo: masked, reads its padding: CONFORMANT on the golden (zero padding hides it)",
-      reads_padding_plain)
+      plain_conformant(K.masked_reads_padding, "masked:16"))
 check("zoo: masked, reads its padding: NaN leaks through the poisoned twin, rows named",
       not_conformant(K.masked_reads_padding, "masked:16", True, "layout_y",
                      "NaN/Inf (read padding?)", "(expert "))
+check("zoo: contiguous, computes its padding rows: CONFORMANT on the golden (0 from 0)",
+      plain_conformant(K.contiguous_computes_padding, "contiguous:8"))
+check("zoo: contiguous, computes its padding rows: the poisoned twin's NaN there, rows named",
+      not_conformant(K.contiguous_computes_padding, "contiguous:8", True, "layout_y",
+                     "padding, must be zero (computed from padding?)", "of its block)"))
 check("zoo: vllm-block, num_tokens_post_padded off by one: NOT CONFORMANT",
       not_conformant(K.vllm_off_by_one, "vllm-block:%d" % B, False, "layout_index",
                      "num_tokens_post_padded[0] = "))

@@ -270,6 +270,11 @@ int dl__ck_layouts_feed(dl__ck_t *ck)
     }
     if (!first || ck->cand_arr[DL_VALUE_Y_SORTED] || ck->M == 0)
         return 0;
+    /* the flat rows are in the golden's sorted order: a candidate sorting
+     * its own way keeps its layouts to the layout checks */
+    const int32_t *sp = ck->cand->fwd.sort_perm;
+    if (sp && memcmp(sp, ck->gf->sort_perm, (size_t)ck->M * sizeof *sp))
+        return 0;
     float *flat = dl__ck_alloc(ck, ck->M * ck->d, sizeof *flat);
     uint8_t *have = dl__ck_alloc(ck, ck->M, 1);
     if (!flat || !have)

@@ -79,6 +79,18 @@ def contiguous_ok(a, x, w, out):
     return y
 
 
+def contiguous_computes_padding(a, x, w, out):
+    """Computes every row of each group's aligned block, padding included
+    (the expert of a padding row taken from its block): zero from zero
+    padding, NaN from the poisoned twin's."""
+    y = contiguous_ok(a, x, w, out)
+    go = a["group_offsets"]
+    for g in range(len(go) - 1):
+        if go[g + 1] > go[g]:
+            y[go[g]:go[g + 1]] = ffn(x[go[g]:go[g + 1]], a["e0"] + g, w)
+    return y
+
+
 def vllm_align(a, B, sentinel=None, post_pad_delta=0):
     """The kernel's own moe_align_block_size from topk_ids (as a kernel
     computes it), with an optional defect."""
