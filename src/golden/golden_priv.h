@@ -64,6 +64,11 @@ int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict,
 typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
 void dl__h5_quiet_on(dl__h5_quiet_t *q);
 void dl__h5_quiet_off(const dl__h5_quiet_t *q);
+/* The group loc/name and its member count: 1 (*grp open, close it), 0
+ * absent, -1 not looked up, -2 not a group. The i-th member's name in
+ * name order into buf: 0, or -1 (unreadable, longer than n - 1). */
+int dl__h5_group_members(int64_t loc, const char *name, int64_t *grp, uint64_t *n);
+int dl__h5_member_name(int64_t grp, uint64_t i, char *buf, size_t n);
 /* The seal (seal.c): a user block of this size holding the
  * SHA-256 of the rest of the file. */
 #define DL__GOLDEN_USERBLOCK 512
@@ -102,6 +107,15 @@ int dl__golden_ep_write(int64_t file, int64_t gcpl, int64_t dcpl, const dl_golde
                         const char *path, char *err, size_t errlen);
 int dl__golden_ep_read(int64_t file, dl_golden_file_t *g, int strict, const char *path, char *err,
                        size_t errlen);
+/* A group reader's failure: "PATH: WHERE: message" into x->err, return
+ * code; x has path, err, errlen and where. */
+#define DL__GOLDEN_CTX_FAIL(x, code, ...)                                       \
+    do {                                                                        \
+        char m_[240];                                                           \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
+        dl__golden_msg(x->err, x->errlen, "%s: %s: %s", x->path, x->where, m_); \
+        return (code);                                                          \
+    } while (0)
 /* A scalar attribute of obj (an hid_t): the fixed-length string s, or the
  * int64 v when s is NULL. 0 or DL_EIO. */
 int dl__golden_attr_put(int64_t obj, const char *name, const char *s, int64_t v);

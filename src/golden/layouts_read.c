@@ -21,13 +21,7 @@ typedef struct {
     char where[96];
 } lctx_t;
 
-#define LFAIL(code, ...)                                                        \
-    do {                                                                        \
-        char m_[240];                                                           \
-        snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
-        dl__golden_msg(x->err, x->errlen, "%s: %s: %s", x->path, x->where, m_); \
-        return (code);                                                          \
-    } while (0)
+#define LFAIL(code, ...) DL__GOLDEN_CTX_FAIL(x, code, __VA_ARGS__)
 
 /* "masked_64" or "masked_64.ranks_4.rank_1"; 0 or DL_EFORMAT. */
 static int parse_name(const char *name, const dl_moe_config_t *c, dl_layout_t *L)
@@ -204,28 +198,21 @@ int dl__golden_layouts_read(int64_t file, dl_golden_file_t *g, int strict, const
                             char *err, size_t errlen)
 {
     lctx_t xx = {path, err, errlen, strict, "/layouts"}, *x = &xx;
-    htri_t ex = H5Lexists(file, "layouts", H5P_DEFAULT);
+    hid_t top;
+    uint64_t nl;
+    int ex = dl__h5_group_members(file, "layouts", &top, &nl);
     if (ex < 0)
-        LFAIL(DL_EFORMAT, "cannot look it up");
+        LFAIL(DL_EFORMAT, ex == -1 ? "cannot look it up" : "not a group");
     if (ex == 0)
         return 0;
-    hid_t top = H5Gopen2(file, "layouts", H5P_DEFAULT);
-    H5G_info_t info;
-    if (top < 0 || H5Gget_info(top, &info) < 0) {
-        if (top >= 0)
-            H5Gclose(top);
-        LFAIL(DL_EFORMAT, "not a group");
-    }
-    int rc = info.nlinks > 4096 ? DL_EFORMAT : 0;
+    int rc = nl > 4096 ? DL_EFORMAT : 0;
     if (rc)
         dl__golden_msg(err, errlen, "%s: /layouts: more than 4096 groups", path);
-    if (!rc && !(g->layouts = calloc(info.nlinks ? (size_t)info.nlinks : 1, sizeof *g->layouts)))
+    if (!rc && !(g->layouts = calloc(nl ? (size_t)nl : 1, sizeof *g->layouts)))
         rc = DL_ENOMEM;
-    for (hsize_t i = 0; !rc && i < info.nlinks; i++) {
+    for (uint64_t i = 0; !rc && i < nl; i++) {
         char name[64];
-        ssize_t len = H5Lget_name_by_idx(top, ".", H5_INDEX_NAME, H5_ITER_INC, i, name,
-                                         sizeof name, H5P_DEFAULT);
-        if (len < 0 || len >= (ssize_t)sizeof name) {
+        if (dl__h5_member_name(top, i, name, sizeof name)) {
             dl__golden_msg(err, errlen, "%s: /layouts: a member with an unreadable or long name", path);
             rc = DL_EFORMAT;
             break;
