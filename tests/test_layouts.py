@@ -337,18 +337,20 @@ def golden(poison):
     return p
 
 
-def run_kernel(kernel, spec, poison, ranks=None):
+def run_kernel(kernel, spec, poison, ranks=None, only=None):
     """A candidate holding the kernel's outputs in the layout (every rank's
     group for ranks = R), checked; the parsed JSON report."""
     gpath = golden(poison)
-    cpath = os.path.join(tmp, "cand-%s-%s-%d.h5" % (kernel.__name__, spec.replace(":", ""), poison))
+    cpath = os.path.join(tmp, "cand-%s-%s-%d-%s-%s.h5" % (kernel.__name__, spec.replace(":", ""),
+                                                          poison, ranks, only))
     shutil.copy(gpath, cpath)
     with h5py.File(cpath, "r+") as f:
         fw, inp = f["forward"], f["inputs"]
         E, k = int(f["config"].attrs["experts"]), int(f["config"].attrs["top_k"])
         ids = fw["topk_ids"][()]
         w = {n: inp[n][()] for n in ("w_gate", "w_up", "w_down") if n in inp}
-        keep = [name_of(spec)] if not ranks else [name_of(spec, ranks, r) for r in range(ranks)]
+        keep = [name_of(spec)] if not ranks else [name_of(spec, ranks, r) for r in range(ranks)
+                                                  if only is None or r == only]
         for grp in ("forward", "backward", "inputs"):
             del f[grp]
         for n in list(f["layouts"]):
@@ -418,6 +420,26 @@ check("zoo: masked per EP rank (both ranks' groups): CONFORMANT on both",
       conformant(K.masked_ok, "masked:16", ranks=2))
 check("zoo: vllm-block per EP rank (expert_ids -1 elsewhere, zero rows): CONFORMANT on both",
       conformant(K.vllm_ok, "vllm-block:%d" % B, ranks=2))
+def one_rank():
+    """A candidate with one rank's group: its rows judged by the runner, the
+    rest said to be the golden's; a wrong row there still fails."""
+    rep = run_kernel(K.masked_ok, "masked:16", False, ranks=2, only=1)
+    assert rep["conformant"], fails(rep)
+    info = [c["message"] for c in rep["checks"] if c["check"] == "layout_feed"]
+    assert info and "covers" in info[0], rep["checks"]
+
+
+def one_rank_bad():
+    def bad(a, x, w, out):
+        y = K.masked_ok(a, x, w, out)
+        y[0] *= 1.01  # expert e0's first row, 1% off
+        return y
+    rep = run_kernel(bad, "masked:16", False, ranks=2, only=1)
+    assert ("y_sorted", "numerics") in [(s, c) for s, c, m in fails(rep)], fails(rep)
+
+
+check("zoo: one EP rank's masked group alone: judged on its rows, INFO for the rest", one_rank)
+check("zoo: one EP rank's masked group, a row 1% off: y_sorted FAILs", one_rank_bad)
 check("zoo: masked, writes its padding: NOT CONFORMANT, rows named",
       not_conformant(K.masked_writes_padding, "masked:16", False, "layout_y",
                      "padding written", "(expert "))

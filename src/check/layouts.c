@@ -258,8 +258,9 @@ int dl__ck_layouts(dl__ck_t *ck)
 }
 
 /* Which candidate layouts' y rows become the candidate's y_sorted: every
- * group of the first family (kind, parameter, ranks) that holds a usable y,
- * when together they cover every sorted row. */
+ * group of the first family (kind, parameter, ranks) that holds a usable y;
+ * rows none of them covers (other ranks') are the golden's, said in an
+ * INFO line. */
 int dl__ck_layouts_feed(dl__ck_t *ck)
 {
     const dl_layout_t *first = NULL;
@@ -297,9 +298,23 @@ int dl__ck_layouts_feed(dl__ck_t *ck)
         if (rc && rc != DL_ERANGE)
             return rc;
     }
+    int64_t n = 0;
     for (int64_t q = 0; q < ck->M; q++)
-        if (!have[q])
-            return 0; /* partial: the layout checks alone */
+        if (have[q])
+            n++;
+        else /* another rank's rows, absent: the golden's stand in (they pass) */
+            memcpy(flat + q * ck->d, ck->gf->y_sorted + q * ck->d, (size_t)ck->d * sizeof *flat);
+    if (n == 0)
+        return 0;
     ck->cand_arr[DL_VALUE_Y_SORTED] = flat;
+    if (n < ck->M) {
+        dl_check_result_t *x = dl__ck_result(ck, DL_VALUE_NONE, "layout_feed");
+        if (!x)
+            return DL_ENOMEM;
+        x->verdict = DL_VERDICT_INFO;
+        dl__ck_msg(x, "/layouts/%s: its family covers %" PRId64 " of %" PRId64 " sorted rows: "
+                   "y_sorted is judged on those, the golden's rows stand in for the rest",
+                   first->name, n, ck->M);
+    }
     return 0;
 }
