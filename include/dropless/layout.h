@@ -71,7 +71,7 @@ typedef struct {
     int64_t e0, e1;           /* the layout's experts [e0, e1) */
     int64_t n_rows, n_blocks; /* R and B of the dims above */
     int64_t n_x, n_y;         /* rows of x and y */
-    int64_t expected_m;       /* masked: DeepGEMM's expected_m hint */
+    int64_t expected_m;       /* masked: DeepGEMM's expected_m hint (else 0) */
     int poisoned;             /* x's padding rows and y's untouched rows hold NaN */
     int32_t *masked_m;        /* [G] rows of expert e0 + g */
     int32_t *expert_num_tokens; /* [G] the same, vLLM's name */

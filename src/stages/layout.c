@@ -110,7 +110,7 @@ int dl_layout_parse(const char *spec, int *kind, int64_t *param)
         if ((size_t)(colon - spec) == strlen(kinds[i].name) &&
             !strncmp(spec, kinds[i].name, (size_t)(colon - spec)))
             k = i;
-    char *end;
+    char *end = (char *)colon;
     errno = 0;
     long long v = colon[1] >= '0' && colon[1] <= '9' ? strtoll(colon + 1, &end, 10) : 0;
     if (k < 0 || v < 1 || v > (1 << 20) || errno || *end)
@@ -167,7 +167,8 @@ static int lay_dense(dl_layout_t *L, const int64_t *sizes, const int64_t *off)
     }
     memcpy(L->y_src, L->x_src, (size_t)L->n_x * sizeof *L->y_src);
     /* DeepGEMM's hint: the mean group size, rounded up, at least 1 */
-    L->expected_m = G > 0 && used > 0 ? (used + G - 1) / G : 1;
+    if (L->kind == DL_LAYOUT_MASKED)
+        L->expected_m = G > 0 && used > 0 ? (used + G - 1) / G : 1;
     return 0;
 }
 
