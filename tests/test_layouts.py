@@ -462,6 +462,15 @@ check("zoo: contiguous, computes its padding rows: CONFORMANT on the golden (0 f
 check("zoo: contiguous, computes its padding rows: the poisoned twin's NaN there, rows named",
       not_conformant(K.contiguous_computes_padding, "contiguous:8", True, "layout_y",
                      "padding, must be zero (computed from padding?)", "of its block)"))
+def reordered():
+    rep = run_kernel(K.vllm_reversed_segments, "vllm-block:%d" % B, False)
+    assert rep["conformant"], fails(rep)
+    w = [c for c in rep["checks"] if c["check"] == "layout_index"]
+    assert w and w[0]["verdict"] == "WARN" and "ascending" in w[0]["message"], w
+
+
+check("zoo: vllm-block, each expert's slots in another order (atomics): CONFORMANT, WARN",
+      reordered)
 check("zoo: vllm-block, num_tokens_post_padded off by one: NOT CONFORMANT",
       not_conformant(K.vllm_off_by_one, "vllm-block:%d" % B, False, "layout_index",
                      "num_tokens_post_padded[0] = "))

@@ -134,6 +134,19 @@ def vllm_ok(a, x, w, out, B):
     return idx, vllm_gemm(a, idx, x, w, out, B)
 
 
+def vllm_reversed_segments(a, x, w, out, B):
+    """Its atomics hand out each expert's slots in descending order: a
+    legitimate order (WARN), the values still right."""
+    idx = vllm_align(a, B)
+    sti, ids = idx["sorted_token_ids"], a["topk_ids"].ravel()
+    pos = 0
+    for e in range(a["E"]):
+        n = int((ids == e).sum())
+        sti[pos:pos + n] = sti[pos:pos + n][::-1].copy()
+        pos += -(-n // B) * B
+    return idx, vllm_gemm(a, idx, x, w, out, B)
+
+
 def vllm_off_by_one(a, x, w, out, B):
     idx = vllm_align(a, B, post_pad_delta=1)
     return idx, vllm_gemm(a, vllm_align(a, B), x, w, out, B)
