@@ -14,6 +14,7 @@
  *   moe      the whole layer: configuration, forward, backward
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
  *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
+ *   layout   kernel layouts: DeepGEMM masked/contiguous, vLLM block/batched
  *   golden   golden files (HDF5): the case catalogue, write, read
  *   check    the conformance runner
  *   capacity capacity-factor routing and its cost: the legacy baseline
@@ -30,6 +31,7 @@
 #include "dropless/moe.h"
 #include "dropless/values.h"
 #include "dropless/ep.h"
+#include "dropless/layout.h"
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"

@@ -12,6 +12,7 @@
 #include "moe.h"
 #include "values.h"
 #include "ep.h"
+#include "layout.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -115,6 +116,11 @@ typedef struct {
     int n_ep;                   /* expert-parallel layouts (/ep/ranks_R), whole or a */
     const dl_ep_layout_t *ep;   /* rank's view, checked against dl_ep_layout of the
                                  * golden's routing (checks ep_*, doc/conformance.md) */
+    int n_layouts;              /* kernel layouts (/layouts/NAME), checked against
+                                 * dl_layout_compute of the golden's routing (checks
+                                 * layout_*); their valid y rows stand for a missing
+                                 * y_sorted (doc/format.md, "Kernel layouts") */
+    const dl_layout_t *layouts;
 } dl_check_candidate_t;
 
 typedef struct {

@@ -7,6 +7,7 @@
 #include "core.h"
 #include "moe.h"
 #include "ep.h"
+#include "layout.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -163,6 +164,9 @@ DL_EXTERN dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, cons
 /* The most /ep/ranks_R groups a file holds. */
 #define DL_GOLDEN_EP_MAX 16
 
+/* The most layouts --layout asks for. */
+#define DL_GOLDEN_LAYOUT_MAX 16
+
 /* An upper bound of dl_golden_dataset_count() (bits of bad_datasets). */
 #define DL_GOLDEN_DATASET_MAX 64
 
@@ -208,6 +212,10 @@ typedef struct {
      * their datasets set aside are marked in ep[i].bad. Arrays owned by g. */
     int n_ep;
     dl_ep_layout_t ep[DL_GOLDEN_EP_MAX];
+    /* /layouts/NAME groups (doc/format.md, "Kernel layouts"): n_layouts of
+     * them, malloc'ed array owned by g (dl_golden_free frees it). */
+    int n_layouts;
+    dl_layout_t *layouts;
     int owner_;              /* private: how the arrays are freed */
 } dl_golden_file_t;
 
@@ -235,6 +243,12 @@ typedef struct {
     int n_ep_ranks;          /* > 0: write /ep/ranks_R for each R of ep_ranks (each a
                               * divisor of E; duplicates written once, ascending) */
     int64_t ep_ranks[DL_GOLDEN_EP_MAX];
+    int n_layouts;           /* > 0: write /layouts/KIND_PARAM for each (kind, param)
+                              * (dl_layout_parse), and with n_ep_ranks each rank's
+                              * variant; in memory only (not stream or a slice) */
+    int layout_kind[DL_GOLDEN_LAYOUT_MAX];
+    int64_t layout_param[DL_GOLDEN_LAYOUT_MAX];
+    int layout_poison;       /* the poisoned twin: padding rows hold NaN */
 } dl_golden_gen_opts_t;
 
 /* Writes g to path: the root attributes, /config, and each group whose

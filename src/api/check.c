@@ -169,6 +169,8 @@ static void build(const dl_api_candidate_t *h, const opts_t *o, dl_golden_file_t
     c->compute_mode = view->compute_mode[0] ? view->compute_mode : NULL;
     c->n_ep = h->f.n_ep;
     c->ep = h->f.ep;
+    c->n_layouts = h->f.n_layouts;
+    c->layouts = h->f.layouts;
 }
 
 int dl_api_check(const dl_api_golden_t *g, const dl_api_candidate_t *c, const char *options,

@@ -137,8 +137,9 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
             goto out;
     }
 
-    rc = dl__ck_stages(&ck);
-    if (rc || (rc = dl__ck_ep(&ck)) || (rc = dl__ck_require(&ck)))
+    if (!(rc = dl__ck_layouts_feed(&ck)))
+        rc = dl__ck_stages(&ck);
+    if (rc || (rc = dl__ck_ep(&ck)) || (rc = dl__ck_layouts(&ck)) || (rc = dl__ck_require(&ck)))
         goto out;
 
     r->verdict = dl__ck_worst_verdict(r);

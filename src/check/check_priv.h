@@ -207,6 +207,10 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
 int dl__ck_stages(dl__ck_t *ck);
 /* ep.c: the candidate's expert-parallel layouts */
 int dl__ck_ep(dl__ck_t *ck);
+/* layouts.c: the candidate's kernel layouts; feed (before the stages):
+ * their valid y rows become the candidate's y_sorted when it has none */
+int dl__ck_layouts_feed(dl__ck_t *ck);
+int dl__ck_layouts(dl__ck_t *ck);
 
 
 

@@ -67,7 +67,7 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
         memset(&sub.bwd, 0, sizeof sub.bwd);
         sub.bad_shape = c->bad_shape & mask;
         if (i < ngroups)
-            sub.n_ep = 0;
+            sub.n_ep = sub.n_layouts = 0;
         int any = 0;
         for (int s = 0; s < DL_VALUE_COUNT; s++) {
             if (!((mask >> s) & 1))

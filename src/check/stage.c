@@ -507,7 +507,7 @@ int dl__ck_stages(dl__ck_t *ck)
         if (ck->numel[s] == 0 && !dl__ck_desc(s)->check)
             continue;
         const int bad_shape = (ck->cand->bad_shape >> s) & 1;
-        const int has = dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s) != NULL;
+        const int has = ck->cand_arr[s] || dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s); /* or fed */
         if (dl_value_is_backward(s) && !ck->have_bwd) {
             if (has && !bad_shape && (rc = skip(ck, s, "the golden has no backward pass")))
                 return rc;

@@ -360,7 +360,8 @@ static dl_check_candidate_t candidate_of(const dl_golden_file_t *cand, const cha
                               .backend = cand->backend[0] ? cand->backend : cpath,
                               .backend_version = cand->backend_version[0] ? cand->backend_version : NULL,
                               .compute_mode = cand->compute_mode[0] ? cand->compute_mode : NULL,
-                              .n_ep = cand->n_ep, .ep = cand->ep};
+                              .n_ep = cand->n_ep, .ep = cand->ep,
+                              .n_layouts = cand->n_layouts, .layouts = cand->layouts};
     for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
         dl_value_t v;
         if (dl_value_parse(dl_golden_dataset(i)->name, &v) != 0 || v == DL_VALUE_NONE)

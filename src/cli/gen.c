@@ -67,6 +67,10 @@ static void gen_usage(FILE *f)
             "                      the file is DIR/CASE.experts-A-B.h5\n"
             "      --ep-ranks R,.. also write the expert-parallel layout /ep/ranks_R for each\n"
             "                      R (a divisor of the expert count; doc/format.md)\n"
+            "      --layout K:P,.. also write kernel layout K (masked:MAX_M, contiguous:ALIGN,\n"
+            "                      vllm-block:BLOCK, batched:MAX_TOKENS) as /layouts/K_P,\n"
+            "                      with --ep-ranks each rank's variant too (doc/format.md)\n"
+            "      --layout-poison the poisoned twin: the layouts' padding rows hold NaN\n"
             "      --slices        under mpirun: each rank writes its expert slice\n"
             "                      DIR/CASE.experts-A-B.h5 (doc/ep.md), not rank 0 the file\n"
             "      --ignore-memory generate even when the case needs more memory than is\n"
@@ -185,7 +189,7 @@ static int parse_experts(const char *s, int64_t *a, int64_t *b)
 
 /* gen's long options without a short form */
 enum { O_ALL = 256, O_DTYPE, O_SEED, O_NOBACK, O_TIER, O_STREAM, O_EXPERTS, O_IGNMEM, O_EPRANKS,
-       O_SLICES };
+       O_SLICES, O_LAYOUT, O_POISON };
 
 /* The options of issue 13: --tier, --stream, --experts, --ignore-memory. */
 typedef struct {
@@ -195,7 +199,26 @@ typedef struct {
     int n_ep;           /* --ep-ranks */
     int slices;         /* --slices (under mpirun) */
     int64_t ep[DL_GOLDEN_EP_MAX];
+    int n_layout, poison; /* --layout (repeatable), --layout-poison */
+    int layout_kind[DL_GOLDEN_LAYOUT_MAX];
+    int64_t layout_param[DL_GOLDEN_LAYOUT_MAX];
 } scale_opts_t;
+
+/* "masked:64,vllm-block:16" appended to sc's layouts; 1 if malformed. */
+static int parse_layouts(const char *s, scale_opts_t *sc)
+{
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", s) >= (int)sizeof buf || !*buf || *buf == ',' ||
+        buf[strlen(buf) - 1] == ',' || strstr(buf, ",,"))
+        return 1;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (sc->n_layout == DL_GOLDEN_LAYOUT_MAX ||
+            dl_layout_parse(tok, &sc->layout_kind[sc->n_layout], &sc->layout_param[sc->n_layout]))
+            return 1;
+        sc->n_layout++;
+    }
+    return 0;
+}
 
 /* "1,2,4,8": positive rank counts (whether each divides E is the case's
  * to say); 1 if malformed. */
@@ -223,6 +246,15 @@ static int scale_option(int ch, const char *arg, scale_opts_t *sc)
     switch (ch) {
     case O_STREAM: sc->stream = 1; return 0;
     case O_SLICES: sc->slices = 1; return 0;
+    case O_POISON: sc->poison = 1; return 0;
+    case O_LAYOUT:
+        if (parse_layouts(arg, sc)) {
+            fprintf(stderr, "dropless gen: --layout needs at most %d of masked:MAX_M, "
+                            "contiguous:ALIGN, vllm-block:BLOCK, batched:MAX_TOKENS (positive "
+                            "integers), not '%s'\n", DL_GOLDEN_LAYOUT_MAX, arg);
+            return 1;
+        }
+        return 0;
     case O_IGNMEM: sc->ignore_memory = 1; return 0;
     case O_TIER:
         if (dl_case_tier_parse(arg, &t)) {
@@ -335,6 +367,7 @@ static int gen_parse(int argc, char **argv, gen_opts_t *o)
         {"stream", no_argument, NULL, O_STREAM},  {"experts", required_argument, NULL, O_EXPERTS},
         {"ignore-memory", no_argument, NULL, O_IGNMEM},
         {"ep-ranks", required_argument, NULL, O_EPRANKS}, {"slices", no_argument, NULL, O_SLICES},
+        {"layout", required_argument, NULL, O_LAYOUT}, {"layout-poison", no_argument, NULL, O_POISON},
         {NULL, 0, NULL, 0}};
     memset(o, 0, sizeof *o);
     o->dir = ".";
@@ -352,6 +385,7 @@ static int gen_parse(int argc, char **argv, gen_opts_t *o)
         case O_ALL: o->all = 1; break;
         case O_NOBACK: o->no_backward = 1; break;
         case O_STREAM: case O_IGNMEM: case O_TIER: case O_EXPERTS: case O_EPRANKS: case O_SLICES:
+        case O_LAYOUT: case O_POISON:
             if (scale_option(ch, optarg, &o->sc))
                 return DL_EXIT_USAGE;
             break;
@@ -428,9 +462,17 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
     char err[512] = "";
     progress_t pr = {c->name, 0, -1, NULL, now_s(), progress_after_s()};
     dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, o->sc.stream, o->sc.ex_a,
-                               o->sc.ex_b, 0, {0}};
+                               o->sc.ex_b, 0, {0}, 0, {0}, {0}, 0};
     go.n_ep_ranks = o->sc.n_ep;
     memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
+    if (o->sc.poison && !o->sc.n_layout) {
+        fprintf(stderr, "dropless gen: --layout-poison needs --layout\n");
+        return DL_EXIT_USAGE;
+    }
+    go.n_layouts = o->sc.n_layout;
+    go.layout_poison = o->sc.poison;
+    memcpy(go.layout_kind, o->sc.layout_kind, sizeof go.layout_kind);
+    memcpy(go.layout_param, o->sc.layout_param, sizeof go.layout_param);
     if (plan_memory(c, &go, o->sc.ignore_memory))
         return DL_EXIT_USAGE;
     if (!o->quiet && isatty(2)) {
@@ -461,7 +503,12 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
 static int gen_one_mpi(const gen_opts_t *o, const dl_case_t *c, const char *path, int rank)
 {
     dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, 0, o->sc.ex_a, o->sc.ex_b, 0,
-                               {0}};
+                               {0}, 0, {0}, {0}, 0};
+    if (o->sc.n_layout || o->sc.poison) {
+        fprintf(stderr, "dropless gen: --layout is not supported under mpirun (generate the "
+                        "layouts with one process)\n");
+        return DL_EXIT_USAGE;
+    }
     go.n_ep_ranks = o->sc.n_ep;
     memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
     char written[4096];

@@ -15,8 +15,9 @@
 int dl__golden_ep_check_ranks(const dl_moe_config_t *c, const dl_golden_gen_opts_t *o,
                               const char *name, char *err, size_t errlen)
 {
-    if (!o || o->n_ep_ranks <= 0)
-        return 0;
+    int lrc = dl__golden_layouts_check(c, o, name, err, errlen); /* gen's one options check */
+    if (lrc || !o || o->n_ep_ranks <= 0)
+        return lrc;
     const int64_t E = c->route.experts;
     if (o->n_ep_ranks > DL_GOLDEN_EP_MAX) {
         dl__golden_msg(err, errlen, "case %s: at most %d expert-parallel rank counts", name,
@@ -94,7 +95,7 @@ static const char *dtype_attr(int elem)
 }
 
 /* A scalar attribute: fixed-length string (as the other groups') or int64. */
-static int attr_put(hid_t obj, const char *name, const char *s, int64_t v)
+int dl__golden_attr_put(hid_t obj, const char *name, const char *s, int64_t v)
 {
     hid_t sp = H5Screate(H5S_SCALAR), t = -1, a = -1;
     int ok = sp >= 0;
@@ -130,7 +131,7 @@ static int write_one(hid_t grp, hid_t dcpl, const dl_ep_layout_t *L, int i)
                                         H5P_DEFAULT, dcpl, H5P_DEFAULT)) >= 0;
     if (ok && hd[0] * hd[1] > 0)
         ok = H5Dwrite(d, mem_type(elem), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
-    ok = ok && attr_put(d, "dtype", dtype_attr(elem), 0) == 0;
+    ok = ok && dl__golden_attr_put(d, "dtype", dtype_attr(elem), 0) == 0;
     if (d >= 0 && H5Dclose(d) < 0)
         ok = 0;
     if (sp >= 0 && H5Sclose(sp) < 0)
@@ -150,9 +151,9 @@ int dl__golden_ep_write(int64_t file, int64_t gcpl, int64_t dcpl, const dl_golde
         char name[48];
         snprintf(name, sizeof name, "ranks_%" PRId64, L->ranks);
         hid_t grp = H5Gcreate2(top, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
-        rc = grp < 0 || attr_put(grp, "ranks", NULL, L->ranks) ||
-                     attr_put(grp, "experts_per_rank", NULL, L->experts / L->ranks) ||
-                     (L->rank >= 0 && attr_put(grp, "rank", NULL, L->rank))
+        rc = grp < 0 || dl__golden_attr_put(grp, "ranks", NULL, L->ranks) ||
+                     dl__golden_attr_put(grp, "experts_per_rank", NULL, L->experts / L->ranks) ||
+                     (L->rank >= 0 && dl__golden_attr_put(grp, "rank", NULL, L->rank))
                  ? DL_EIO : 0;
         for (int i = 0; !rc && i < DL_EP_DATASET_COUNT; i++)
             rc = write_one(grp, dcpl, L, i);

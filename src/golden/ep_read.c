@@ -22,13 +22,7 @@ typedef struct {
     char where[64]; /* "/ep/ranks_4" */
 } ectx_t;
 
-#define EFAIL(code, ...)                                                        \
-    do {                                                                        \
-        char m_[240];                                                           \
-        snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
-        dl__golden_msg(x->err, x->errlen, "%s: %s: %s", x->path, x->where, m_); \
-        return (code);                                                          \
-    } while (0)
+#define EFAIL(code, ...) DL__GOLDEN_CTX_FAIL(x, code, __VA_ARGS__)
 
 /* Sets dataset i aside (candidates) or fails (goldens). */
 static int set_aside(ectx_t *x, dl_ep_layout_t *L, int i, const char *why)
@@ -266,26 +260,19 @@ int dl__golden_ep_read(int64_t file, dl_golden_file_t *g, int strict, const char
                        size_t errlen)
 {
     ectx_t xx = {path, err, errlen, strict, "/ep"}, *x = &xx;
-    htri_t ex = H5Lexists(file, "ep", H5P_DEFAULT);
+    hid_t top;
+    uint64_t nl;
+    int ex = dl__h5_group_members(file, "ep", &top, &nl);
     if (ex < 0)
-        EFAIL(DL_EFORMAT, "cannot look it up");
+        EFAIL(DL_EFORMAT, ex == -1 ? "cannot look it up" : "not a group");
     if (ex == 0)
         return 0;
-    hid_t top = H5Gopen2(file, "ep", H5P_DEFAULT);
-    H5G_info_t info;
-    if (top < 0 || H5Gget_info(top, &info) < 0) {
-        if (top >= 0)
-            H5Gclose(top);
-        EFAIL(DL_EFORMAT, "not a group");
-    }
-    int rc = info.nlinks > DL_GOLDEN_EP_MAX ? DL_EFORMAT : 0;
+    int rc = nl > DL_GOLDEN_EP_MAX ? DL_EFORMAT : 0;
     if (rc)
         dl__golden_msg(err, errlen, "%s: /ep: more than %d groups", path, DL_GOLDEN_EP_MAX);
-    for (hsize_t i = 0; !rc && i < info.nlinks; i++) {
+    for (uint64_t i = 0; !rc && i < nl; i++) {
         char name[64];
-        ssize_t len = H5Lget_name_by_idx(top, ".", H5_INDEX_NAME, H5_ITER_INC, i, name,
-                                         sizeof name, H5P_DEFAULT);
-        if (len < 0 || len >= (ssize_t)sizeof name) {
+        if (dl__h5_member_name(top, i, name, sizeof name)) {
             dl__golden_msg(err, errlen, "%s: /ep: a member with an unreadable or long name", path);
             rc = DL_EFORMAT;
             break;

@@ -120,6 +120,9 @@ void dl_golden_free(dl_golden_file_t *g)
     }
     for (int i = 0; i < g->n_ep && i < DL_GOLDEN_EP_MAX; i++)
         dl_ep_layout_free(&g->ep[i]);
+    for (int i = 0; g->layouts && i < g->n_layouts; i++)
+        dl_layout_free(&g->layouts[i]);
+    free(g->layouts);
     memset(g, 0, sizeof *g);
 }
 

@@ -80,6 +80,8 @@ int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
         dl__golden_msg(err, errlen, "case %s: expert-parallel layout: %s", c->name, dl_strerror(rc));
         return rc;
     }
+    if ((rc = dl__golden_layouts_build(g, &o, err, errlen))) /* after /ep: its rank variants */
+        return rc;
     if (!o.no_backward) {
         if (o.progress)
             o.progress(o.progress_ctx, "backward", 0.35);

@@ -64,6 +64,11 @@ int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict,
 typedef struct { void (*fn)(void); void *data; } dl__h5_quiet_t;
 void dl__h5_quiet_on(dl__h5_quiet_t *q);
 void dl__h5_quiet_off(const dl__h5_quiet_t *q);
+/* The group loc/name and its member count: 1 (*grp open, close it), 0
+ * absent, -1 not looked up, -2 not a group. The i-th member's name in
+ * name order into buf: 0, or -1 (unreadable, longer than n - 1). */
+int dl__h5_group_members(int64_t loc, const char *name, int64_t *grp, uint64_t *n);
+int dl__h5_member_name(int64_t grp, uint64_t i, char *buf, size_t n);
 /* The seal (seal.c): a user block of this size holding the
  * SHA-256 of the rest of the file. */
 #define DL__GOLDEN_USERBLOCK 512
@@ -102,6 +107,33 @@ int dl__golden_ep_write(int64_t file, int64_t gcpl, int64_t dcpl, const dl_golde
                         const char *path, char *err, size_t errlen);
 int dl__golden_ep_read(int64_t file, dl_golden_file_t *g, int strict, const char *path, char *err,
                        size_t errlen);
+/* A group reader's failure: "PATH: WHERE: message" into x->err, return
+ * code; x has path, err, errlen and where. */
+#define DL__GOLDEN_CTX_FAIL(x, code, ...)                                       \
+    do {                                                                        \
+        char m_[240];                                                           \
+        snprintf(m_, sizeof m_, __VA_ARGS__);                                   \
+        dl__golden_msg(x->err, x->errlen, "%s: %s: %s", x->path, x->where, m_); \
+        return (code);                                                          \
+    } while (0)
+/* A scalar attribute of obj (an hid_t): the fixed-length string s, or the
+ * int64 v when s is NULL. 0 or DL_EIO. */
+int dl__golden_attr_put(int64_t obj, const char *name, const char *s, int64_t v);
+/* The kernel layout groups (layouts.c, layouts_read.c). check: DL_EINVAL
+ * (message in err) unless the options' layouts can be generated (in
+ * memory; every EP rank count valid). build: g->layouts from g's forward
+ * (after dl_moe_forward): each layout whole, then each rank's variant for
+ * each --ep-ranks R. write: /layouts after /ep (nothing when n_layouts =
+ * 0). read: every /layouts/NAME into g->layouts; strict (a golden) needs
+ * them complete and equal to the stage's layout of g's forward. */
+int dl__golden_layouts_check(const dl_moe_config_t *c, const dl_golden_gen_opts_t *o,
+                             const char *name, char *err, size_t errlen);
+int dl__golden_layouts_build(dl_golden_file_t *g, const dl_golden_gen_opts_t *o, char *err,
+                             size_t errlen);
+int dl__golden_layouts_write(int64_t file, int64_t gcpl, int64_t dcpl, const dl_golden_file_t *g,
+                             const char *path, char *err, size_t errlen);
+int dl__golden_layouts_read(int64_t file, dl_golden_file_t *g, int strict, const char *path,
+                            char *err, size_t errlen);
 
 /* A dataset's extents in the slice of n_experts experts and their n_rows
  * sorted rows (stream.c; full: the whole file), its element count, or -1

@@ -33,3 +33,29 @@ void dl_golden_hdf5_quiet(void)
 {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
+
+int dl__h5_group_members(int64_t loc, const char *name, int64_t *grp, uint64_t *n)
+{
+    *grp = -1;
+    *n = 0;
+    htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
+    if (ex <= 0)
+        return ex < 0 ? -1 : 0;
+    hid_t top = H5Gopen2(loc, name, H5P_DEFAULT);
+    H5G_info_t info;
+    if (top < 0 || H5Gget_info(top, &info) < 0) {
+        if (top >= 0)
+            H5Gclose(top);
+        return -2;
+    }
+    *grp = top;
+    *n = info.nlinks;
+    return 1;
+}
+
+int dl__h5_member_name(int64_t grp, uint64_t i, char *buf, size_t n)
+{
+    ssize_t len = H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, buf, n,
+                                     H5P_DEFAULT);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}

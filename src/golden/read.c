@@ -870,7 +870,8 @@ int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict,
         goto fail;
     if (strict && g->has_forward && (rc = check_forward(r, g)) < 0)
         goto fail;
-    if ((rc = dl__golden_ep_read(file, g, strict, path, err, errlen)) < 0)
+    if ((rc = dl__golden_ep_read(file, g, strict, path, err, errlen)) < 0 ||
+        (rc = dl__golden_layouts_read(file, g, strict, path, err, errlen)) < 0)
         goto fail;
     if (strict && g->has_inputs && (rc = check_finite(r, g)) < 0)
         goto fail;

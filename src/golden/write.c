@@ -320,7 +320,8 @@ static int write_h5(wctx_t *w, const char *tmp, int fd, const dl_golden_file_t *
         grp = -1;
     }
     /* last, so that a file without layouts keeps its bytes */
-    if ((rc = dl__golden_ep_write(file, w->gcpl, w->dcpl, g, w->path, w->err, w->errlen)))
+    if ((rc = dl__golden_ep_write(file, w->gcpl, w->dcpl, g, w->path, w->err, w->errlen)) ||
+        (rc = dl__golden_layouts_write(file, w->gcpl, w->dcpl, g, w->path, w->err, w->errlen)))
         goto fail;
     rc = DL_EIO;
     H5TRY(H5Fclose(file), "closing %s", tmp);
