@@ -32,6 +32,16 @@ FUSED = {"out", "d_x"}
 
 # A case with d >= 512 (generated here, a second each: not committed).
 WIDE = "tokens = 64\nhidden = 512\nffn = 128\nexperts = 8\ntop_k = 2\nseed = 7\n"
+# Case files generated here (issue 24's reproductions), by name.
+CASES = {
+    # no renormalisation, bf16: the weights are the scores, and an empty
+    # expert's near-zero score could "explain" a dropped slot
+    "empty-experts-bf16-norenorm": "base = empty-experts\nrenormalize = 0\ndtype = bf16\n",
+    # issue 24's bf16-accumulation case: T = 256, d = f = 512, E = 8, k = 2
+    "wide512x512-bf16": "tokens = 256\nhidden = 512\nffn = 512\nexperts = 8\ntop_k = 2\nseed = 11\n"
+                        "dtype = bf16\n",
+    "wide512x512": "tokens = 256\nhidden = 512\nffn = 512\nexperts = 8\ntop_k = 2\nseed = 11\n",
+}
 
 
 def golden(name):
@@ -44,7 +54,12 @@ def golden(name):
         subprocess.run([DL, "gen", "--config", cf, "-o", p], check=True, capture_output=True)
     if os.path.exists(p):
         return p
-    p = os.path.join(TMP, name + ".h5")
+    if name in CASES:
+        cf = os.path.join(TMP, name + ".case")
+        with open(cf, "w") as f:
+            f.write("%sname = %s\n" % (CASES[name], name))  # base, if any, comes first
+        subprocess.run([DL, "gen", "--config", cf, "-o", p], check=True, capture_output=True)
+        return p
     if not os.path.exists(p):
         cf = os.path.join(TMP, name + ".case")
         with open(cf, "w") as f:
@@ -187,6 +202,20 @@ def k_drop_weakest(gold, path, bf16=False):
     L = layer(gold, bf16, keep=keep)
     K.write(path, L.stages(), "zoo-drop-weakest", "bf16" if bf16 else "fp32", keep=FUSED)
     return L
+
+
+def dropping(slots):
+    """A fused kernel that drops exactly the (token, slot) pairs given, out
+    only (issue 24's reproductions)."""
+    def k(gold, path, bf16=False):
+        c, z = K.load(gold)
+        keep = np.ones(z["topk_ids"].shape, bool)
+        for t, j in slots:
+            keep[t, j] = False
+        L = layer(gold, bf16, keep=keep)
+        K.write(path, L.stages(), "zoo-drop-%d" % len(slots), "bf16" if bf16 else "fp32", keep={"out"})
+        return L
+    return k
 
 
 def reselect(gold, pick):
@@ -478,6 +507,14 @@ ZOO = [
     # a drop under the floor cannot be seen: a WARN, never a PASS
     ("fused bf16 d = 512 dropping its weakest slot", k_drop_weakest, "wide512-bf16", 1, 0,
      [("case", "zero_drops", "WARN")], 0, None),
+    # issue 24: the hidden router's tolerance is per expert; an empty
+    # expert's near-zero score no longer "explains" the dropped slot
+    ("out only, bf16, no renormalisation, slot (17, 0) dropped", dropping([(17, 0)]),
+     "empty-experts-bf16-norenorm", 1, 1, [("case", "zero_drops", "FAIL")], "exact", None,
+     "pairs dropped: (17,0)"),
+    ("out only, empty-experts-bf16, slot (25, 0) dropped: named", dropping([(25, 0)]),
+     "empty-experts-bf16", 1, 1, [("case", "zero_drops", "FAIL")], "exact", None,
+     "pairs dropped: (25,0)"),
     ("fused fp32, exact ties broken to the higher index", k_fused_tie_high, "ties", 0, 0,
      [("topk_ids", "routing", "WARN"), ("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")],
      None, 0.5),

@@ -143,15 +143,31 @@ int dl__ck_route_ids(dl__ck_t *ck);
 /* The WARN bound of score element (t, e) given the effective logits. */
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
                           int64_t e, int warn);
-/* Token t's selection key for expert e (score + bias, as the selection
- * rounds it). */
+/* select.c: what route.c and ties.c share. Token t's selection key for
+ * expert e (score + bias, as the selection rounds it). */
 double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e);
-/* The WARN tolerance on token t's keys at the experts of x (and of c, if not
- * NULL): the score bound there, the key's rounding, times the group rule's
- * terms; within it two selections are a tie. */
-double dl__ck_key_tol(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x);
 /* 1 when the k ids of a and b are the same set. */
 int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k);
+/* Scratch of the plausibility tests: tol[E] holds the token's per-expert
+ * tolerances (dl__ck_key_tolv) before dl__ck_plausible / dl__ck_may_flip. */
+typedef struct {
+    double *tol;
+    float *srow, *wt;
+    int32_t *ids;
+    uint8_t *in;
+} dl__ck_sel_t;
+int dl__ck_sel_init(dl__ck_t *ck, dl__ck_sel_t *w);
+/* The WARN tolerance on token t's key of each expert, tol[E]: the score
+ * bound there, the key's rounding with a bias, and, when the candidate gives
+ * neither logits nor scores, the error its hidden router GEMM may carry at
+ * that expert, through the score function. */
+void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol);
+/* 1 when the exact rule picks the set c on token t's scores with each
+ * expert moved by at most its own tolerance (w->tol): a plausible tie. */
+int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel_t *w);
+/* 1 when some such move makes the exact selection x of token t differ (or
+ * its tie is exact). */
+int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w);
 /* M for scores: [T, E]. */
 void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m);
 /* M of the score VJP (dl_route_scores_backward) at stored scores and

@@ -161,10 +161,10 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
             (long long)c[DL_VERDICT_PASS], (long long)c[DL_VERDICT_WARN],
             (long long)c[DL_VERDICT_FAIL], (long long)c[DL_VERDICT_SKIP],
             (long long)c[DL_VERDICT_INFO]);
-    const int64_t lim = r->n_dropped < 1000 ? r->n_dropped : 1000;
-    fprintf(f, ",\"dropped\":{\"count\":%lld,\"truncated\":%s,\"pairs\":[", (long long)r->n_dropped,
-            lim < r->n_dropped ? "true" : "false");
-    for (int64_t i = 0; i < lim; i++)
+    /* every dropped pair (issue 24): "truncated" stays, always false */
+    fprintf(f, ",\"dropped\":{\"count\":%lld,\"truncated\":false,\"pairs\":[",
+            (long long)r->n_dropped);
+    for (int64_t i = 0; i < r->n_dropped; i++)
         fprintf(f, "%s[%lld,%lld]", i ? "," : "", (long long)r->dropped[i].token,
                 (long long)r->dropped[i].slot);
     fputs("]},\"checks\":[", f);
