@@ -140,9 +140,6 @@ int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out);
 
 /* route.c */
 int dl__ck_route_ids(dl__ck_t *ck);
-/* The WARN bound of score element (t, e) given the effective logits. */
-double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
-                          int64_t e, int warn);
 /* select.c: what route.c and ties.c share. Token t's selection key for
  * expert e (score + bias, as the selection rounds it). */
 double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e);
@@ -157,6 +154,9 @@ typedef struct {
     uint8_t *in;
 } dl__ck_sel_t;
 int dl__ck_sel_init(dl__ck_t *ck, dl__ck_sel_t *w);
+/* The WARN bound of score element (t, e) given the effective logits. */
+double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
+                          int64_t e, int warn);
 /* The WARN tolerance on token t's key of each expert, tol[E]: the score
  * bound there, the key's rounding with a bias, and, when the candidate gives
  * neither logits nor scores, the error its hidden router GEMM may carry at

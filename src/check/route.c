@@ -35,26 +35,6 @@ void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores
     }
 }
 
-double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
-                          int64_t e, int warn)
-{
-    const int64_t E = ck->E;
-    const float *l = logits + t * E, *s = scores + t * E;
-    double M = fabs((double)s[e]);
-    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX) {
-        double mx = -INFINITY, zs = 0.0;
-        for (int64_t j = 0; j < E; j++)
-            if (l[j] > mx)
-                mx = l[j];
-        for (int64_t j = 0; j < E; j++)
-            zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
-        M *= 1.0 + fabs((double)l[e] - mx) + zs;
-    }
-    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
-                     .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
-    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
-}
-
 /* ------------------------------------------------------------- weights */
 
 /* ---------------------------------------------------- routing backward */

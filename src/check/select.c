@@ -39,6 +39,26 @@ int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
     return 1;
 }
 
+double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
+                          int64_t e, int warn)
+{
+    const int64_t E = ck->E;
+    const float *l = logits + t * E, *s = scores + t * E;
+    double M = fabs((double)s[e]);
+    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX) {
+        double mx = -INFINITY, zs = 0.0;
+        for (int64_t j = 0; j < E; j++)
+            if (l[j] > mx)
+                mx = l[j];
+        for (int64_t j = 0; j < E; j++)
+            zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
+        M *= 1.0 + fabs((double)l[e] - mx) + zs;
+    }
+    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
+                     .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
+    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
+}
+
 /* The worst-case error of token t's logits that a kernel's hidden router
  * GEMM may carry under the router's profile (the WARN bound of
  * router_logits, kappa = K, plus u_in per off-grid operand), per expert,
