@@ -133,6 +133,31 @@ def k_fused_tf32_as_fp32(gold, path, bf16=False):
     return L
 
 
+def k_out_bf16_acc(gold, path, bf16=False):
+    """out only, bf16, every GEMM accumulating in bf16 (issue 24: CONFORMANT
+    at 0.835 of the propagated worst-case bound before the statistical
+    tier)."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, rnd=K.bf16, acc=K.mm_bf16_acc, ri_router=False)
+    L.forward()
+    K.write(path, {"forward/out": L.out}, "zoo-bf16-acc", "bf16")
+    return L
+
+
+def k_out_tf32_as_fp32(gold, path, bf16=False):
+    """out only, tf32 GEMM operands, declared fp32."""
+    L = layer(gold, False, ri=K.tf32)
+    K.write(path, {"forward/out": L.out}, "zoo-out-tf32", "fp32")
+    return L
+
+
+def k_out(gold, path, bf16=False):
+    """out only, a correct kernel (bf16: intermediates stored in bf16)."""
+    L = layer(gold, bf16)
+    K.write(path, {"forward/out": L.out}, "zoo-out", "bf16" if bf16 else "fp32")
+    return L
+
+
 def k_no_router_grad(gold, path, bf16=False):
     """d_x without the router's term d_router_logits . router_weight^T (a
     kernel that forgets the gate's gradient)."""
@@ -471,6 +496,16 @@ ZOO = [
      [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
     ("fused tf32 declared fp32: not conformant", k_fused_tf32_as_fp32, "mixtral-small", 0, 1,
      [("out", "numerics", "FAIL")], None, None),
+    # issue 24 item 1: the statistical tier catches what the propagated
+    # worst case lets through in an out-only candidate
+    ("out only, bf16 accumulation, d = f = 512: not conformant", k_out_bf16_acc, "wide512x512-bf16",
+     1, 1, [("out", "numerics", "FAIL")], None, None, "beyond the statistical bound"),
+    ("out only, tf32 declared fp32, d = f = 512: not conformant", k_out_tf32_as_fp32, "wide512x512",
+     0, 1, [("out", "numerics", "FAIL")], None, None, "beyond the statistical bound"),
+    ("out only, correct bf16, d = f = 512", k_out, "wide512x512-bf16", 1, 0,
+     [("out", "numerics", "PASS")], 0, 0.5),
+    ("out only, correct fp32, d = f = 512", k_out, "wide512x512", 0, 0,
+     [("out", "numerics", "PASS")], 0, 0.5),
     ("fused, d_x without the router gradient", k_no_router_grad, "mixtral-small", 0, 1,
      [("out", "numerics", "PASS"), ("d_x", "numerics", "FAIL")], None, None),
     ("fused, d_x without the router gradient, d = 512", k_no_router_grad, "wide512", 0, 1,

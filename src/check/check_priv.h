@@ -43,10 +43,20 @@ typedef struct {
     const dl__mprov_t *mp;     /* NULL: M = |g| */
     uint8_t *row_fail;         /* out, may be NULL: rows with an element over the WARN bound */
     int64_t *row_over;         /* out, may be NULL: per row, the elements over the PASS bound */
-    const double *prop[2];     /* NULL or [rows, cols]: the PASS [0] and WARN [1] error the
+    const double *prop[3];     /* NULL or [rows, cols]: the PASS [0] and WARN [1] error the
                                 * stages the candidate lacks propagate into this one (prop.c) */
     int info;                  /* figures only (drift): verdict INFO */
+    /* prop[2]: the statistical tier's scale sigma of the propagated error
+     * (DL__TIER_STAT); the element's statistical bound is its own WARN
+     * bound plus lambda sigma (tolerances.md, "The statistical tier") */
 } dl__cmp_t;
+
+/* The bound tiers of one element: PASS, WARN (worst case), and the
+ * statistical one (delta[DL__TIER_STAT] holds scales sigma, not bounds). */
+#define DL__TIER_PASS 0
+#define DL__TIER_WARN 1
+#define DL__TIER_STAT 2
+#define DL__TIERS 3
 
 /* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
  * value downstream stages are recomputed on: the candidate's own (put in the
@@ -98,8 +108,15 @@ typedef struct {
     /* absent stages a provided one depends on: per element, the PASS [0]
      * and WARN [1] bound on the error of the candidate's hidden value */
     int track[DL_VALUE_COUNT];
-    double *delta[2][DL_VALUE_COUNT];
-    const double *prop_out[2];       /* the propagated error of out (NULL: none) */
+    double *delta[DL__TIERS][DL_VALUE_COUNT];
+    const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
+    /* the statistical tier: a hidden value whose error is coherent across
+     * its elements (GEMM operands rounded to the profile's input grid, and
+     * what such a value feeds) propagates linearly, never by root sum of
+     * squares; lambda the multiplier for the case's false-alarm rate */
+    int coherent[DL_VALUE_COUNT];
+    double lambda;
+    int64_t n_stat;                  /* elements the statistical tier judges */
     int prop_used[DL_VALUE_COUNT];   /* a provided stage's bound carries propagated error */
 } dl__ck_t;
 

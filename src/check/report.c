@@ -186,6 +186,17 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
         json_num(f, x->max_ulp, 0);
         fputs(",\"max_abs\":", f);
         json_num(f, x->max_abs, 0);
+        /* the statistical tier (tolerances.md): which bound decided, the
+         * statistic (err_stat, > 1 FAILs) and its multiplier */
+        fputs(",\"tier\":", f);
+        if (x->tier[0])
+            json_str(f, x->tier);
+        else
+            fputs("null", f);
+        fprintf(f, ",\"n_over_stat\":%lld,\"err_stat\":", (long long)x->n_over_stat);
+        json_num(f, x->err_stat, 0);
+        fputs(",\"lambda\":", f);
+        json_num(f, x->lambda, 0);
         if (x->worst_index >= 0) {
             fprintf(f, ",\"worst\":{\"index\":%lld,\"candidate\":", (long long)x->worst_index);
             json_num(f, x->worst_cand, 1);
