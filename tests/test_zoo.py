@@ -402,6 +402,17 @@ def k_bf16_dw(gold, path, bf16=False):
     return L
 
 
+def k_bf16_dw_unlabelled(gold, path, bf16=False):
+    """The same bf16 weight gradients in an fp32 container with no dtype
+    label (issue 24: FAILed at 7.7e3x chained)."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, rnd=K.bf16, rw=K.bf16)
+    L.forward()
+    L.backward()
+    K.write(path, L.stages(), "zoo-bf16-autograd-unlabelled", "bf16")
+    return L
+
+
 def k_fused_f64(gold, path, bf16=False):
     """numpy's default: float64 arrays of an fp32 kernel's outputs."""
     L = layer(gold, bf16)
@@ -583,6 +594,12 @@ ZOO = [
     ("bf16 autograd-style, bf16 weight gradients: judged at bf16 with a NOTE", k_bf16_dw,
      "mixtral-small-bf16", 1, 0, [("d_w_gate", "storage", "INFO"), ("d_w_gate", "numerics", "PASS"),
                                   ("d_w_down", "numerics", "PASS")], 0, None, "coarser than the case's fp32"),
+    # issue 24 item 4: the same values in an fp32 container without a label
+    ("bf16 weight gradients unlabelled: storage inferred from the values", k_bf16_dw_unlabelled,
+     "mixtral-small-bf16", 1, 0, [("d_w_gate", "storage", "INFO"), ("d_w_gate", "numerics", "PASS"),
+                                  ("d_w_down", "numerics", "PASS")], 0, None, "(inferred: every value on"),
+    ("bf16 weight gradients unlabelled under --strict-storage: not conformant", k_bf16_dw_unlabelled,
+     "mixtral-small-bf16", 1, 1, [("d_w_gate", "storage", "FAIL")], 0, None, None, ["--strict-storage"]),
     ("bf16 weight gradients under --strict-storage: not conformant", k_bf16_dw,
      "mixtral-small-bf16", 1, 1, [("d_w_gate", "storage", "FAIL")], 0, None, None, ["--strict-storage"]),
     ("fused fp32 written as float64", k_fused_f64, "mixtral-small", 0, 0,

@@ -91,6 +91,11 @@ typedef struct {
     size_t n_owned, cap_owned;
     const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
     int64_t numel[DL_VALUE_COUNT];
+    /* stages stored coarser than the case's type: the candidate's
+     * declaration (dtype attribute, a 2-byte type) or inferred from the
+     * values (every one on the bf16 or fp16 grid; inferred bit) */
+    uint64_t coarse, inferred;
+    dl_dtype_t store[DL_VALUE_COUNT];
     int have_bwd;                      /* golden backward and d_out present */
 
     /* slot canonicalisation: candidate flat index t*k+j <-> canonical */

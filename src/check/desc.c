@@ -527,7 +527,7 @@ uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
     /* a candidate's coarser storage is judged at its own precision */
-    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->cand->coarse >> s) & 1))
-        return ck->cand->store[s];
+    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->coarse >> s) & 1))
+        return ck->store[s];
     return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
 }
