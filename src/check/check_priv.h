@@ -241,6 +241,12 @@ dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
  * upstream stage carries an error. cmp is the stage's comparison setup. */
 int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out);
 
+/* chain.c: a stage that FAILs on the candidate's own upstream, judged as
+ * the candidate's only stage (the exact inputs, absent upstream error
+ * propagated): within that bound r becomes a WARN saying so (1), else r
+ * stays (0); or an error. */
+int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
+
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
 /* ep.c: the candidate's expert-parallel layouts */

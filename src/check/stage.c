@@ -436,6 +436,9 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
                 (rc = against_golden_upstream(ck, s, cg, r)) < 0)
                 return rc;
             on_golden = rc;
+            if (!on_golden && (rc = dl__ck_chained_second(ck, s, r)) < 0)
+                return rc;
+            on_golden |= rc; /* figures then are the second level's */
             rc = 0;
             if (r->verdict > DL_VERDICT_PASS && !on_golden) {
                 locate(ck, s, r->worst_index, r);
