@@ -618,7 +618,7 @@ ZOO = [
     ("bf16 weight gradients under --strict-storage: not conformant", k_bf16_dw,
      "mixtral-small-bf16", 1, 1, [("d_w_gate", "storage", "FAIL")], 0, None, None, ["--strict-storage"]),
     ("chained bf16 storage of fp32 values consumed unrounded: WARN, not FAIL", k_unrounded_chain,
-     "wide512-bf16", 1, 0, [("y_sorted", "numerics", "WARN")], 0, None,
+     "mixtral-small-bf16", 1, 0, [("y_sorted", "numerics", "WARN")], 0, None,
      "consistent with the exact values, not with its own stored upstream"),
     ("fused fp32 written as float64", k_fused_f64, "mixtral-small", 0, 0,
      [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
