@@ -285,11 +285,17 @@ static void junit_figures(FILE *f, const dl_check_result_t *x)
                                 "bound %lld, non-finite %lld", x->message, (long long)x->n_checked,
                                 (long long)x->n_over_pass, (long long)x->n_over_warn,
                                 (long long)x->n_nonfinite);
-    const double v[3] = {x->err_pass, x->err_warn, x->max_ulp};
-    static const char *const nm[3] = {"err/PASS", "err/WARN", "max ulp"};
-    for (int i = 0; i < 3 && w < sizeof buf; i++)
+    /* error ratios are the numerics rows' figures: another check's
+     * err_pass (zero_drops' floor ratio) is no error figure */
+    const int num = !strcmp(x->check, "numerics");
+    const double v[5] = {x->err_pass, x->err_warn, x->max_ulp, x->err_stat, x->lambda};
+    static const char *const nm[5] = {"err/PASS", "err/WARN", "max ulp", "err/statistical",
+                                      "lambda"};
+    for (int i = 0; num && i < 5 && w < sizeof buf; i++)
         if (!isnan(v[i]))
             w += (size_t)snprintf(buf + w, sizeof buf - w, ", %s %.6g", nm[i], v[i]);
+    if (num && x->tier[0] && w < sizeof buf)
+        w += (size_t)snprintf(buf + w, sizeof buf - w, ", decided by the %s bound", x->tier);
     if (x->worst_index >= 0 && w < sizeof buf) {
         w += (size_t)snprintf(buf + w, sizeof buf - w, ", worst index %lld",
                               (long long)x->worst_index);
@@ -333,8 +339,17 @@ static void write_junit(FILE *f, const dl_check_report_t *const *r, size_t n)
         xml_str(f, rp->backend_version);
         fputs("\"/>\n      <property name=\"profile\" value=\"", f);
         xml_str(f, rp->profile);
-        fprintf(f, "\"/>\n      <property name=\"verdict\" value=\"%s\"/>\n    </properties>\n",
+        fprintf(f, "\"/>\n      <property name=\"verdict\" value=\"%s\"/>\n",
                 dl_verdict_name(rp->verdict));
+        /* the worst error figure, over the numerics rows only */
+        double worst = NAN;
+        for (size_t j = 0; j < rp->n; j++)
+            if (!strcmp(rp->results[j].check, "numerics") && !isnan(rp->results[j].err_pass) &&
+                !(rp->results[j].err_pass <= worst))
+                worst = rp->results[j].err_pass;
+        if (!isnan(worst))
+            fprintf(f, "      <property name=\"worst_err_pass\" value=\"%.6g\"/>\n", worst);
+        fputs("    </properties>\n", f);
         for (size_t j = 0; j < rp->n; j++) {
             const dl_check_result_t *x = &rp->results[j];
             fputs("    <testcase classname=\"dropless.", f);
