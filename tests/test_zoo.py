@@ -210,6 +210,15 @@ def k_jax_swiglu(gold, path, bf16=False):
     return L
 
 
+def k_jax_swiglu_isolated(gold, path, bf16=False):
+    """JAX's bf16 SwiGLU of the golden's own h_gate, h_up, stage-isolated:
+    nothing upstream to blame, the bf16 profile's SwiGLU bound alone."""
+    with h5py.File(gold, "r") as g:
+        ha = K.swiglu_bf16(g["forward/h_gate"][...], g["forward/h_up"][...])
+    K.write(path, {"forward/h_act": ha}, "zoo-jax-swiglu-isolated", "bf16",
+            attrs={"isolated_groups": "h_act"})
+
+
 def k_capacity(gold, path, bf16=False):
     """Switch-style capacity factor 1.0: the overflow of each expert dropped."""
     L = layer(gold, bf16, cf=1.0)
@@ -547,8 +556,14 @@ ZOO = [
     ("a tf32 router where router=fp32 is declared: router FAILs", k_tf32_all, "mixtral-small", 0, 1,
      [("router_logits", "numerics", "FAIL"), ("h_gate", "numerics", "PASS")], 0, None, None,
      ["--profile", PER_PART]),
-    ("JAX-style bf16 SwiGLU under the bf16 profile: outside it", k_jax_swiglu, "mixtral-small-bf16", 1, 1,
-     [("h_act", "numerics", "FAIL")], 0, None),
+    # outside the bf16 profile on its own stored upstream, but within what
+    # the upstream's rounding propagates from the exact inputs: the second
+    # level of a chained verdict makes it a WARN (issue 24 item 3)
+    ("JAX-style bf16 SwiGLU under the bf16 profile: a WARN, not a PASS", k_jax_swiglu,
+     "mixtral-small-bf16", 1, 0, [("h_act", "numerics", "WARN")], 0, None,
+     "not with its own stored upstream"),
+    ("JAX-style bf16 SwiGLU under the bf16 profile, staged: outside it", k_jax_swiglu_isolated,
+     "mixtral-small-bf16", 1, 1, [("h_act", "numerics", "FAIL")], 0, None),
     ("JAX-style bf16 SwiGLU under bf16-elem", k_jax_swiglu, "mixtral-small-bf16", 1, 0,
      [("h_act", "numerics", "PASS")], 0, None, None, ["--profile", "bf16-elem"]),
     ("JAX-style bf16 SwiGLU, d = 512, under experts=bf16-elem", k_jax_swiglu, "wide512-bf16", 1, 0,

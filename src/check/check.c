@@ -101,6 +101,30 @@ static void storage_of(dl__ck_t *ck, dl_value_t s)
     }
 }
 
+/* The profiles the stages are judged under: the options', else the
+ * candidate's compute_mode (one name or per part), else fp32; 1 when per
+ * stage. */
+static int resolve_profile(dl__ck_t *ck, const dl_check_candidate_t *cand)
+{
+    int per_stage = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        per_stage |= ck->opt.stage_profile[s] != NULL;
+    ck->prof = ck->opt.profile;
+    if (!ck->prof && !per_stage && cand->compute_mode && strchr(cand->compute_mode, '=')) {
+        /* the candidate declares per-stage profiles ("router=fp32,experts=bf16-acc") */
+        const dl_check_profile_t *whole;
+        if (dl_check_parse_profiles(cand->compute_mode, &whole, ck->opt.stage_profile) == 0) {
+            ck->prof = whole;
+            per_stage = 1;
+        }
+    }
+    if (!ck->prof)
+        ck->prof = dl_check_profile_find(cand->compute_mode);
+    if (!ck->prof)
+        ck->prof = dl_check_profile_at(0);
+    return per_stage;
+}
+
 int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
                  const dl_check_options_t *o, dl_check_report_t *r)
 {
@@ -129,22 +153,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
         dl_check_options_default(&ck.opt);
     if (ck.opt.max_listed < 0)
         ck.opt.max_listed = 0;
-    int per_stage = 0;
-    for (int s = 0; s < DL_VALUE_COUNT; s++)
-        per_stage |= ck.opt.stage_profile[s] != NULL;
-    ck.prof = ck.opt.profile;
-    if (!ck.prof && !per_stage && cand->compute_mode && strchr(cand->compute_mode, '=')) {
-        /* the candidate declares per-stage profiles ("router=fp32,experts=bf16-acc") */
-        const dl_check_profile_t *whole;
-        if (dl_check_parse_profiles(cand->compute_mode, &whole, ck.opt.stage_profile) == 0) {
-            ck.prof = whole;
-            per_stage = 1;
-        }
-    }
-    if (!ck.prof)
-        ck.prof = dl_check_profile_find(cand->compute_mode);
-    if (!ck.prof)
-        ck.prof = dl_check_profile_at(0);
+    const int per_stage = resolve_profile(&ck, cand);
     ck.rep = r;
     ck.T = g->config->tokens;
     ck.d = g->config->hidden;
@@ -189,7 +198,9 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
             goto out;
     }
 
-    rc = dl__ck_stages(&ck);
+    rc = dl__ck_table_check(&ck);
+    if (!rc)
+        rc = dl__ck_stages(&ck);
     if (rc || (rc = dl__ck_ep(&ck)) || (rc = dl__ck_require(&ck)))
         goto out;
 

@@ -229,6 +229,9 @@ typedef struct {
     int (*check)(dl__ck_t *ck);
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
+/* DL_EINVAL (with a FAIL result naming it) when some value has no check in
+ * the table: the runner refuses to start rather than skip it silently. */
+int dl__ck_table_check(dl__ck_t *ck);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in this case (the candidate's own where it

@@ -196,16 +196,19 @@ static int p_topk_weights(dl__ck_t *ck, dl_value_t s, int warn, double *out)
                 out[t * k + j] += a * ds[t * E + ids[t * k + j]];
             continue;
         }
-        /* w_j = a s_j / S: dw_j <= a (ds_j / S + s_j sum_i ds_i / S^2) */
+        /* w_j = a s_j / S: dw_j/ds_j = a (S - s_j) / S^2, dw_j/ds_i = -a s_j / S^2
+         * (i != j), in magnitudes: dw_j <= a (|S - s_j| ds_j + s_j sum_{i != j} ds_i) / S^2
+         * (zero for top-1, whose weight is exactly a) */
         const double S = sel_sum(ck, sc, ids, t);
         double dsum = 0.0;
         for (int64_t j = 0; j < k; j++)
             dsum += ds[t * E + ids[t * k + j]];
         if (!(S > 0.0))
             continue;
-        for (int64_t j = 0; j < k; j++)
-            out[t * k + j] += a * (ds[t * E + ids[t * k + j]] / S +
-                                   fabs((double)sc[t * E + ids[t * k + j]]) * dsum / (S * S));
+        for (int64_t j = 0; j < k; j++) {
+            const double sj = sc[t * E + ids[t * k + j]], dj = ds[t * E + ids[t * k + j]];
+            out[t * k + j] += a * (fabs(S - sj) * dj + fabs(sj) * (dsum - dj)) / (S * S);
+        }
     }
     return 1;
 }
