@@ -32,6 +32,16 @@ FUSED = {"out", "d_x"}
 
 # A case with d >= 512 (generated here, a second each: not committed).
 WIDE = "tokens = 64\nhidden = 512\nffn = 128\nexperts = 8\ntop_k = 2\nseed = 7\n"
+# Case files generated here (issue 24's reproductions), by name.
+CASES = {
+    # no renormalisation, bf16: the weights are the scores, and an empty
+    # expert's near-zero score could "explain" a dropped slot
+    "empty-experts-bf16-norenorm": "base = empty-experts\nrenormalize = 0\ndtype = bf16\n",
+    # issue 24's bf16-accumulation case: T = 256, d = f = 512, E = 8, k = 2
+    "wide512x512-bf16": "tokens = 256\nhidden = 512\nffn = 512\nexperts = 8\ntop_k = 2\nseed = 11\n"
+                        "dtype = bf16\n",
+    "wide512x512": "tokens = 256\nhidden = 512\nffn = 512\nexperts = 8\ntop_k = 2\nseed = 11\n",
+}
 
 
 def golden(name):
@@ -44,7 +54,12 @@ def golden(name):
         subprocess.run([DL, "gen", "--config", cf, "-o", p], check=True, capture_output=True)
     if os.path.exists(p):
         return p
-    p = os.path.join(TMP, name + ".h5")
+    if name in CASES:
+        cf = os.path.join(TMP, name + ".case")
+        with open(cf, "w") as f:
+            f.write("%sname = %s\n" % (CASES[name], name))  # base, if any, comes first
+        subprocess.run([DL, "gen", "--config", cf, "-o", p], check=True, capture_output=True)
+        return p
     if not os.path.exists(p):
         cf = os.path.join(TMP, name + ".case")
         with open(cf, "w") as f:
@@ -118,6 +133,31 @@ def k_fused_tf32_as_fp32(gold, path, bf16=False):
     return L
 
 
+def k_out_bf16_acc(gold, path, bf16=False):
+    """out only, bf16, every GEMM accumulating in bf16 (issue 24: CONFORMANT
+    at 0.835 of the propagated worst-case bound before the statistical
+    tier)."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, rnd=K.bf16, acc=K.mm_bf16_acc, ri_router=False)
+    L.forward()
+    K.write(path, {"forward/out": L.out}, "zoo-bf16-acc", "bf16")
+    return L
+
+
+def k_out_tf32_as_fp32(gold, path, bf16=False):
+    """out only, tf32 GEMM operands, declared fp32."""
+    L = layer(gold, False, ri=K.tf32)
+    K.write(path, {"forward/out": L.out}, "zoo-out-tf32", "fp32")
+    return L
+
+
+def k_out(gold, path, bf16=False):
+    """out only, a correct kernel (bf16: intermediates stored in bf16)."""
+    L = layer(gold, bf16)
+    K.write(path, {"forward/out": L.out}, "zoo-out", "bf16" if bf16 else "fp32")
+    return L
+
+
 def k_no_router_grad(gold, path, bf16=False):
     """d_x without the router's term d_router_logits . router_weight^T (a
     kernel that forgets the gate's gradient)."""
@@ -170,6 +210,15 @@ def k_jax_swiglu(gold, path, bf16=False):
     return L
 
 
+def k_jax_swiglu_isolated(gold, path, bf16=False):
+    """JAX's bf16 SwiGLU of the golden's own h_gate, h_up, stage-isolated:
+    nothing upstream to blame, the bf16 profile's SwiGLU bound alone."""
+    with h5py.File(gold, "r") as g:
+        ha = K.swiglu_bf16(g["forward/h_gate"][...], g["forward/h_up"][...])
+    K.write(path, {"forward/h_act": ha}, "zoo-jax-swiglu-isolated", "bf16",
+            attrs={"isolated_groups": "h_act"})
+
+
 def k_capacity(gold, path, bf16=False):
     """Switch-style capacity factor 1.0: the overflow of each expert dropped."""
     L = layer(gold, bf16, cf=1.0)
@@ -187,6 +236,20 @@ def k_drop_weakest(gold, path, bf16=False):
     L = layer(gold, bf16, keep=keep)
     K.write(path, L.stages(), "zoo-drop-weakest", "bf16" if bf16 else "fp32", keep=FUSED)
     return L
+
+
+def dropping(slots):
+    """A fused kernel that drops exactly the (token, slot) pairs given, out
+    only (issue 24's reproductions)."""
+    def k(gold, path, bf16=False):
+        c, z = K.load(gold)
+        keep = np.ones(z["topk_ids"].shape, bool)
+        for t, j in slots:
+            keep[t, j] = False
+        L = layer(gold, bf16, keep=keep)
+        K.write(path, L.stages(), "zoo-drop-%d" % len(slots), "bf16" if bf16 else "fp32", keep={"out"})
+        return L
+    return k
 
 
 def reselect(gold, pick):
@@ -348,6 +411,32 @@ def k_bf16_dw(gold, path, bf16=False):
     return L
 
 
+def k_bf16_dw_unlabelled(gold, path, bf16=False):
+    """The same bf16 weight gradients in an fp32 container with no dtype
+    label (issue 24: FAILed at 7.7e3x chained)."""
+    c, z = K.load(gold)
+    L = K.Layer(c, z, rnd=K.bf16, rw=K.bf16)
+    L.forward()
+    L.backward()
+    K.write(path, L.stages(), "zoo-bf16-autograd-unlabelled", "bf16")
+    return L
+
+
+def k_unrounded_chain(gold, path, bf16=False):
+    """Every stage, chained, of a kernel that computes in fp32 and stores
+    bf16: each stage consumed its upstream unrounded, so it is off its own
+    stored (rounded) upstream. Judged on that upstream alone it FAILs;
+    within the bound from the exact inputs it is a WARN (issue 24 item 3)."""
+    L = layer(gold, False)
+    st = L.stages()
+    with h5py.File(gold, "r") as g:
+        for name in st:
+            if g[name].attrs.get("dtype", b"") == b"bf16":
+                st[name] = K.bf16(st[name])
+    K.write(path, st, "zoo-unrounded-chain", "bf16")
+    return L
+
+
 def k_fused_f64(gold, path, bf16=False):
     """numpy's default: float64 arrays of an fp32 kernel's outputs."""
     L = layer(gold, bf16)
@@ -442,6 +531,16 @@ ZOO = [
      [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
     ("fused tf32 declared fp32: not conformant", k_fused_tf32_as_fp32, "mixtral-small", 0, 1,
      [("out", "numerics", "FAIL")], None, None),
+    # issue 24 item 1: the statistical tier catches what the propagated
+    # worst case lets through in an out-only candidate
+    ("out only, bf16 accumulation, d = f = 512: not conformant", k_out_bf16_acc, "wide512x512-bf16",
+     1, 1, [("out", "numerics", "FAIL")], None, None, "beyond the statistical bound"),
+    ("out only, tf32 declared fp32, d = f = 512: not conformant", k_out_tf32_as_fp32, "wide512x512",
+     0, 1, [("out", "numerics", "FAIL")], None, None, "beyond the statistical bound"),
+    ("out only, correct bf16, d = f = 512", k_out, "wide512x512-bf16", 1, 0,
+     [("out", "numerics", "PASS")], 0, 0.5),
+    ("out only, correct fp32, d = f = 512", k_out, "wide512x512", 0, 0,
+     [("out", "numerics", "PASS")], 0, 0.5),
     ("fused, d_x without the router gradient", k_no_router_grad, "mixtral-small", 0, 1,
      [("out", "numerics", "PASS"), ("d_x", "numerics", "FAIL")], None, None),
     ("fused, d_x without the router gradient, d = 512", k_no_router_grad, "wide512", 0, 1,
@@ -457,8 +556,14 @@ ZOO = [
     ("a tf32 router where router=fp32 is declared: router FAILs", k_tf32_all, "mixtral-small", 0, 1,
      [("router_logits", "numerics", "FAIL"), ("h_gate", "numerics", "PASS")], 0, None, None,
      ["--profile", PER_PART]),
-    ("JAX-style bf16 SwiGLU under the bf16 profile: outside it", k_jax_swiglu, "mixtral-small-bf16", 1, 1,
-     [("h_act", "numerics", "FAIL")], 0, None),
+    # outside the bf16 profile on its own stored upstream, but within what
+    # the upstream's rounding propagates from the exact inputs: the second
+    # level of a chained verdict makes it a WARN (issue 24 item 3)
+    ("JAX-style bf16 SwiGLU under the bf16 profile: a WARN, not a PASS", k_jax_swiglu,
+     "mixtral-small-bf16", 1, 0, [("h_act", "numerics", "WARN")], 0, None,
+     "not with its own stored upstream"),
+    ("JAX-style bf16 SwiGLU under the bf16 profile, staged: outside it", k_jax_swiglu_isolated,
+     "mixtral-small-bf16", 1, 1, [("h_act", "numerics", "FAIL")], 0, None),
     ("JAX-style bf16 SwiGLU under bf16-elem", k_jax_swiglu, "mixtral-small-bf16", 1, 0,
      [("h_act", "numerics", "PASS")], 0, None, None, ["--profile", "bf16-elem"]),
     ("JAX-style bf16 SwiGLU, d = 512, under experts=bf16-elem", k_jax_swiglu, "wide512-bf16", 1, 0,
@@ -478,6 +583,14 @@ ZOO = [
     # a drop under the floor cannot be seen: a WARN, never a PASS
     ("fused bf16 d = 512 dropping its weakest slot", k_drop_weakest, "wide512-bf16", 1, 0,
      [("case", "zero_drops", "WARN")], 0, None),
+    # issue 24: the hidden router's tolerance is per expert; an empty
+    # expert's near-zero score no longer "explains" the dropped slot
+    ("out only, bf16, no renormalisation, slot (17, 0) dropped", dropping([(17, 0)]),
+     "empty-experts-bf16-norenorm", 1, 1, [("case", "zero_drops", "FAIL")], "exact", None,
+     "pairs dropped: (17,0)"),
+    ("out only, empty-experts-bf16, slot (25, 0) dropped: named", dropping([(25, 0)]),
+     "empty-experts-bf16", 1, 1, [("case", "zero_drops", "FAIL")], "exact", None,
+     "pairs dropped: (25,0)"),
     ("fused fp32, exact ties broken to the higher index", k_fused_tie_high, "ties", 0, 0,
      [("topk_ids", "routing", "WARN"), ("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")],
      None, 0.5),
@@ -511,8 +624,17 @@ ZOO = [
     ("bf16 autograd-style, bf16 weight gradients: judged at bf16 with a NOTE", k_bf16_dw,
      "mixtral-small-bf16", 1, 0, [("d_w_gate", "storage", "INFO"), ("d_w_gate", "numerics", "PASS"),
                                   ("d_w_down", "numerics", "PASS")], 0, None, "coarser than the case's fp32"),
+    # issue 24 item 4: the same values in an fp32 container without a label
+    ("bf16 weight gradients unlabelled: storage inferred from the values", k_bf16_dw_unlabelled,
+     "mixtral-small-bf16", 1, 0, [("d_w_gate", "storage", "INFO"), ("d_w_gate", "numerics", "PASS"),
+                                  ("d_w_down", "numerics", "PASS")], 0, None, "(inferred: every value on"),
+    ("bf16 weight gradients unlabelled under --strict-storage: not conformant", k_bf16_dw_unlabelled,
+     "mixtral-small-bf16", 1, 1, [("d_w_gate", "storage", "FAIL")], 0, None, None, ["--strict-storage"]),
     ("bf16 weight gradients under --strict-storage: not conformant", k_bf16_dw,
      "mixtral-small-bf16", 1, 1, [("d_w_gate", "storage", "FAIL")], 0, None, None, ["--strict-storage"]),
+    ("chained bf16 storage of fp32 values consumed unrounded: WARN, not FAIL", k_unrounded_chain,
+     "mixtral-small-bf16", 1, 0, [("y_sorted", "numerics", "WARN")], 0, None,
+     "consistent with the exact values, not with its own stored upstream"),
     ("fused fp32 written as float64", k_fused_f64, "mixtral-small", 0, 0,
      [("out", "numerics", "PASS"), ("d_x", "numerics", "PASS")], 0, 0.5),
     ("fused, fp16 case, outputs as HDF5 half floats", k_fused_half, "mixtral-small-fp16", 0, 0,

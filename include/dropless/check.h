@@ -140,6 +140,10 @@ typedef struct {
     int strict_storage;  /* a stage stored coarser than the case's type FAILs (check
                           * "storage"); default 0: judged at its own precision, with
                           * a NOTE (an INFO line) */
+    double false_alarm;  /* the statistical tier's false-alarm probability per case: a
+                          * correct candidate FAILs it with at most this probability
+                          * under the model of tolerances.md (default 1e-6; 0: the
+                          * default; negative: the tier is off) */
     uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
                           * one it lacks is a FAIL (check "required"), not a SKIP;
                           * values the case does not have are ignored (default 0) */
@@ -168,6 +172,18 @@ typedef struct {
     double worst_cand, worst_exact;
     int64_t K;              /* contraction length (largest, for ragged stages); 0: n/a */
     char message[512];
+    /* The statistical tier (doc/tolerances.md), where the stage's bound
+     * carries error propagated from absent stages: err_stat is the largest
+     * |c - g| over the element's own worst-case bound plus lambda times the
+     * scale sigma of the propagated error (> 1 anywhere is a FAIL, with the
+     * false-alarm probability of the options), lambda that multiplier; NaN
+     * where the tier does not apply. n_over_stat: the elements beyond it. */
+    double err_stat, lambda;
+    int64_t n_over_stat;
+    char tier[16];          /* the bound that decided a numerics verdict: "worst-case"
+                             * (FAIL beyond the WARN bound, or NaN/Inf), "statistical"
+                             * (FAIL beyond the statistical bound), "pass" (PASS or WARN
+                             * by the PASS bound); "" for other checks */
 } dl_check_result_t;
 
 /* A dropped assignment: token t lost its slot j (the candidate's own slot

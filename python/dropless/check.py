@@ -203,9 +203,15 @@ class Report:
             where = self.locate(c)
             if where:
                 w = c.worst
-                ln += "; worst %s = %r, exact %r" % (where, w["candidate"], w["exact"])
-                if c.get("err_pass") is not None:
-                    ln += " (%.3g x the PASS bound)" % c.err_pass
+                if w.get("candidate") is None:  # a check without values (zero_drops, routing)
+                    ln += "; at %s" % where
+                else:
+                    ln += "; worst %s = %r, exact %r" % (where, w["candidate"], w["exact"])
+                if c.check == "numerics" and c.get("err_pass") is not None:
+                    ln += " (%.3g x the PASS bound" % c.err_pass
+                    if c.get("err_stat") is not None:
+                        ln += ", %.3g x the statistical bound" % c.err_stat
+                    ln += ")"
             lines.append(ln)
         if self.n_dropped:
             lines.append("  dropped (token, slot) pairs: %d: %s%s" % (

@@ -43,10 +43,20 @@ typedef struct {
     const dl__mprov_t *mp;     /* NULL: M = |g| */
     uint8_t *row_fail;         /* out, may be NULL: rows with an element over the WARN bound */
     int64_t *row_over;         /* out, may be NULL: per row, the elements over the PASS bound */
-    const double *prop[2];     /* NULL or [rows, cols]: the PASS [0] and WARN [1] error the
+    const double *prop[3];     /* NULL or [rows, cols]: the PASS [0] and WARN [1] error the
                                 * stages the candidate lacks propagate into this one (prop.c) */
     int info;                  /* figures only (drift): verdict INFO */
+    /* prop[2]: the statistical tier's scale sigma of the propagated error
+     * (DL__TIER_STAT); the element's statistical bound is its own WARN
+     * bound plus lambda sigma (tolerances.md, "The statistical tier") */
 } dl__cmp_t;
+
+/* The bound tiers of one element: PASS, WARN (worst case), and the
+ * statistical one (delta[DL__TIER_STAT] holds scales sigma, not bounds). */
+#define DL__TIER_PASS 0
+#define DL__TIER_WARN 1
+#define DL__TIER_STAT 2
+#define DL__TIERS 3
 
 /* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
  * value downstream stages are recomputed on: the candidate's own (put in the
@@ -81,6 +91,11 @@ typedef struct {
     size_t n_owned, cap_owned;
     const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
     int64_t numel[DL_VALUE_COUNT];
+    /* stages stored coarser than the case's type: the candidate's
+     * declaration (dtype attribute, a 2-byte type) or inferred from the
+     * values (every one on the bf16 or fp16 grid; inferred bit) */
+    uint64_t coarse, inferred;
+    dl_dtype_t store[DL_VALUE_COUNT];
     int have_bwd;                      /* golden backward and d_out present */
 
     /* slot canonicalisation: candidate flat index t*k+j <-> canonical */
@@ -98,8 +113,15 @@ typedef struct {
     /* absent stages a provided one depends on: per element, the PASS [0]
      * and WARN [1] bound on the error of the candidate's hidden value */
     int track[DL_VALUE_COUNT];
-    double *delta[2][DL_VALUE_COUNT];
-    const double *prop_out[2];       /* the propagated error of out (NULL: none) */
+    double *delta[DL__TIERS][DL_VALUE_COUNT];
+    const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
+    /* the statistical tier: a hidden value whose error is coherent across
+     * its elements (GEMM operands rounded to the profile's input grid, and
+     * what such a value feeds) propagates linearly, never by root sum of
+     * squares; lambda the multiplier for the case's false-alarm rate */
+    int coherent[DL_VALUE_COUNT];
+    double lambda;
+    int64_t n_stat;                  /* elements the statistical tier judges */
     int prop_used[DL_VALUE_COUNT];   /* a provided stage's bound carries propagated error */
 } dl__ck_t;
 
@@ -140,18 +162,34 @@ int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out);
 
 /* route.c */
 int dl__ck_route_ids(dl__ck_t *ck);
+/* select.c: what route.c and ties.c share. Token t's selection key for
+ * expert e (score + bias, as the selection rounds it). */
+double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e);
+/* 1 when the k ids of a and b are the same set. */
+int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k);
+/* Scratch of the plausibility tests: tol[E] holds the token's per-expert
+ * tolerances (dl__ck_key_tolv) before dl__ck_plausible / dl__ck_may_flip. */
+typedef struct {
+    double *tol;
+    float *srow, *wt;
+    int32_t *ids;
+    uint8_t *in;
+} dl__ck_sel_t;
+int dl__ck_sel_init(dl__ck_t *ck, dl__ck_sel_t *w);
 /* The WARN bound of score element (t, e) given the effective logits. */
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
                           int64_t e, int warn);
-/* Token t's selection key for expert e (score + bias, as the selection
- * rounds it). */
-double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e);
-/* The WARN tolerance on token t's keys at the experts of x (and of c, if not
- * NULL): the score bound there, the key's rounding, times the group rule's
- * terms; within it two selections are a tie. */
-double dl__ck_key_tol(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x);
-/* 1 when the k ids of a and b are the same set. */
-int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k);
+/* The WARN tolerance on token t's key of each expert, tol[E]: the score
+ * bound there, the key's rounding with a bias, and, when the candidate gives
+ * neither logits nor scores, the error its hidden router GEMM may carry at
+ * that expert, through the score function. */
+void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol);
+/* 1 when the exact rule picks the set c on token t's scores with each
+ * expert moved by at most its own tolerance (w->tol): a plausible tie. */
+int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel_t *w);
+/* 1 when some such move makes the exact selection x of token t differ (or
+ * its tie is exact). */
+int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w);
 /* M for scores: [T, E]. */
 void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m);
 /* M of the score VJP (dl_route_scores_backward) at stored scores and
@@ -191,6 +229,9 @@ typedef struct {
     int (*check)(dl__ck_t *ck);
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
+/* DL_EINVAL (with a FAIL result naming it) when some value has no check in
+ * the table: the runner refuses to start rather than skip it silently. */
+int dl__ck_table_check(dl__ck_t *ck);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in this case (the candidate's own where it
@@ -202,6 +243,12 @@ dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
  * of numel[s] doubles owned by ck, oracle layout), or NULL when no
  * upstream stage carries an error. cmp is the stage's comparison setup. */
 int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out);
+
+/* chain.c: a stage that FAILs on the candidate's own upstream, judged as
+ * the candidate's only stage (the exact inputs, absent upstream error
+ * propagated): within that bound r becomes a WARN saying so (1), else r
+ * stays (0); or an error. */
+int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);

@@ -511,6 +511,29 @@ static const dl__ck_desc_t table[DL_VALUE_COUNT] = {
                       DL__CK_DRIFT},
 };
 
+int dl__ck_table_check(dl__ck_t *ck)
+{
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        const dl__ck_desc_t *d = &table[s];
+        const int fl = dl_value_store((dl_value_t)s) <= DL_STORE_F32;
+        const int ok = d->check || (d->flags & DL__CK_WITH_SORT) ||
+                       (fl && d->exact && (d->setup || (d->flags & DL__CK_COPY)));
+        if (ok)
+            continue;
+        /* a value the table does not describe would never be checked, and
+         * the report would not say so: refuse, naming it */
+        dl_check_result_t *r = dl__ck_result(ck, (dl_value_t)s, "table");
+        if (r) {
+            r->verdict = DL_VERDICT_FAIL;
+            dl__ck_msg(r, "the runner has no check for value %s (its row in src/check/desc.c "
+                          "lacks an exact function and comparison setup): refusing to judge",
+                       dl_value_name((dl_value_t)s));
+        }
+        return DL_EINVAL;
+    }
+    return 0;
+}
+
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s)
 {
     return (int)s >= 0 && s < DL_VALUE_COUNT ? &table[s] : NULL;
@@ -527,7 +550,7 @@ uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
     /* a candidate's coarser storage is judged at its own precision */
-    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->cand->coarse >> s) & 1))
-        return ck->cand->store[s];
+    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->coarse >> s) & 1))
+        return ck->store[s];
     return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
 }

@@ -40,6 +40,23 @@ static float *up_float(const double *x, int64_t n)
     return f;
 }
 
+/* Squares as floats, rounded up: the statistical tier's root sum of
+ * squares runs through the same magnitude GEMMs (sum a^2 sigma^2). x is
+ * double (sq) or float (sqf). */
+static float *sq_float(const double *x, const float *xf, int64_t n)
+{
+    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+    if (!f)
+        return NULL;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const double v = x ? x[i] * x[i] : (double)xf[i] * (double)xf[i];
+        float r = (float)v;
+        f[i] = (double)r < v ? nextafterf(r, INFINITY) : r;
+    }
+    return f;
+}
+
 /* The absent upstream stage whose effective value is operand p, if it has
  * a delta. */
 static int delta_of(const dl__ck_t *ck, const void *p, int warn)
@@ -50,8 +67,31 @@ static int delta_of(const dl__ck_t *ck, const void *p, int warn)
     return -1;
 }
 
+/* The other operand of a GEMM term squared (the statistical tier), or
+ * NULL on no memory; *n its element count. */
+static float *other_squared(const dl__mprov_t *mp, int o, dl__mprov_t *sub)
+{
+    if (mp->kind == DL__M_GROUPED) {
+        const dl_gemm_term_t *tm = &mp->terms[o];
+        float *w = sq_float(NULL, tm->rhs, mp->E * tm->K * mp->N);
+        sub->terms[0].rhs = w;
+        return w;
+    }
+    const int64_t rows = mp->off[mp->E];
+    float *w = sq_float(NULL, o ? mp->a : mp->b, rows * (o ? mp->I : mp->N));
+    if (o)
+        sub->a = w;
+    else
+        sub->b = w;
+    return w;
+}
+
 /* GEMM stages: out += |other operand| * delta, one magnitude GEMM per
- * operand that carries a delta. */
+ * operand that carries a delta; in the statistical tier, for an operand
+ * whose errors are independent across its elements, the root sum of
+ * squares sqrt(sum |other|^2 sigma^2) instead (Hoeffding: a sum of
+ * independent mean-zero terms bounded by b_i has the sub-Gaussian scale
+ * sqrt(sum b_i^2)). */
 static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, int warn,
                    double *out, int *any)
 {
@@ -62,8 +102,11 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         const int u = delta_of(ck, op, warn);
         if (u < 0)
             continue;
+        const int rss = warn == DL__TIER_STAT && !ck->coherent[u];
         dl__mprov_t sub = *mp;
-        float *fd = up_float(ck->delta[warn][u], ck->numel[u]);
+        float *fd = rss ? sq_float(ck->delta[warn][u], NULL, ck->numel[u])
+                        : up_float(ck->delta[warn][u], ck->numel[u]);
+        float *w2 = NULL;
         double *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
         int rc = fd && tmp ? 0 : DL_ENOMEM;
         if (!rc) {
@@ -76,12 +119,16 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
             } else {
                 sub.a = fd;
             }
-            rc = dl__ck_m_bulk(&sub, cmp->rows, tmp);
+            if (rss && !(w2 = other_squared(mp, o, &sub)))
+                rc = DL_ENOMEM;
         }
         if (!rc)
+            rc = dl__ck_m_bulk(&sub, cmp->rows, tmp);
+        if (!rc)
             for (int64_t i = 0; i < n; i++)
-                out[i] += tmp[i];
+                out[i] += rss ? sqrt(tmp[i]) : tmp[i];
         free(fd);
+        free(w2);
         free(tmp);
         if (rc)
             return rc;
@@ -91,6 +138,18 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
 }
 
 /* ---------------------------------------------------- elementwise stages */
+
+/* The statistical tier adds the terms of independent sources (a hidden
+ * value whose errors are independent across its elements, and distinct
+ * hidden values) as a root sum of squares, coherent ones linearly; the
+ * other tiers always linearly. RSS(u) says whether source u's terms go
+ * into the squares. */
+#define RSS(u) (warn == DL__TIER_STAT && !ck->coherent[DL_VALUE_##u])
+
+static double comb(double lin, double sq)
+{
+    return lin + sqrt(sq);
+}
 
 static int p_router_scores(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 {
@@ -137,16 +196,19 @@ static int p_topk_weights(dl__ck_t *ck, dl_value_t s, int warn, double *out)
                 out[t * k + j] += a * ds[t * E + ids[t * k + j]];
             continue;
         }
-        /* w_j = a s_j / S: dw_j <= a (ds_j / S + s_j sum_i ds_i / S^2) */
+        /* w_j = a s_j / S: dw_j/ds_j = a (S - s_j) / S^2, dw_j/ds_i = -a s_j / S^2
+         * (i != j), in magnitudes: dw_j <= a (|S - s_j| ds_j + s_j sum_{i != j} ds_i) / S^2
+         * (zero for top-1, whose weight is exactly a) */
         const double S = sel_sum(ck, sc, ids, t);
         double dsum = 0.0;
         for (int64_t j = 0; j < k; j++)
             dsum += ds[t * E + ids[t * k + j]];
         if (!(S > 0.0))
             continue;
-        for (int64_t j = 0; j < k; j++)
-            out[t * k + j] += a * (ds[t * E + ids[t * k + j]] / S +
-                                   fabs((double)sc[t * E + ids[t * k + j]]) * dsum / (S * S));
+        for (int64_t j = 0; j < k; j++) {
+            const double sj = sc[t * E + ids[t * k + j]], dj = ds[t * E + ids[t * k + j]];
+            out[t * k + j] += a * (fabs(S - sj) * dj + fabs(sj) * (dsum - dj)) / (S * S);
+        }
     }
     return 1;
 }
@@ -157,12 +219,14 @@ static int p_h_act(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     const float *g = EF(H_GATE), *u = EF(H_UP);
     if (!dg && !du)
         return 0;
+    const int rg = RSS(H_GATE), ru = RSS(H_UP);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < ck->numel[s]; i++) {
         const double sg = sig(g[i]), gi = g[i];
         /* h = silu(g) u: |silu'(g) u| dg + |silu(g)| du */
-        out[i] += (dg ? fabs(sg * (1.0 + gi * (1.0 - sg)) * u[i]) * dg[i] : 0.0) +
-                  (du ? fabs(gi * sg) * du[i] : 0.0);
+        const double a = dg ? fabs(sg * (1.0 + gi * (1.0 - sg)) * u[i]) * dg[i] : 0.0;
+        const double b = du ? fabs(gi * sg) * du[i] : 0.0;
+        out[i] += comb((rg ? 0.0 : a) + (ru ? 0.0 : b), (rg ? a * a : 0.0) + (ru ? b * b : 0.0));
     }
     return 1;
 }
@@ -174,21 +238,23 @@ static int p_d_h_gu(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     const int gate = s == DL_VALUE_D_H_GATE;
     if (!dg && !du && !dd)
         return 0;
+    const int rg = RSS(H_GATE), ru = RSS(H_UP), rd = RSS(D_H_ACT);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < ck->numel[s]; i++) {
         const double sg = sig(g[i]), gi = g[i], ui = u[i], hi = dh[i];
         const double d1 = sg * (1.0 + gi * (1.0 - sg));                 /* silu' */
         const double d2 = sg * (1.0 - sg) * (2.0 + gi * (1.0 - 2.0 * sg)); /* silu'' */
-        double a = 0.0;
+        double td, tu = 0.0, tg;
         if (gate) { /* dh u silu'(g) */
-            a += dd ? fabs(ui * d1) * dd[i] : 0.0;
-            a += du ? fabs(hi * d1) * du[i] : 0.0;
-            a += dg ? fabs(hi * ui * d2) * dg[i] : 0.0;
+            td = dd ? fabs(ui * d1) * dd[i] : 0.0;
+            tu = du ? fabs(hi * d1) * du[i] : 0.0;
+            tg = dg ? fabs(hi * ui * d2) * dg[i] : 0.0;
         } else { /* dh silu(g) */
-            a += dd ? fabs(gi * sg) * dd[i] : 0.0;
-            a += dg ? fabs(hi * d1) * dg[i] : 0.0;
+            td = dd ? fabs(gi * sg) * dd[i] : 0.0;
+            tg = dg ? fabs(hi * d1) * dg[i] : 0.0;
         }
-        out[i] += a;
+        out[i] += comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),
+                       (rd ? td * td : 0.0) + (ru ? tu * tu : 0.0) + (rg ? tg * tg : 0.0));
     }
     return 1;
 }
@@ -203,13 +269,19 @@ static int p_out(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     const int64_t k = ck->k, d = ck->d;
     if (!dy && !dw)
         return 0;
+    const int ry = RSS(Y_SORTED), rw = RSS(TOPK_WEIGHTS);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < ck->T; t++)
-        for (int64_t j = 0; j < k; j++) {
-            const int64_t q = inv[t * k + j];
-            const double wj = fabs((double)w[t * k + j]), dwj = dw ? dw[t * k + j] : 0.0;
-            for (int64_t i = 0; i < d; i++)
-                out[t * d + i] += wj * (dy ? dy[q * d + i] : 0.0) + dwj * fabs((double)y[q * d + i]);
+        for (int64_t i = 0; i < d; i++) {
+            double lin = 0.0, sq = 0.0; /* the slots' rows are distinct hidden values */
+            for (int64_t j = 0; j < k; j++) {
+                const int64_t q = inv[t * k + j];
+                const double ty = fabs((double)w[t * k + j]) * (dy ? dy[q * d + i] : 0.0);
+                const double tw = (dw ? dw[t * k + j] : 0.0) * fabs((double)y[q * d + i]);
+                lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
+                sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
+            }
+            out[t * d + i] += comb(lin, sq);
         }
     return 1;
 }
@@ -221,14 +293,15 @@ static int p_d_topk_weights(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     const int64_t k = ck->k, d = ck->d;
     if (!dy)
         return 0;
+    const int ry = RSS(Y_SORTED);
 #pragma omp parallel for schedule(static)
     for (int64_t fl = 0; fl < ck->M; fl++) {
         const float *g = ck->in->d_out + (fl / k) * d;
         const double *e = dy + (int64_t)inv[fl] * d;
         double a = 0.0;
         for (int64_t i = 0; i < d; i++)
-            a += fabs((double)g[i]) * e[i];
-        out[fl] += a;
+            a += ry ? ((double)g[i] * e[i]) * ((double)g[i] * e[i]) : fabs((double)g[i]) * e[i];
+        out[fl] += ry ? sqrt(a) : a;
     }
     return 1;
 }
@@ -329,15 +402,22 @@ static int p_d_x(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     const int64_t k = ck->k, d = ck->d, E = ck->E;
     if (!dxs && !dlg)
         return 0;
+    const int rx = RSS(D_X_SORTED), rl = RSS(D_ROUTER_LOGITS);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < ck->T; t++)
         for (int64_t i = 0; i < d; i++) {
-            double a = 0.0;
-            for (int64_t j = 0; dxs && j < k; j++)
-                a += dxs[(int64_t)inv[t * k + j] * d + i];
-            for (int64_t e = 0; dlg && e < E; e++)
-                a += dlg[t * E + e] * fabs((double)wr[i * E + e]);
-            out[t * d + i] += a;
+            double lin = 0.0, sq = 0.0;
+            for (int64_t j = 0; dxs && j < k; j++) {
+                const double a = dxs[(int64_t)inv[t * k + j] * d + i];
+                lin += rx ? 0.0 : a;
+                sq += rx ? a * a : 0.0;
+            }
+            for (int64_t e = 0; dlg && e < E; e++) {
+                const double a = dlg[t * E + e] * fabs((double)wr[i * E + e]);
+                lin += rl ? 0.0 : a;
+                sq += rl ? a * a : 0.0;
+            }
+            out[t * d + i] += comb(lin, sq);
         }
     return 1;
 }

@@ -161,10 +161,10 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
             (long long)c[DL_VERDICT_PASS], (long long)c[DL_VERDICT_WARN],
             (long long)c[DL_VERDICT_FAIL], (long long)c[DL_VERDICT_SKIP],
             (long long)c[DL_VERDICT_INFO]);
-    const int64_t lim = r->n_dropped < 1000 ? r->n_dropped : 1000;
-    fprintf(f, ",\"dropped\":{\"count\":%lld,\"truncated\":%s,\"pairs\":[", (long long)r->n_dropped,
-            lim < r->n_dropped ? "true" : "false");
-    for (int64_t i = 0; i < lim; i++)
+    /* every dropped pair (issue 24): "truncated" stays, always false */
+    fprintf(f, ",\"dropped\":{\"count\":%lld,\"truncated\":false,\"pairs\":[",
+            (long long)r->n_dropped);
+    for (int64_t i = 0; i < r->n_dropped; i++)
         fprintf(f, "%s[%lld,%lld]", i ? "," : "", (long long)r->dropped[i].token,
                 (long long)r->dropped[i].slot);
     fputs("]},\"checks\":[", f);
@@ -186,6 +186,17 @@ static void write_json_one(FILE *f, const dl_check_report_t *r)
         json_num(f, x->max_ulp, 0);
         fputs(",\"max_abs\":", f);
         json_num(f, x->max_abs, 0);
+        /* the statistical tier (tolerances.md): which bound decided, the
+         * statistic (err_stat, > 1 FAILs) and its multiplier */
+        fputs(",\"tier\":", f);
+        if (x->tier[0])
+            json_str(f, x->tier);
+        else
+            fputs("null", f);
+        fprintf(f, ",\"n_over_stat\":%lld,\"err_stat\":", (long long)x->n_over_stat);
+        json_num(f, x->err_stat, 0);
+        fputs(",\"lambda\":", f);
+        json_num(f, x->lambda, 0);
         if (x->worst_index >= 0) {
             fprintf(f, ",\"worst\":{\"index\":%lld,\"candidate\":", (long long)x->worst_index);
             json_num(f, x->worst_cand, 1);
@@ -274,11 +285,17 @@ static void junit_figures(FILE *f, const dl_check_result_t *x)
                                 "bound %lld, non-finite %lld", x->message, (long long)x->n_checked,
                                 (long long)x->n_over_pass, (long long)x->n_over_warn,
                                 (long long)x->n_nonfinite);
-    const double v[3] = {x->err_pass, x->err_warn, x->max_ulp};
-    static const char *const nm[3] = {"err/PASS", "err/WARN", "max ulp"};
-    for (int i = 0; i < 3 && w < sizeof buf; i++)
+    /* error ratios are the numerics rows' figures: another check's
+     * err_pass (zero_drops' floor ratio) is no error figure */
+    const int num = !strcmp(x->check, "numerics");
+    const double v[5] = {x->err_pass, x->err_warn, x->max_ulp, x->err_stat, x->lambda};
+    static const char *const nm[5] = {"err/PASS", "err/WARN", "max ulp", "err/statistical",
+                                      "lambda"};
+    for (int i = 0; num && i < 5 && w < sizeof buf; i++)
         if (!isnan(v[i]))
             w += (size_t)snprintf(buf + w, sizeof buf - w, ", %s %.6g", nm[i], v[i]);
+    if (num && x->tier[0] && w < sizeof buf)
+        w += (size_t)snprintf(buf + w, sizeof buf - w, ", decided by the %s bound", x->tier);
     if (x->worst_index >= 0 && w < sizeof buf) {
         w += (size_t)snprintf(buf + w, sizeof buf - w, ", worst index %lld",
                               (long long)x->worst_index);
@@ -322,8 +339,17 @@ static void write_junit(FILE *f, const dl_check_report_t *const *r, size_t n)
         xml_str(f, rp->backend_version);
         fputs("\"/>\n      <property name=\"profile\" value=\"", f);
         xml_str(f, rp->profile);
-        fprintf(f, "\"/>\n      <property name=\"verdict\" value=\"%s\"/>\n    </properties>\n",
+        fprintf(f, "\"/>\n      <property name=\"verdict\" value=\"%s\"/>\n",
                 dl_verdict_name(rp->verdict));
+        /* the worst error figure, over the numerics rows only */
+        double worst = NAN;
+        for (size_t j = 0; j < rp->n; j++)
+            if (!strcmp(rp->results[j].check, "numerics") && !isnan(rp->results[j].err_pass) &&
+                !(rp->results[j].err_pass <= worst))
+                worst = rp->results[j].err_pass;
+        if (!isnan(worst))
+            fprintf(f, "      <property name=\"worst_err_pass\" value=\"%.6g\"/>\n", worst);
+        fputs("    </properties>\n", f);
         for (size_t j = 0; j < rp->n; j++) {
             const dl_check_result_t *x = &rp->results[j];
             fputs("    <testcase classname=\"dropless.", f);

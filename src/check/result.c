@@ -30,6 +30,7 @@ static void result_init(dl_check_result_t *x, dl_value_t s, const char *check, d
     x->verdict = v;
     x->err_pass = x->err_warn = x->max_ulp = x->max_abs = NAN;
     x->worst_cand = x->worst_exact = NAN;
+    x->err_stat = x->lambda = NAN;
     x->worst_index = -1;
 }
 

@@ -35,26 +35,6 @@ void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores
     }
 }
 
-double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
-                          int64_t e, int warn)
-{
-    const int64_t E = ck->E;
-    const float *l = logits + t * E, *s = scores + t * E;
-    double M = fabs((double)s[e]);
-    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX) {
-        double mx = -INFINITY, zs = 0.0;
-        for (int64_t j = 0; j < E; j++)
-            if (l[j] > mx)
-                mx = l[j];
-        for (int64_t j = 0; j < E; j++)
-            zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
-        M *= 1.0 + fabs((double)l[e] - mx) + zs;
-    }
-    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
-                     .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
-    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
-}
-
 /* ------------------------------------------------------------- weights */
 
 /* ---------------------------------------------------- routing backward */
@@ -102,42 +82,6 @@ void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const 
 
 /* ------------------------------------------------------- the ids check */
 
-double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e)
-{
-    if (ck->c->route.has_bias && ck->in->expert_bias)
-        return (float)((double)s[e] + (double)ck->in->expert_bias[e]);
-    return s[e];
-}
-
-double dl__ck_key_tol(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x)
-{
-    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
-    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
-    const float *s = scores + t * ck->E;
-    double tau = 0.0, kth = INFINITY;
-    for (int64_t j = 0; j < ck->k; j++) {
-        tau = fmax(tau, dl__ck_score_bound(ck, logits, scores, t, x[j], 1));
-        if (c)
-            tau = fmax(tau, dl__ck_score_bound(ck, logits, scores, t, c[j], 1));
-        kth = fmin(kth, dl__ck_key(ck, s, x[j]));
-    }
-    if (ck->c->route.has_bias)
-        tau += 2.0 * 0x1p-24 * fabs(kth); /* the key's own rounding */
-    return tau * 2.0 * (double)dl_route_group_terms(&ck->c->route);
-}
-
-int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
-{
-    for (int64_t j = 0; j < k; j++) {
-        int found = 0;
-        for (int64_t i = 0; i < k && !found; i++)
-            found = a[j] == b[i];
-        if (!found)
-            return 0;
-    }
-    return 1;
-}
-
 /* The exact selection on the effective scores: the golden's when they are
  * bitwise its scores, else recomputed by the stage. */
 static int exact_selection(dl__ck_t *ck)
@@ -168,9 +112,12 @@ static int exact_selection(dl__ck_t *ck)
 }
 
 /* Tally of the ids check. */
+#define IDS_LISTED 3 /* failing tokens whose expected and chosen experts are listed */
 typedef struct {
     int64_t n_range, n_dup, n_tie, n_fail, first_fail, first_tie;
     double worst_ratio;
+    int64_t listed[IDS_LISTED];
+    int n_listed;
 } ids_tally_t;
 
 /* 1 when token t's ids c are invalid (counted into n_range / n_dup). */
@@ -190,23 +137,18 @@ static int bad_ids(const int32_t *c, int64_t k, int64_t E, ids_tally_t *y)
     return 0;
 }
 
-/* A different expert set for token t is a WARN only inside the tie margin,
- * judged with the score tolerance at the competing keys. */
+/* A different expert set for token t is a WARN only when it is a plausible
+ * tie: the exact rule gives it with every key within its own expert's
+ * tolerance (select.c). */
 static void judge_other_set(const dl__ck_t *ck, int64_t t, const int32_t *c, const int32_t *x,
-                            ids_tally_t *y)
+                            dl__ck_sel_t *w, ids_tally_t *y)
 {
-    const int64_t k = ck->k;
-    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * ck->E;
-    const double tau = dl__ck_key_tol(ck, t, c, x);
-    double kth = INFINITY;
-    for (int64_t j = 0; j < k; j++)
-        kth = fmin(kth, dl__ck_key(ck, s, x[j]));
+    dl__ck_key_tolv(ck, t, w->tol);
+    double tau = 0.0;
+    for (int64_t j = 0; j < ck->k; j++)
+        tau = fmax(tau, w->tol[x[j]] + w->tol[c[j]]);
     const double margin = ck->tie_margin[t];
-    int tie = margin <= tau;
-    if (tie && ck->c->route.n_group <= 1)
-        for (int64_t j = 0; j < k; j++)
-            if (dl__ck_key(ck, s, c[j]) < kth - tau)
-                tie = 0;
+    const int tie = dl__ck_plausible(ck, t, c, w);
     double ratio = tau > 0 ? margin / tau : INFINITY;
     if (tie) {
         y->n_tie++;
@@ -214,6 +156,8 @@ static void judge_other_set(const dl__ck_t *ck, int64_t t, const int32_t *c, con
             y->first_tie = t;
     } else {
         y->n_fail++;
+        if (y->n_listed < IDS_LISTED)
+            y->listed[y->n_listed++] = t;
         if (y->first_fail < 0 || ratio > y->worst_ratio)
             y->worst_ratio = ratio;
         if (y->first_fail < 0)
@@ -221,7 +165,16 @@ static void judge_other_set(const dl__ck_t *ck, int64_t t, const int32_t *c, con
     }
 }
 
-static void ids_verdict(const dl__ck_t *ck, dl_check_result_t *r, const ids_tally_t *y)
+/* Appends the k ids of a token as {a,b,...}. */
+static void list_ids(dl_check_result_t *r, const int32_t *c, int64_t k)
+{
+    for (int64_t j = 0; j < k; j++)
+        dl__ck_msg_append(r, "%s%d", j ? "," : "{", (int)c[j]);
+    dl__ck_msg_append(r, "}");
+}
+
+static void ids_verdict(const dl__ck_t *ck, dl_check_result_t *r, const ids_tally_t *y,
+                        const int32_t *cid)
 {
     const int64_t T = ck->T;
     r->n_checked = T;
@@ -239,6 +192,13 @@ static void ids_verdict(const dl__ck_t *ck, dl_check_result_t *r, const ids_tall
                           (long long)y->first_fail);
         if (y->n_tie)
             dl__ck_msg_append(r, "; %lld more inside it", (long long)y->n_tie);
+        for (int i = 0; i < y->n_listed; i++) {
+            const int64_t t = y->listed[i];
+            dl__ck_msg_append(r, "%s token %lld expected ", i ? ";" : ":", (long long)t);
+            list_ids(r, ck->exact_ids + t * ck->k, ck->k);
+            dl__ck_msg_append(r, " chose ");
+            list_ids(r, cid + t * ck->k, ck->k);
+        }
     } else if (y->n_tie) {
         r->verdict = DL_VERDICT_WARN;
         dl__ck_msg(r, "%lld of %lld tokens select other experts inside the tie margin "
@@ -257,19 +217,27 @@ static int check_ids(dl__ck_t *ck, const int32_t *cid)
     dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_TOPK_IDS, "routing");
     if (!r)
         return DL_ENOMEM;
-    ids_tally_t y = {0, 0, 0, 0, -1, -1, 0.0};
+    ids_tally_t y;
+    memset(&y, 0, sizeof y);
+    y.first_fail = y.first_tie = -1;
+    dl__ck_sel_t w;
+    int rc = dl__ck_sel_init(ck, &w);
+    if (rc)
+        return rc;
     for (int64_t t = 0; t < ck->T; t++) {
         const int32_t *c = cid + t * k, *x = ck->exact_ids + t * k;
         if (bad_ids(c, k, ck->E, &y)) {
             y.n_fail++;
+            if (y.n_listed < IDS_LISTED)
+                y.listed[y.n_listed++] = t;
             if (y.first_fail < 0)
                 y.first_fail = t;
             continue;
         }
         if (!dl__ck_same_set(c, x, k))
-            judge_other_set(ck, t, c, x, &y);
+            judge_other_set(ck, t, c, x, &w, &y);
     }
-    ids_verdict(ck, r, &y);
+    ids_verdict(ck, r, &y, cid);
     return 0;
 }
 

@@ -196,7 +196,14 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
         }
     }
     const float *g = ck->exact[s];
-    for (int warn = 0; warn < 2 && !rc; warn++) {
+    /* coherent: its own operands rounded to the input grid, or fed by a
+     * coherent hidden value (the statistical tier propagates it linearly) */
+    ck->coherent[s] = cmp.kappa_in > 0;
+    const uint64_t up = dl__ck_upstream(ck, s);
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        ck->coherent[s] |= ((up >> u) & 1) && ck->delta[DL__TIER_STAT][u] && ck->coherent[u];
+    const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
+    for (int warn = 0; warn < tiers && !rc; warn++) {
         double *p, *dl = NULL;
         if ((rc = dl__ck_propagate(ck, s, &cmp, warn, &p)) ||
             !(dl = dl__ck_alloc(ck, n, sizeof *dl))) {
@@ -210,7 +217,10 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
                 const int64_t i = r * cmp.cols + j;
                 const double m = !cmp.mp ? fabs((double)g[i])
                                  : cmp.mp->kind == DL__M_ARRAY ? cmp.mp->arr[i] : M[i];
-                dl[i] = dl__ck_bound(ck, &cmp, g[i], m, K, warn) + (p ? p[i] : 0.0);
+                const double own = dl__ck_bound(ck, &cmp, g[i], m, K, warn), pr = p ? p[i] : 0.0;
+                /* the statistical tier: its own error and the propagated
+                 * one are independent (root sum of squares) unless coherent */
+                dl[i] = warn == DL__TIER_STAT && !ck->coherent[s] ? hypot(own, pr) : own + pr;
             }
         }
         ck->delta[warn][s] = dl;
@@ -223,7 +233,8 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
  * propagates into it. */
 static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
 {
-    for (int warn = 0; warn < 2; warn++) {
+    const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
+    for (int warn = 0; warn < tiers; warn++) {
         double *p;
         int rc = dl__ck_propagate(ck, s, cmp, warn, &p);
         if (rc)
@@ -425,6 +436,9 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
                 (rc = against_golden_upstream(ck, s, cg, r)) < 0)
                 return rc;
             on_golden = rc;
+            if (!on_golden && (rc = dl__ck_chained_second(ck, s, r)) < 0)
+                return rc;
+            on_golden |= rc; /* figures then are the second level's */
             rc = 0;
             if (r->verdict > DL_VERDICT_PASS && !on_golden) {
                 locate(ck, s, r->worst_index, r);
@@ -493,6 +507,15 @@ int dl__ck_stages(dl__ck_t *ck)
                 if ((up >> u) & 1)
                     ck->need[u] = 1;
         }
+    /* the statistical tier's multiplier: a union bound over the elements
+     * it may judge, each beyond lambda sigma with probability at most
+     * 2 exp(-lambda^2 / 2) (tolerances.md) */
+    ck->n_stat = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        ck->n_stat += ck->cand_arr[s] && dl_value_store((dl_value_t)s) <= DL_STORE_F32 ? ck->numel[s] : 0;
+    const double pfa = ck->opt.false_alarm == 0.0 ? 1e-6 : ck->opt.false_alarm;
+    ck->lambda = pfa > 0 && pfa < 1 && ck->n_stat > 0
+                     ? sqrt(2.0 * log(2.0 * (double)ck->n_stat / pfa)) : 0.0;
     /* the absent stages whose errors reach a provided one */
     for (int s = 0; s < DL_VALUE_COUNT; s++)
         ck->track[s] = ck->need[s] && !ck->cand_arr[s] && !ck->opt.exact_upstream;

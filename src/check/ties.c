@@ -16,46 +16,6 @@
 #define MAX_UNITS 12 /* perturbed keys or groups per token: 2^12 selections tried */
 #define MAX_SETS 512 /* distinct plausible selections kept per token */
 
-/* The worst-case error of token t's scores that a kernel's hidden router
- * GEMM may carry under the router's profile (the WARN bound of
- * router_logits, kappa = K, pushed through the score function), when the
- * candidate gives neither logits nor scores: its selection was made on
- * values the runner never sees. */
-static double hidden_score_err(const dl__ck_t *ck, int64_t t)
-{
-    if (ck->cand_arr[DL_VALUE_ROUTER_LOGITS] || ck->cand_arr[DL_VALUE_ROUTER_SCORES] ||
-        !ck->in->router_weight)
-        return 0.0;
-    const dl_check_profile_t *p = dl__ck_prof(ck, DL_VALUE_ROUTER_LOGITS);
-    const int64_t d = ck->d, E = ck->E;
-    const double kin = (dl__ck_on_input_grid(p, ck->act) ? 0 : 1) +
-                       (dl__ck_on_input_grid(p, DL_F32) ? 0 : 1);
-    const double rel = (double)d * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
-    const float *l = (const float *)ck->eff[DL_VALUE_ROUTER_LOGITS] + t * E;
-    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
-    double dl_max = 0.0, ds_max = 0.0;
-    for (int64_t e = 0; e < E; e++) {
-        double m = 0.0;
-        for (int64_t i = 0; i < d; i++)
-            m += fabs((double)ck->in->x[t * d + i]) * fabs((double)ck->in->router_weight[i * E + e]);
-        dl_max = fmax(dl_max, rel * m + 0x1p-23 * fabs((double)l[e]));
-    }
-    for (int64_t e = 0; e < E; e++) {
-        double se = fabs((double)s[e]);
-        ds_max = fmax(ds_max, ck->c->route.score_fn == DL_SCORE_SOFTMAX ? 2.0 * se * dl_max
-                                                                        : se * (1.0 - se) * dl_max);
-    }
-    return ds_max;
-}
-
-/* The tolerance on token t's keys: the ids check's, widened by what a
- * hidden router may carry. */
-static double key_tol(const dl__ck_t *ck, int64_t t, const int32_t *x)
-{
-    return dl__ck_key_tol(ck, t, NULL, x) +
-           2.0 * (double)dl_route_group_terms(&ck->c->route) * hidden_score_err(ck, t);
-}
-
 /* Group g's score: the sum of its `terms` largest keys (the selection's
  * group rule; only the order of such sums matters here). */
 static double group_score(const dl__ck_t *ck, const float *s, int64_t g, int64_t G, int64_t terms)
@@ -80,47 +40,71 @@ static double group_score(const dl__ck_t *ck, const float *s, int64_t g, int64_t
     return sum;
 }
 
-/* The units whose order is in doubt: experts whose key lies within tol of
- * the k-th selected key, and with group-limited routing the groups whose
- * score lies within tol of the topk_group-th one (their experts move
- * together). units[i] >= 0 is an expert, -1 - g a group. */
-static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, double tol, int *units)
+/* The units whose order is in doubt, by their own tolerances tol[E]:
+ * experts that can cross the boundary of the selection x (an unchosen one
+ * whose key plus its tolerance reaches the weakest chosen key less its
+ * own, and the chosen ones such a rival can pass), and with group-limited
+ * routing the groups that can cross the kept groups' boundary likewise
+ * (their experts move together). units[i] >= 0 is an expert, -1 - g a
+ * group. Only a generator: every selection found is tested by
+ * dl__ck_plausible. */
+static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, const double *tol,
+                      uint8_t *in, int *units)
 {
     const int64_t E = ck->E, k = ck->k;
     const dl_route_config_t *rc = &ck->c->route;
-    double kth = INFINITY;
-    for (int64_t j = 0; j < k; j++)
-        kth = fmin(kth, dl__ck_key(ck, s, x[j]));
+    double lo = INFINITY, hi = -INFINITY;
+    memset(in, 0, (size_t)E);
+    for (int64_t j = 0; j < k; j++) {
+        in[x[j]] = 1;
+        lo = fmin(lo, dl__ck_key(ck, s, x[j]) - tol[x[j]]);
+    }
+    for (int64_t e = 0; e < E; e++)
+        if (!in[e])
+            hi = fmax(hi, dl__ck_key(ck, s, e) + tol[e]);
     int n = 0;
-    for (int64_t e = 0; e < E && n < MAX_UNITS; e++)
-        if (fabs(dl__ck_key(ck, s, e) - kth) <= tol)
+    for (int64_t e = 0; e < E && n < MAX_UNITS; e++) {
+        const double key = dl__ck_key(ck, s, e);
+        if (in[e] ? key - tol[e] <= hi : key + tol[e] >= lo)
             units[n++] = (int)e;
-    if (rc->n_group > 1 && E / rc->n_group <= 64) {
+    }
+    if (rc->n_group > 1 && E / rc->n_group <= 64 && rc->n_group <= 256) {
         const int64_t G = E / rc->n_group, terms = dl_route_group_terms(rc);
-        double gs[256], bound = INFINITY;
-        if (rc->n_group > 256)
-            return n;
-        for (int64_t g = 0; g < rc->n_group; g++)
+        double gs[256], gt[256], glo = INFINITY, ghi = -INFINITY;
+        uint8_t kept[256] = {0};
+        for (int64_t g = 0; g < rc->n_group; g++) {
             gs[g] = group_score(ck, s, g, G, terms);
-        for (int64_t j = 0; j < k; j++) /* the weakest kept group */
-            bound = fmin(bound, gs[x[j] / G]);
+            gt[g] = 0.0;
+            for (int64_t e = g * G; e < (g + 1) * G; e++)
+                gt[g] = fmax(gt[g], tol[e]);
+            gt[g] *= (double)terms;
+        }
+        for (int64_t j = 0; j < k; j++)
+            kept[x[j] / G] = 1;
+        for (int64_t g = 0; g < rc->n_group; g++)
+            if (kept[g])
+                glo = fmin(glo, gs[g] - gt[g]);
+            else
+                ghi = fmax(ghi, gs[g] + gt[g]);
         for (int64_t g = 0; g < rc->n_group && n < MAX_UNITS; g++)
-            if (fabs(gs[g] - bound) <= tol)
+            if (kept[g] ? gs[g] - gt[g] <= ghi : gs[g] + gt[g] >= glo)
                 units[n++] = (int)(-1 - g);
     }
     return n;
 }
 
-/* The distinct selections of token t under every up/down move of the units
- * by delta, into sets [cap][k] (the golden's first); their count. */
-static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, double tol, int32_t *sets,
-                     int cap, float *srow)
+/* The distinct plausible selections of token t under every up/down move of
+ * the units by twice their tolerance, into sets [cap][k] (the golden's
+ * first); their count. */
+static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *sel,
+                     int32_t *sets, int cap, float *srow)
 {
     const int64_t E = ck->E, k = ck->k;
     const dl_route_config_t *rc = &ck->c->route;
+    const double *tol = sel->tol;
     const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
     int units[MAX_UNITS];
-    int nu = near_units(ck, s, x, tol, units);
+    int nu = near_units(ck, s, x, tol, sel->in, units);
     int n = 1;
     memcpy(sets, x, (size_t)k * sizeof *sets);
     for (long mask = 0; mask < (1L << nu) && n < cap; mask++) {
@@ -134,7 +118,7 @@ static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, double tol
                 hi = lo + G;
             }
             for (int64_t e = lo; e < hi; e++) {
-                double dl = fmax(2.0 * tol, 8.0 * dl__ck_ulp(srow[e], DL_F32));
+                double dl = fmax(2.0 * tol[e], 8.0 * dl__ck_ulp(srow[e], DL_F32));
                 srow[e] = (float)((double)srow[e] + dir * dl);
             }
         }
@@ -145,7 +129,9 @@ static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, double tol
         int seen = 0;
         for (int i = 0; i < n && !seen; i++)
             seen = dl__ck_same_set(sets + (size_t)i * k, c, k);
-        n += !seen;
+        /* a move of twice the tolerance may overshoot: only what each
+         * expert's own tolerance allows stays */
+        n += !seen && dl__ck_plausible(ck, t, c, sel);
     }
     return n;
 }
@@ -276,12 +262,16 @@ int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids_out)
         ck->opt.exact_upstream)
         return 0;
     scratch_t w;
+    dl__ck_sel_t sel;
+    int rc0 = dl__ck_sel_init(ck, &sel);
+    if (rc0)
+        return rc0;
     int32_t *ids = NULL;
     int64_t n_amb = 0, n_changed = 0, first = -1;
     for (int64_t t = 0; t < T; t++) {
         const int32_t *x = ck->exact_ids + t * k;
-        const double tol = key_tol(ck, t, x);
-        if (!(ck->tie_margin[t] <= tol))
+        dl__ck_key_tolv(ck, t, sel.tol);
+        if (!dl__ck_may_flip(ck, t, x, &sel))
             continue;
         n_amb++;
         if (!ids) {
@@ -290,7 +280,7 @@ int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids_out)
                 return rc ? rc : DL_ENOMEM;
             memcpy(ids, ck->exact_ids, (size_t)ck->M * sizeof *ids);
         }
-        int n = plausible(ck, t, x, tol, w.sets, w.cap, w.srow);
+        int n = plausible(ck, t, x, &sel, w.sets, w.cap, w.srow);
         int b = n > 1 ? nearest(ck, t, &w, n, cand) : 0;
         if (b < 0)
             return b;

@@ -462,7 +462,7 @@ int dl__ck_tokens(dl__ck_t *ck)
 }
 
 /* Whether candidate row t equals the exact combine without the slots in
- * mask, within the WARN bound of that combine. */
+ * mask, within the bound of that combine, each removed slot visible. */
 static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t mask,
                        const float *y, const float *w, const int32_t *inv, double *p)
 {
@@ -471,6 +471,7 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
     /* the worst-case error the absent y_sorted and weights carry into the
      * slots kept (prop.c) */
     const double *dy = ck->delta[1][DL_VALUE_Y_SORTED], *dw = ck->delta[1][DL_VALUE_TOPK_WEIGHTS];
+    uint64_t seen = 0;
     for (int64_t i = 0; i < d; i++) {
         int64_t n = 0;
         double m = 0.0, prop = 0.0;
@@ -489,9 +490,28 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
         const double c = cand_row[i];
         if (bad || !isfinite(c))
             return 0;
-        if (fabs(c - g) > dl__ck_bound(ck, &cmp, g, m, k, 1) + prop * (1.0 + 0x1p-20))
+        /* the tighter of the worst case and the statistical tier (the
+         * latter with out's own sigma, which covers the slots kept) */
+        const double *ps = ck->prop_out[DL__TIER_STAT];
+        double pr = prop * (1.0 + 0x1p-20);
+        if (ps)
+            pr = fmin(pr, ck->lambda * ps[t * d + i]);
+        const double B = dl__ck_bound(ck, &cmp, g, m, k, 1) + pr;
+        if (fabs(c - g) > B)
             return 0;
+        /* a removed slot must be visible: its contribution beyond 2B
+         * somewhere in the row, else keeping it fits as well and naming it
+         * would be a guess (a wrong row that is no drop) */
+        for (int64_t j = 0; j < k && j < 64; j++)
+            if ((mask >> j) & 1) {
+                const double v = fabs((double)w[t * k + j] *
+                                      (double)y[(int64_t)inv[t * k + j] * d + i]);
+                if (v > 2.0 * B)
+                    seen |= (uint64_t)1 << j;
+            }
     }
+    if ((seen & mask) != (mask & (k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0)))
+        return 0;
     return 1;
 }
 
@@ -582,18 +602,20 @@ static int drop_cmp(const void *a, const void *b)
  * 2B is the detection floor. Finds the slot with the smallest ratio of its
  * largest contribution to the floor (*weak, as t*k+j, -1 if none) and counts
  * the slots below it. */
-static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max)
+static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
+                           double *floor_min)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
     const float *y = ck->eff[DL_VALUE_Y_SORTED], *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
     const float *g = ck->exact[DL_VALUE_OUT];
     const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
-    const double *prop = ck->prop_out[1];
+    const double *prop = ck->prop_out[1], *ps = ck->prop_out[DL__TIER_STAT];
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
     int64_t n = 0;
     *weak_ratio = INFINITY;
     *weak = -1;
     *floor_max = 0.0;
+    *floor_min = INFINITY;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < k; j++) {
             double best = 0.0;
@@ -601,8 +623,14 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
                 double m = 0.0;
                 for (int64_t l = 0; l < k; l++)
                     m += fabs((double)w[t * k + l] * (double)y[(int64_t)inv[t * k + l] * d + i]);
-                const double fl = 2.0 * (dl__ck_bound(ck, &cmp, g[t * d + i], m, k, 1) +
-                                         (prop ? prop[t * d + i] : 0.0));
+                /* out FAILs beyond the tighter of its worst-case and
+                 * statistical bounds: 2x that is the floor */
+                double pr = prop ? prop[t * d + i] : 0.0;
+                if (ps)
+                    pr = fmin(pr, ck->lambda * ps[t * d + i]);
+                const double fl = 2.0 * (dl__ck_bound(ck, &cmp, g[t * d + i], m, k, 1) + pr);
+                if (fl < *floor_min)
+                    *floor_min = fl;
                 const double cj = fabs((double)w[t * k + j] *
                                        (double)y[(int64_t)inv[t * k + j] * d + i]);
                 if (fl > *floor_max)
@@ -672,25 +700,26 @@ int dl__ck_zero_drops(dl__ck_t *ck)
                               rep->n_dropped ? "; " : "", (long long)sum, (long long)M);
     } else if (!has_disp && ck->exact[DL_VALUE_OUT] && ck->eff[DL_VALUE_Y_SORTED]) {
         /* the proof from out alone: never a PASS by default */
-        double ratio, fmax;
+        double ratio, fmax, fmin;
         int64_t weak;
-        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax);
+        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax, &fmin);
         const int64_t wf = weak >= 0 && ck->from_canon ? ck->from_canon[weak] : weak;
         r->err_pass = r->err_warn = ratio > 0 ? 1.0 / ratio : INFINITY;
         r->worst_index = wf;
         if (nb) {
             r->verdict = DL_VERDICT_WARN;
             dl__ck_msg(r, "cannot prove zero drops: %lld of %lld (token, slot) pairs contribute "
-                       "less to out than the detection floor (2x its worst-case error, up to %.3g); "
-                       "weakest (%lld,%lld) at %.3g x the floor; no dispatch provided",
-                       (long long)nb, (long long)M, fmax, (long long)(wf / ck->k),
+                       "less to out than the detection floor (2x the bound out FAILs beyond: "
+                       "%.3g to %.3g per element; the smallest contribution seen for certain is "
+                       "%.3g); weakest (%lld,%lld) at %.3g x the floor; no dispatch provided",
+                       (long long)nb, (long long)M, fmin, fmax, fmin, (long long)(wf / ck->k),
                        (long long)(wf % ck->k), ratio);
         } else {
             r->verdict = DL_VERDICT_PASS;
-            dl__ck_msg(r, "all %lld assignments seen in out: each slot's contribution exceeds "
-                       "the detection floor (2x out's worst-case error, up to %.3g); weakest "
-                       "(%lld,%lld) at %.3g x the floor", (long long)M, fmax,
-                       (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
+            dl__ck_msg(r, "all %lld assignments proven present in out: each slot's contribution "
+                       "exceeds the detection floor (2x the bound out FAILs beyond: %.3g to %.3g "
+                       "per element); weakest (%lld,%lld) at %.3g x the floor", (long long)M, fmin,
+                       fmax, (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
         }
     } else {
         r->verdict = DL_VERDICT_PASS;

@@ -164,7 +164,10 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     const double uo = dl_dtype_unit_roundoff(cmp->t);
     /* the candidate's own final rounding and the golden's (g = RN(exact)):
      * |c - g| <= |c - x| + |x - g| with each <= u_out |x|, |x| <= |g|(1+2u) */
-    double b = 2.0 * uo * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
+    /* (the statistical tier's scale of a hidden value's error has one
+     * rounding: the hidden value against the exact one, no golden between) */
+    const double nround = warn == DL__TIER_STAT ? 1.0 : 2.0;
+    double b = nround * uo * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
     double ua = p->u_acc;
     if (cmp->short_sum && p->sums_in_storage && uo > ua)
         ua = uo;
@@ -177,6 +180,12 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     kap_w = ein + kap_w + ein * kap_w;
     const double kap_p = ein + p->c_pass * sqrt((double)K) * ua;
     double kap = warn ? fmax(kap_w, kap_p) : kap_p;
+    /* the statistical tier's scale of a hidden value's error: Higham and
+     * Mary's sqrt(K) u M for the accumulation (bounded mean-independent
+     * steps); input rounding is coherent across the elements, so it stays
+     * the worst case (and the value propagates linearly, prop.c) */
+    if (warn == DL__TIER_STAT && cmp->kappa_in == 0)
+        kap = sqrt((double)K) * ua;
     if (cmp->elem && p->elem_s_pass > 0 && uo > U32) /* intermediates in the storage type */
         kap += (warn ? fmax(p->elem_s_warn, p->elem_s_pass) : p->elem_s_pass) * uo;
     else if (cmp->elem)
@@ -330,8 +339,8 @@ int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out)
 /* ------------------------------------------------------ the comparison */
 
 typedef struct {
-    int64_t checked, over_pass, over_warn, nonfinite, worst;
-    double err_pass, err_warn, ulp, abs;
+    int64_t checked, over_pass, over_warn, over_stat, nonfinite, worst;
+    double err_pass, err_warn, err_stat, ulp, abs;
     double wc, we;
 } rowstat_t;
 
@@ -382,8 +391,18 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
             else
                 M = dl__ck_m_elem(cmp->mp, r, j);
             const double bp = dl__ck_bound(ck, cmp, g, M, K, 0) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
-            const double bw = dl__ck_bound(ck, cmp, g, M, K, 1) + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
+            const double own_w = dl__ck_bound(ck, cmp, g, M, K, 1);
+            const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
             const double ep = err / bp, ew = err / bw;
+            if (cmp->prop[2]) { /* the statistical tier: own worst case + lambda sigma */
+                const double es = err / (own_w + ck->lambda * cmp->prop[2][idx]);
+                if (es > 1.0) {
+                    s->over_stat++;
+                    bad = 1;
+                }
+                if (es > s->err_stat)
+                    s->err_stat = es;
+            }
             const double ul = err / dl__ck_ulp(g, cmp->t);
             if (ep > 1.0)
                 s->over_pass++;
@@ -433,6 +452,9 @@ static void merge(rowstat_t *acc, const rowstat_t *s)
     acc->checked += s->checked;
     acc->over_pass += s->over_pass;
     acc->over_warn += s->over_warn;
+    acc->over_stat += s->over_stat;
+    if (s->err_stat > acc->err_stat)
+        acc->err_stat = s->err_stat;
     acc->nonfinite += s->nonfinite;
     if (s->worst >= 0 && (acc->worst < 0 || s->err_pass > acc->err_pass)) {
         acc->err_pass = s->err_pass;
@@ -498,7 +520,8 @@ static int compare_block(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, r
 }
 
 /* The verdict and its one-line message from the merged statistics. */
-static void verdict_of(const dl__cmp_t *cmp, const rowstat_t *tot, dl_check_result_t *res)
+static void verdict_of(const dl__cmp_t *cmp, const rowstat_t *tot, double lambda,
+                       dl_check_result_t *res)
 {
     if (cmp->info) {
         res->verdict = DL_VERDICT_INFO;
@@ -509,17 +532,26 @@ static void verdict_of(const dl__cmp_t *cmp, const rowstat_t *tot, dl_check_resu
                           tot->ulp, tot->abs);
         return;
     }
-    if (tot->nonfinite || tot->over_warn)
+    if (tot->nonfinite || tot->over_warn || tot->over_stat)
         res->verdict = DL_VERDICT_FAIL;
     else if (tot->over_pass)
         res->verdict = DL_VERDICT_WARN;
     else
         res->verdict = DL_VERDICT_PASS;
+    snprintf(res->tier, sizeof res->tier, "%s",
+             tot->nonfinite || tot->over_warn ? "worst-case"
+             : tot->over_stat                 ? "statistical"
+                                              : "pass");
     if (tot->nonfinite)
         dl__ck_msg_append(res, "%lld NaN/Inf; ", (long long)tot->nonfinite);
     if (tot->over_warn)
         dl__ck_msg_append(res, "%lld of %lld beyond the worst-case bound; ",
                           (long long)tot->over_warn, (long long)tot->checked);
+    if (tot->over_stat)
+        dl__ck_msg_append(res, "%lld of %lld beyond the statistical bound (max %.3g of it: own worst "
+                          "case + lambda sigma of the propagated error, lambda %.3g); ",
+                          (long long)tot->over_stat, (long long)tot->checked, tot->err_stat,
+                          lambda);
     if (tot->over_pass)
         dl__ck_msg_append(res, "%lld of %lld beyond the probabilistic bound; ",
                           (long long)tot->over_pass, (long long)tot->checked);
@@ -571,6 +603,9 @@ int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res)
     for (int64_t r = 0; cmp->row_K && r < cmp->rows; r++)
         if (cmp->row_K[r] > res->K)
             res->K = cmp->row_K[r];
-    verdict_of(cmp, &tot, res);
+    res->n_over_stat = tot.over_stat;
+    res->err_stat = cmp->prop[2] ? tot.err_stat : NAN;
+    res->lambda = cmp->prop[2] ? ck->lambda : NAN;
+    verdict_of(cmp, &tot, ck->lambda, res);
     return 0;
 }

@@ -30,6 +30,7 @@ typedef struct {
     int all, force, forward_only, strict_storage;
     const dl_check_profile_t *per_stage[DL_VALUE_COUNT]; /* from --profile PART=NAME,... */
     double time_limit;
+    double false_alarm; /* --false-alarm P; 0: the library's default */
     const char *backends[MAX_BACKENDS];
     int nbackends;
 } opts_t;
@@ -49,6 +50,8 @@ static void check_usage(FILE *f)
             "  --require LIST   these stages must be provided: one missing is a FAIL\n"
             "  --strict-storage a stage stored coarser than the case's type (bf16 weight\n"
             "                   gradients of an fp32 stage) FAILs instead of a NOTE\n"
+            "  --false-alarm P  the statistical tier's false-alarm probability per case\n"
+            "                   (default 1e-6; 0 < P < 1, or 'off'; doc/tolerances.md)\n"
             "  --json FILE      write the report as JSON ('-': stdout, instead of the table)\n"
             "  --junit FILE     write the report as JUnit XML ('-': stdout)\n"
             "  --force          replace existing report files\n"
@@ -76,7 +79,7 @@ static void run_usage(FILE *f)
 static int parse(int argc, char **argv, opts_t *o, int is_run)
 {
     enum { O_PROFILE = 1, O_JSON, O_JUNIT, O_STAGES, O_ALL, O_BACKEND, O_LIMIT, O_FWD, O_OUT,
-           O_FORCE, O_HELP, O_REQUIRE, O_STRICT_STORAGE };
+           O_FORCE, O_HELP, O_REQUIRE, O_STRICT_STORAGE, O_FALSE_ALARM };
     static const struct option longopts[] = {
         {"profile", required_argument, 0, O_PROFILE}, {"json", required_argument, 0, O_JSON},
         {"junit", required_argument, 0, O_JUNIT},     {"stages", required_argument, 0, O_STAGES},
@@ -85,6 +88,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         {"out", required_argument, 0, O_OUT},         {"force", no_argument, 0, O_FORCE},
         {"help", no_argument, 0, O_HELP},             {"require", required_argument, 0, O_REQUIRE},
         {"strict-storage", no_argument, 0, O_STRICT_STORAGE},
+        {"false-alarm", required_argument, 0, O_FALSE_ALARM},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     optind = 1;
@@ -101,6 +105,16 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         case O_STAGES: o->stages = optarg; break;
         case O_REQUIRE: o->require = optarg; break;
         case O_STRICT_STORAGE: o->strict_storage = 1; break;
+        case O_FALSE_ALARM: {
+            char *end;
+            o->false_alarm = strcmp(optarg, "off") ? strtod(optarg, &end) : -1.0;
+            if (o->false_alarm != -1.0 && (*end || !(o->false_alarm > 0 && o->false_alarm < 1))) {
+                fprintf(stderr, "dropless %s: --false-alarm wants a probability in (0, 1) or "
+                                "'off', not '%s'\n", argv[0], optarg);
+                return DL_EXIT_USAGE;
+            }
+            break;
+        }
         case O_ALL: o->all = 1; break;
         case O_FWD: o->forward_only = 1; break;
         case O_OUT: o->out = optarg; break;
@@ -396,6 +410,8 @@ static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t re
     memcpy(co.stage_profile, o->per_stage, sizeof co.stage_profile);
     co.require = require;
     co.strict_storage = o->strict_storage;
+    if (o->false_alarm != 0.0)
+        co.false_alarm = o->false_alarm;
     int rc;
     if (cand->isolated_groups[0]) {
         /* the backend fed each group the golden inputs: judge each on golden upstream */

@@ -34,6 +34,19 @@ def tf32(a):
     return r.view(F32).copy()
 
 
+def mm_bf16_acc(a, b):
+    """A GEMM whose accumulator is bf16: each product (exact in fp32 for
+    bf16 operands) is added to the running sum, rounded to bf16 every step,
+    in sequential order (a defective kernel: the declared bf16 profile
+    accumulates in fp32)."""
+    a = np.asarray(a, F32)
+    b = np.asarray(b, F32)
+    acc = np.zeros((a.shape[0], b.shape[1]), F32)
+    for i in range(a.shape[1]):
+        acc = bf16(acc + a[:, i:i + 1] * b[i:i + 1, :])
+    return acc
+
+
 def load(path):
     """The golden's config, inputs and the stages the kernels take from it."""
     g = h5py.File(path, "r")
@@ -65,8 +78,9 @@ class Layer:
     stages stored in the case's type; fp32 stages stay fp32."""
 
     def __init__(self, c, z, rnd=lambda a: a.astype(F32), keep=None, rw=None, ri=None,
-                 ri_router=True):
+                 ri_router=True, acc=None):
         self.c, self.z, self.rnd = c, z, rnd
+        self.acc = acc  # the expert GEMMs' own product (mm_bf16_acc), else BLAS
         self.ri = ri or (lambda a: a)  # GEMM operands (tf32 rounds them)
         self.ri_router = ri_router      # the router's GEMMs too
         self.act = swiglu
@@ -87,6 +101,8 @@ class Layer:
         self.keep = np.ones((T, k), bool) if keep is None else keep
 
     def mm(self, a, b):
+        if self.acc is not None:
+            return self.acc(self.ri(a), self.ri(b))
         return (self.ri(a) @ self.ri(b)).astype(F32)
 
     def forward(self):

@@ -1,0 +1,157 @@
+/* What the routing check (route.c) and the tie inference (ties.c) share: the
+ * selection key, the per-expert tolerance on it, and the one test of
+ * whether a selection is plausible. A leaf of the checker's routing: it
+ * calls the selection stage (dl_route_topk) and tol.c, nothing in route.c
+ * or ties.c.
+ *
+ * Plausible means: the exact rule, run on scores each within its own
+ * expert's tolerance of the effective ones, can give the selection. The
+ * rule is monotone in each key (raising a chosen expert's key or lowering
+ * an unchosen one never removes the chosen one), so the most favourable
+ * scores for a selection c raise every expert of c by its tolerance and
+ * lower every other; c is plausible exactly when the rule picks c there.
+ * An expert whose key lies farther than its own tolerance (plus its rival's)
+ * from the boundary can never enter a plausible selection, however large
+ * another expert's tolerance is (issue 24: a near-zero-score expert
+ * "explaining" a dropped slot through the largest tolerance of the row). */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check/check_priv.h"
+
+double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e)
+{
+    if (ck->c->route.has_bias && ck->in->expert_bias)
+        return (float)((double)s[e] + (double)ck->in->expert_bias[e]);
+    return s[e];
+}
+
+int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
+{
+    for (int64_t j = 0; j < k; j++) {
+        int found = 0;
+        for (int64_t i = 0; i < k && !found; i++)
+            found = a[j] == b[i];
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
+                          int64_t e, int warn)
+{
+    const int64_t E = ck->E;
+    const float *l = logits + t * E, *s = scores + t * E;
+    double M = fabs((double)s[e]);
+    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX) {
+        double mx = -INFINITY, zs = 0.0;
+        for (int64_t j = 0; j < E; j++)
+            if (l[j] > mx)
+                mx = l[j];
+        for (int64_t j = 0; j < E; j++)
+            zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
+        M *= 1.0 + fabs((double)l[e] - mx) + zs;
+    }
+    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
+                     .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
+    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
+}
+
+/* The worst-case error of token t's logits that a kernel's hidden router
+ * GEMM may carry under the router's profile (the WARN bound of
+ * router_logits, kappa = K, plus u_in per off-grid operand), per expert,
+ * into dl[E]; 0 when the candidate gives logits or scores (its selection
+ * was then made on values the runner sees). */
+static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
+{
+    const int64_t d = ck->d, E = ck->E;
+    if (ck->cand_arr[DL_VALUE_ROUTER_LOGITS] || ck->cand_arr[DL_VALUE_ROUTER_SCORES] ||
+        !ck->in->router_weight) {
+        memset(dl, 0, (size_t)E * sizeof *dl);
+        return 0;
+    }
+    const dl_check_profile_t *p = dl__ck_prof(ck, DL_VALUE_ROUTER_LOGITS);
+    const double kin = (dl__ck_on_input_grid(p, ck->act) ? 0 : 1) +
+                       (dl__ck_on_input_grid(p, DL_F32) ? 0 : 1);
+    const double rel = (double)d * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
+    const float *l = (const float *)ck->eff[DL_VALUE_ROUTER_LOGITS] + t * E;
+    for (int64_t e = 0; e < E; e++) {
+        double m = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            m += fabs((double)ck->in->x[t * d + i]) * fabs((double)ck->in->router_weight[i * E + e]);
+        dl[e] = rel * m + 0x1p-23 * fabs((double)l[e]);
+    }
+    return 1;
+}
+
+void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
+{
+    const int64_t E = ck->E;
+    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
+    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
+    const float *s = scores + t * E;
+    /* the hidden router's error per expert, through the score function as
+     * the propagation rule of tolerances.md has it: softmax
+     * s_e (dl_e + sum_j s_j dl_j), sigmoid s (1 - s) dl */
+    if (hidden_logit_err(ck, t, tol)) {
+        double mix = 0.0;
+        for (int64_t e = 0; e < E; e++)
+            mix += fabs((double)s[e]) * tol[e];
+        for (int64_t e = 0; e < E; e++) {
+            const double se = fabs((double)s[e]);
+            tol[e] = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? se * (tol[e] + mix)
+                                                              : se * (1.0 - se) * tol[e];
+        }
+    }
+    for (int64_t e = 0; e < E; e++) {
+        tol[e] += dl__ck_score_bound(ck, logits, scores, t, e, 1);
+        if (ck->c->route.has_bias)
+            tol[e] += 2.0 * 0x1p-24 * fabs(dl__ck_key(ck, s, e)); /* the key's own rounding */
+    }
+}
+
+int dl__ck_sel_init(dl__ck_t *ck, dl__ck_sel_t *w)
+{
+    const int64_t E = ck->E, k = ck->k;
+    w->srow = dl__ck_alloc(ck, E, sizeof *w->srow);
+    w->tol = dl__ck_alloc(ck, E, sizeof *w->tol);
+    w->ids = dl__ck_alloc(ck, k, sizeof *w->ids);
+    w->wt = dl__ck_alloc(ck, k, sizeof *w->wt);
+    w->in = dl__ck_alloc(ck, E, 1);
+    return w->srow && w->tol && w->ids && w->wt && w->in ? 0 : DL_ENOMEM;
+}
+
+/* The rule on token t's scores moved by dir * tol[e] (+1 for the experts of
+ * c, -1 for the others, times sign), into w->ids; 0 or an error. */
+static int select_moved(const dl__ck_t *ck, int64_t t, const int32_t *c, double sign,
+                        dl__ck_sel_t *w)
+{
+    const int64_t E = ck->E, k = ck->k;
+    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    memset(w->in, 0, (size_t)E);
+    for (int64_t j = 0; j < k; j++)
+        if (c[j] >= 0 && c[j] < E)
+            w->in[c[j]] = 1;
+    for (int64_t e = 0; e < E; e++) {
+        const double dir = (w->in[e] ? 1.0 : -1.0) * sign;
+        /* just past the tolerance: an exact tie at the edge breaks towards c */
+        const double mv = w->tol[e] + 2.0 * dl__ck_ulp(s[e], DL_F32);
+        w->srow[e] = (float)((double)s[e] + dir * mv);
+    }
+    float mg;
+    return dl_route_topk(&ck->c->route, w->srow, ck->in->expert_bias, 1, w->ids, w->wt, &mg);
+}
+
+int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel_t *w)
+{
+    return select_moved(ck, t, c, 1.0, w) == 0 && dl__ck_same_set(w->ids, c, ck->k);
+}
+
+int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w)
+{
+    if (ck->tie_margin && ck->tie_margin[t] == 0.0f)
+        return 1; /* an exact tie */
+    return select_moved(ck, t, x, -1.0, w) != 0 || !dl__ck_same_set(w->ids, x, ck->k);
+}
