@@ -59,15 +59,22 @@ DL_EXTERN int dl_qfmt_bits(dl_qfmt_t f);
  * +-max; saturate == 0: it becomes infinity (E5M2) or NaN (E4M3, UE8M0);
  * E2M1 always saturates (it has neither). NaN gives f's NaN code (E4M3
  * 0x7f, E5M2 0x7e, UE8M0 0xff; E2M1: 0, and *nan_lost set when not NULL).
- * UE8M0 is unsigned and has no zero: x <= 0 (and anything below 2^-127
- * after rounding) gives code 0 (2^-127) unless r is DL_QR_UP with x > 0,
- * which gives the smallest power of two >= x. Signed zeros are kept. The
- * code is in the low bits of the result. */
+ * UE8M0 is unsigned and has no zero: x <= 0 and anything that rounds
+ * below 2^-127 give code 0 (2^-127); to nearest, the midpoint 1.5 2^c of
+ * 2^c and 2^(c+1) goes up (one significand bit: 1.1b rounds to the even
+ * 10b, as ml_dtypes's float8_e8m0fnu does), DL_QR_TIEZERO takes it down.
+ * Signed zeros are kept (E4M3, E5M2, E2M1). The code is in the low bits. */
 DL_EXTERN unsigned dl_qencode(double x, dl_qfmt_t f, dl_qround_t r, int saturate, int *nan_lost);
 /* The exact value of a code (NaN for NaN codes, +-infinity for E5M2's). */
 DL_EXTERN double dl_qdecode(unsigned code, dl_qfmt_t f);
 /* dl_qdecode(dl_qencode(x, f, DL_QR_RNE, 1, NULL), f): x rounded to f. */
 DL_EXTERN double dl_qround(double x, dl_qfmt_t f);
+
+/* The same over arrays, for bindings: codes[i] = dl_qencode(x[i], ...),
+ * x[i] = dl_qdecode(codes[i], f). Returns the number of NaNs lost (E2M1). */
+DL_EXTERN size_t dl_qencode_array(const double *x, size_t n, dl_qfmt_t f, dl_qround_t r,
+                                  int saturate, uint8_t *codes);
+DL_EXTERN void dl_qdecode_array(const uint8_t *codes, size_t n, dl_qfmt_t f, double *x);
 
 /* FP4 packing: two E2M1 codes per byte, element 2i in the low nibble
  * (bits 0-3) and element 2i+1 in the high nibble (bits 4-7), as PyTorch's

@@ -108,10 +108,11 @@ static unsigned ue8m0_encode(double x, dl_qround_t r, int saturate)
         if (r == DL_QR_UP)
             c++;
         else if (r == DL_QR_RNE || r == DL_QR_AWAY || r == DL_QR_TIEZERO) {
-            /* the midpoint of 2^c and 2^(c+1) is 1.5 2^c; a tie goes to
-             * the even code (RNE) or up (AWAY) */
+            /* the midpoint of 2^c and 2^(c+1) is 1.5 2^c; a tie goes up
+             * under RNE too: with one significand bit, 1.1b rounds to the
+             * even significand 10b (as IEEE rounding and ml_dtypes do) */
             double m = 2.0 * fr;
-            if (m > 1.5 || (m == 1.5 && (r == DL_QR_AWAY || (r == DL_QR_RNE && ((c + 127) & 1)))))
+            if (m > 1.5 || (m == 1.5 && r != DL_QR_TIEZERO))
                 c++;
         }
     }
@@ -190,6 +191,24 @@ double dl_qdecode(unsigned code, dl_qfmt_t f)
 double dl_qround(double x, dl_qfmt_t f)
 {
     return dl_qdecode(dl_qencode(x, f, DL_QR_RNE, 1, NULL), f);
+}
+
+size_t dl_qencode_array(const double *x, size_t n, dl_qfmt_t f, dl_qround_t r, int saturate,
+                        uint8_t *codes)
+{
+    size_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        int l = 0;
+        codes[i] = (uint8_t)dl_qencode(x[i], f, r, saturate, &l);
+        lost += (size_t)l;
+    }
+    return lost;
+}
+
+void dl_qdecode_array(const uint8_t *codes, size_t n, dl_qfmt_t f, double *x)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = dl_qdecode(codes[i], f);
 }
 
 void dl_fp4_pack(const uint8_t *codes, size_t n, uint8_t *dst)
