@@ -240,8 +240,13 @@ static void fill(float *x, int64_t rows, int64_t cols, uint64_t seed, int positi
      * round differently */
     for (int64_t i = 2; i < rows && i < 4; i++)
         for (int64_t j = 0; j < cols; j++) {
-            float amax = (float)(1.7 * (1.0 + (double)(j / 16) / 64.0)); /* RN(1/sf) != RN(448/amax) in some */
-            double sf = dl_round(amax / 448.0, DL_F32);
+            float amax = (float)(1.7 * (1.0 + (double)(j / 16) / 64.0));
+            float sf32 = amax / 448.0f;
+            while (1.0f / sf32 == 448.0f / amax) { /* so that x * RN(1/sf) and x * RN(448/amax) differ */
+                amax = nextafterf(amax, 2.0f);
+                sf32 = amax / 448.0f;
+            }
+            double sf = sf32;
             double mid = ldexp(1.0 + (2 * (j % 8) + 1) / 16.0, (int)(j % 11) - 3);
             float v = (float)(mid * sf);
             x[i * cols + j] = j % 16 == 0 ? amax : i == 3 ? nextafterf(v, 0) : v;
@@ -382,7 +387,7 @@ static uint32_t fbits(float f)
 
 typedef enum {
     K_CORRECT_F32, K_CORRECT_UE8M0, K_POW2_AFTER, K_LOG2_PLUS1, K_LEAKED, K_NIBBLES, K_SHIFTED,
-    K_TIES_ZERO, K_NOSAT, K_DEEPGEMM_MUL
+    K_TIES_ZERO, K_NOSAT, K_DEEPGEMM_MUL, K_DEEPGEMM_RECIP, K_VLLM_DIV32
 } kernel_t;
 
 /* One zoo kernel: quantizes x [rows, cols] with 1 x bc blocks as a kernel
@@ -428,8 +433,12 @@ static void zoo_quant(kernel_t k, const dl_qrule_t *r, const float *x, int64_t r
             float inv = fmax / amax;
             for (int64_t j = bj * r->bc; j < cols && j < (bj + 1) * r->bc; j++) {
                 double y = (double)x[i * cols + j] / se;
-                if (k == K_DEEPGEMM_MUL)
+                if (k == K_DEEPGEMM_MUL) /* x * (448 / amax) in fp32 */
                     y = amax > 0 ? x[i * cols + j] * inv : 0.0f;
+                if (k == K_DEEPGEMM_RECIP) /* x * (1 / sf) in fp32 */
+                    y = x[i * cols + j] * (1.0f / sf);
+                if (k == K_VLLM_DIV32) /* x / sf in fp32 */
+                    y = x[i * cols + j] / sf;
                 dl_qround_t mode = k == K_TIES_ZERO ? DL_QR_TIEZERO : DL_QR_RNE;
                 unsigned c = dl_qencode(y, r->elem, mode, k != K_NOSAT, NULL);
                 int64_t at = i * cols + j;
@@ -466,6 +475,8 @@ static const struct {
     {K_TIES_ZERO, &R_DSV3_ACT, "ties-toward-zero"},
     {K_NOSAT, &R_MXFP8, "no-saturation"},
     {K_DEEPGEMM_MUL, &R_DSV3_ACT, "multiply-fmax-over-amax"},
+    {K_DEEPGEMM_RECIP, &R_DSV3_ACT, "reciprocal-multiply"},
+    {K_VLLM_DIV32, &R_DSV3_ACT, "fp32-division"},
 };
 
 START_TEST(zoo_verdicts)

@@ -42,6 +42,9 @@ typedef enum {
 /* MULAMAX: elements RN_elem(RN_fp32(x * RN_fp32(fmax / amax))), DeepGEMM's
  * and vLLM's per-token cast (the scale stored is still sf). */
 #define DL_QF_MULAMAX 16u
+/* DIV32: elements RN_elem(RN_fp32(x / s)): the quotient rounded to fp32
+ * first, as a kernel dividing in fp32 does (vLLM's per-token-group cast). */
+#define DL_QF_DIV32 32u
 
 /* A quantization rule over a row-major [rows, cols] matrix whose K axis is
  * the last one, cut into br x bc blocks (1x128 activation tiles, 128x128

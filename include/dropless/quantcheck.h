@@ -13,10 +13,11 @@ extern "C" {
  * follow the declared rule, in this order: X(ENUM, name, what). A variant
  * that would not change the declared rule is skipped. */
 #define DL_QVARIANT_MAP(X)                                                                  \
+    X(DIV32, "fp32-division", "elements RN(RN32(x / s)): the quotient rounded to fp32 first")  \
     X(TIES_AWAY, "ties-away", "elements rounded to nearest, ties away from zero")            \
     X(TIES_ZERO, "ties-toward-zero", "elements rounded to nearest, ties toward zero")         \
     X(TOWARD_ZERO, "toward-zero", "elements truncated toward zero")                          \
-    X(MULAMAX, "multiply-fmax-over-amax", "elements RN(x * RN32(fmax/amax)) in fp32 (DeepGEMM's, vLLM's cast)") \
+    X(MULAMAX, "multiply-fmax-over-amax", "elements RN(x * RN32(fmax/amax)) in fp32 (the earlier DeepGEMM test cast)") \
     X(RECIP, "reciprocal-multiply", "elements RN(x * RN32(1/s)) in fp32, not x / s")         \
     X(NOSAT, "no-saturation", "elements beyond the format's max overflow (E4M3: NaN)")       \
     X(POW2_AFTER, "pow2-after-quantize", "elements quantized with the fp32 scale, the stored scale rounded up to a power of two afterwards") \

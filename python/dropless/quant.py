@@ -25,7 +25,7 @@ ROUNDING = {"rne": 0, "ties-away": 1, "toward-zero": 2, "up": 3, "down": 4, "tie
 SCALES = {"fp32": 0, "ue8m0": 1, "e4m3": 2}
 SCALE_RULES = {"div": 0, "ceil": 1, "mx": 2, "floor": 3, "log2": 4, "log2+1": 5}
 FLAGS = {"reciprocal-multiply": 1, "pow2-after-quantize": 2, "no-saturation": 4, "packed": 8,
-         "multiply-fmax-over-amax": 16}
+         "multiply-fmax-over-amax": 16, "fp32-division": 32}
 ML_DTYPES = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e2m1": "float4_e2m1fn",
              "ue8m0": "float8_e8m0fnu"}
 

@@ -37,6 +37,11 @@ static int variant_rule(const dl_qrule_t *d, int v, dl_qrule_t *o)
     *o = *d;
     int pow2 = d->scale != DL_QSCALE_E4M3;
     switch ((dl_qvariant_t)v) {
+    case DL_QV_DIV32:
+        o->flags |= DL_QF_DIV32;
+        if (dl_quant_rule_check(o, -1))
+            return 0;
+        break;
     case DL_QV_TIES_AWAY: o->eround = DL_QR_AWAY; break;
     case DL_QV_TIES_ZERO: o->eround = DL_QR_TIEZERO; break;
     case DL_QV_TOWARD_ZERO: o->eround = DL_QR_ZERO; break;

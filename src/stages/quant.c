@@ -30,7 +30,9 @@ int dl_quant_rule_check(const dl_qrule_t *r, int64_t cols)
     if ((r->flags & DL_QF_PACKED) && r->scale != DL_QSCALE_UE8M0)
         return DL_EINVAL;
     if ((r->flags & DL_QF_MULAMAX) && (r->scale != DL_QSCALE_F32 || r->srule != DL_QS_DIV ||
-                                       (r->flags & (DL_QF_RECIP | DL_QF_POW2_AFTER))))
+                                       (r->flags & (DL_QF_RECIP | DL_QF_POW2_AFTER | DL_QF_DIV32))))
+        return DL_EINVAL;
+    if (r->scale == DL_QSCALE_E4M3 && (r->flags & DL_QF_DIV32)) /* 28-bit divisors */
         return DL_EINVAL;
     if (r->scale == DL_QSCALE_E4M3 && !(r->global > 0.0f && isfinite(r->global)))
         return DL_EINVAL;
@@ -127,11 +129,13 @@ static unsigned elem_code(const dl_qrule_t *r, float x, double qs, double inv)
 {
     if (qs == 0.0)
         return dl_qencode(x < 0 ? -0.0 : 0.0, r->elem, DL_QR_RNE, 1, NULL);
-    double y = (double)x / qs; /* products of two floats: exact in binary64 */
+    double y = (double)x / qs; /* on the same side of every grid point (see the top) */
     if (r->flags & DL_QF_RECIP)
         y = dl_round((double)x * dl_round(1.0 / qs, DL_F32), DL_F32);
     else if (r->flags & DL_QF_MULAMAX)
         y = dl_round((double)x * inv, DL_F32);
+    else if (r->flags & DL_QF_DIV32) /* x / qs in binary64 then fp32: see the top */
+        y = dl_round(y, DL_F32);
     return dl_qencode(y, r->elem, r->eround, !(r->flags & DL_QF_NOSAT), NULL);
 }
 
