@@ -39,8 +39,8 @@ typedef enum {
 #define DL_QF_POW2_AFTER 2u
 #define DL_QF_NOSAT 4u
 #define DL_QF_PACKED 8u
-/* MULAMAX: elements RN_elem(RN_fp32(x * RN_fp32(fmax / amax))), DeepGEMM's
- * and vLLM's per-token cast (the scale stored is still sf). */
+/* MULAMAX: elements RN_elem(RN_fp32(x * RN_fp32(fmax / amax))), the earlier
+ * DeepGEMM test cast; fp32 DIV scales only (the scale stored is still sf). */
 #define DL_QF_MULAMAX 16u
 /* DIV32: elements RN_elem(RN_fp32(x / s)): the quotient rounded to fp32
  * first, as a kernel dividing in fp32 does (vLLM's per-token-group cast). */
