@@ -32,6 +32,7 @@
 #include "dropless/lowp.h"
 #include "dropless/quant.h"
 #include "dropless/quantcheck.h"
+#include "dropless/qgolden.h"
 #include "dropless/moe.h"
 #include "dropless/values.h"
 #include "dropless/ep.h"

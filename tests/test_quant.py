@@ -114,3 +114,38 @@ def test_packing_round_trip():
     assert w.view(np.uint32)[0] == 0x04030201 and w.view(np.uint32)[1] == 0x7F7F7F05
     assert np.array_equal(quant.unpack_ue8m0(w, 5), [1, 2, 3, 4, 5])
     assert quant.to_ml_dtypes(quant.encode([1.5], "e4m3"), "e4m3").astype(float)[0] == 1.5
+
+
+def test_lowp_golden_out_is_exact(tmp_path):
+    """The lowp-fp8-deepseek-v3 golden: its a_q follows the declared rule
+    (dropless.quant.check), and out is the exact sum of the dequantized
+    products rounded once to bf16 (fractions, independent of the engine)."""
+    import fractions
+    import os
+    import subprocess
+    h5py = pytest.importorskip("h5py")
+    exe = os.path.join(os.environ.get("top_builddir", "."), "dropless")
+    path = str(tmp_path / "g.h5")
+    subprocess.run([exe, "lowp", "lowp-fp8-deepseek-v3", "-o", path], check=True)
+    with h5py.File(path, "r") as f:
+        g = f["lowp"]
+        x, w, off, out = g["x"][()], g["w"][()], g["offsets"][()], g["out"][()]
+        a_q, a_s, b_q, b_s = g["a_q"][()], g["a_s"][()], g["b_q"][()], g["b_s"][()]
+    assert quant.check(x, a_q, a_s, "deepseek-v3-act")["conformant"]
+    E, N, K = w.shape
+    bq = b_q.reshape(E, N, K)
+    bs = b_s.view(np.float32).reshape(E, N // 128, K // 128)
+    da = quant.decode(a_q, "e4m3").reshape(x.shape) * np.repeat(a_s.view(np.float32).reshape(x.shape[0], -1), 128, axis=1)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        e = int(rng.choice([i for i in range(E) if off[i + 1] > off[i]]))
+        m, n = int(rng.integers(off[e], off[e + 1])), int(rng.integers(0, N))
+        db = quant.decode(bq[e, n], "e4m3") * np.repeat(bs[e, n // 128], 128)
+        exact = sum(fractions.Fraction(float(p)) * fractions.Fraction(float(q)) for p, q in zip(da[m], db))
+        # RN_bf16(exact) by comparing exact distances to the bf16 codes around it
+        c = int(np.array([float(exact)], dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)[0])
+        cands = [(c + d) & 0xFFFF for d in (-1, 0, 1)]
+        vals = np.array(cands, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+        best = min(zip(vals, cands), key=lambda vc: (abs(fractions.Fraction(float(vc[0])) - exact), vc[1] & 1))
+        want = best[0]
+        assert out[m, n] == want, (m, n, out[m, n], want)

@@ -66,13 +66,31 @@ typedef struct {
  * two per byte in dl_fp4_pack's order, cols even) and scales s laid out
  * [ceil(rows/br), ceil(cols/bc)] row-major: float values (F32), byte
  * codes (UE8M0, E4M3) or, with DL_QF_PACKED, ceil(ncb/4) words per block
- * row. The memory is the caller's. */
+ * row. rule == NULL: an unquantized operand, s its floats [rows, cols]
+ * (gpt-oss's bf16 activations), q unused. The memory is the caller's. */
 typedef struct {
     const dl_qrule_t *rule;
     int64_t rows, cols;
     const uint8_t *q;
     const void *s;
 } dl_qmat_t;
+
+/* The recipes' declared rules, one row each (doc/lowprecision.md gives
+ * their sources): X(ENUM, name, elem, scale, br, bc, srule, flags). */
+#define DL_QRECIPE_MAP(X)                                                              \
+    X(DSV3_ACT, "deepseek-v3-act", E4M3, F32, 1, 128, DIV, 0)                           \
+    X(DSV3_W, "deepseek-v3-weight", E4M3, F32, 128, 128, DIV, 0)                        \
+    X(DSV3_ACT_UE8M0, "deepseek-v3-act-ue8m0", E4M3, UE8M0, 1, 128, CEIL, DL_QF_PACKED)  \
+    X(DSV3_W_UE8M0, "deepseek-v3-weight-ue8m0", E4M3, UE8M0, 128, 128, CEIL, 0)          \
+    X(MXFP8, "mxfp8", E4M3, UE8M0, 1, 32, MX, 0)                                        \
+    X(MXFP4, "mxfp4", E2M1, UE8M0, 1, 32, MX, 0)                                        \
+    X(NVFP4, "nvfp4", E2M1, E4M3, 1, 16, DIV, 0)
+
+/* The rule of a recipe by name (elements RNE, no amax floor, global scale
+ * 1: an NVFP4 caller sets it, dl_nvfp4_global). 0 or DL_ENOTFOUND. */
+DL_EXTERN int dl_quant_recipe(const char *name, dl_qrule_t *out);
+/* The name of recipe i (0, 1, ...), NULL past the last. */
+DL_EXTERN const char *dl_quant_recipe_name(int i);
 
 /* Bytes of q and of s for a rule and shape (0 on an invalid rule). */
 DL_EXTERN int64_t dl_quant_qbytes(const dl_qrule_t *r, int64_t rows, int64_t cols);

@@ -335,7 +335,7 @@ int dl_qcheck_gemm(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const int6
     if (rc)
         goto done;
     dequant_rows(a, 0, M, da);
-    int64_t bk = a->rule->bc < b->rule->bc ? a->rule->bc : b->rule->bc;
+    int64_t bk = a->rule && a->rule->bc < b->rule->bc ? a->rule->bc : b->rule->bc;
     int64_t qb = dl_quant_qbytes(b->rule, N, K), sb = dl_quant_sbytes(b->rule, N, K);
     for (int64_t e = 0; e < E; e++) {
         if (offsets[e + 1] == offsets[e])

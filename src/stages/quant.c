@@ -43,6 +43,31 @@ int dl_quant_rule_check(const dl_qrule_t *r, int64_t cols)
     return 0;
 }
 
+static const struct {
+    const char *name;
+    dl_qrule_t r;
+} RECIPES[] = {
+#define DL__QR_ROW(E, nm, el, sc, br, bc, sr, fl) \
+    {nm, {DL_Q_##el, DL_QSCALE_##sc, br, bc, DL_QS_##sr, DL_QR_RNE, fl, 0.0f, 1.0f}},
+    DL_QRECIPE_MAP(DL__QR_ROW)
+#undef DL__QR_ROW
+};
+
+int dl_quant_recipe(const char *name, dl_qrule_t *out)
+{
+    for (size_t i = 0; name && out && i < sizeof RECIPES / sizeof *RECIPES; i++)
+        if (strcmp(name, RECIPES[i].name) == 0) {
+            *out = RECIPES[i].r;
+            return 0;
+        }
+    return DL_ENOTFOUND;
+}
+
+const char *dl_quant_recipe_name(int i)
+{
+    return i >= 0 && (size_t)i < sizeof RECIPES / sizeof *RECIPES ? RECIPES[i].name : NULL;
+}
+
 int64_t dl_quant_qbytes(const dl_qrule_t *r, int64_t rows, int64_t cols)
 {
     if (dl_quant_rule_check(r, cols) || rows < 0 || cols < 0)
@@ -217,6 +242,8 @@ unsigned dl_quant_code(const dl_qmat_t *m, int64_t i, int64_t j)
 
 double dl_dequant(const dl_qmat_t *m, int64_t i, int64_t j)
 {
+    if (!m->rule) /* an unquantized operand */
+        return ((const float *)m->s)[i * m->cols + j];
     return dl_qdecode(dl_quant_code(m, i, j), m->rule->elem) *
            dl_quant_scale(m, i / m->rule->br, j / m->rule->bc);
 }

@@ -46,10 +46,10 @@ static int split_rows(const dl_qmat_t *m, int64_t r0, int64_t r1, float *hi, flo
 static int check_args(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const int64_t *offsets,
                       const float *out)
 {
-    if (!a || !b || !a->rule || !b->rule || !a->q || !a->s || !b->q || !b->s || !offsets ||
+    if (!a || !b || !b->rule || (a->rule && !a->q) || !a->s || !b->q || !b->s || !offsets ||
         !out || E < 1)
         return DL_EINVAL;
-    if (dl_quant_rule_check(a->rule, a->cols) || dl_quant_rule_check(b->rule, b->cols))
+    if ((a->rule && dl_quant_rule_check(a->rule, a->cols)) || dl_quant_rule_check(b->rule, b->cols))
         return DL_EINVAL;
     int rc = dl__gemm_check_offsets(offsets, E);
     if (rc)
