@@ -9,14 +9,18 @@ extern "C" {
 #endif
 
 /* The families: X(name, activation recipe or NULL (bf16, unquantized),
- * weight recipe). Every file has E = 4 experts (one empty), M = 64 rows,
- * N = 256, K = 512, a bf16 output, inputs on the bf16 grid from the seed. */
-#define DL_QGOLDEN_MAP(X)                                                          \
-    X("lowp-fp8-deepseek-v3", "deepseek-v3-act", "deepseek-v3-weight")              \
-    X("lowp-fp8-deepseek-v3-ue8m0", "deepseek-v3-act-ue8m0", "deepseek-v3-weight-ue8m0") \
-    X("lowp-mxfp8", "mxfp8", "mxfp8")                                               \
-    X("lowp-mxfp4-gpt-oss", NULL, "mxfp4")                                          \
-    X("lowp-nvfp4", "nvfp4", "nvfp4")
+ * weight recipe, N, K, inputs). Every file has E = 4 experts (one empty),
+ * M = 64 rows, a bf16 output, inputs on the bf16 grid from the seed:
+ * SIGNED normals, or SAME-SIGN magnitudes (|normal|), where a running sum
+ * grows with k, which is what exposes an FP8 accumulator never promoted
+ * (doc/lowprecision.md). */
+#define DL_QGOLDEN_MAP(X)                                                                   \
+    X("lowp-fp8-deepseek-v3", "deepseek-v3-act", "deepseek-v3-weight", 256, 512, SIGNED)      \
+    X("lowp-fp8-deepseek-v3-ue8m0", "deepseek-v3-act-ue8m0", "deepseek-v3-weight-ue8m0", 256, 512, SIGNED) \
+    X("lowp-fp8-promotion", "deepseek-v3-act", "deepseek-v3-weight", 128, 4096, SAME_SIGN)   \
+    X("lowp-mxfp8", "mxfp8", "mxfp8", 256, 512, SIGNED)                                      \
+    X("lowp-mxfp4-gpt-oss", NULL, "mxfp4", 256, 512, SIGNED)                                 \
+    X("lowp-nvfp4", "nvfp4", "nvfp4", 256, 512, SIGNED)
 
 /* The name of family i (0, 1, ...), NULL past the last. */
 DL_EXTERN const char *dl_qgolden_family(int i);

@@ -29,19 +29,6 @@ FLAGS = {"reciprocal-multiply": 1, "pow2-after-quantize": 2, "no-saturation": 4,
 ML_DTYPES = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e2m1": "float4_e2m1fn",
              "ue8m0": "float8_e8m0fnu"}
 
-# The recipes' declared rules (doc/lowprecision.md has the sources).
-RULES = {
-    "deepseek-v3-act": dict(elem="e4m3", scale="fp32", block=(1, 128), srule="div"),
-    "deepseek-v3-weight": dict(elem="e4m3", scale="fp32", block=(128, 128), srule="div"),
-    "deepseek-v3-act-ue8m0": dict(elem="e4m3", scale="ue8m0", block=(1, 128), srule="ceil",
-                                  flags=("packed",)),
-    "deepseek-v3-weight-ue8m0": dict(elem="e4m3", scale="ue8m0", block=(128, 128), srule="ceil"),
-    "mxfp8": dict(elem="e4m3", scale="ue8m0", block=(1, 32), srule="mx"),
-    "mxfp4": dict(elem="e2m1", scale="ue8m0", block=(1, 32), srule="mx"),
-    "nvfp4": dict(elem="e2m1", scale="e4m3", block=(1, 16), srule="div"),
-}
-
-
 class _Rule(ctypes.Structure):
     _fields_ = [("elem", ctypes.c_int), ("scale", ctypes.c_int), ("br", ctypes.c_int64),
                 ("bc", ctypes.c_int64), ("srule", ctypes.c_int), ("eround", ctypes.c_int),
@@ -86,6 +73,8 @@ def _L():
             "dl_quantize": (ctypes.c_int, [P(_Rule), vp, i64, i64, vp, vp]),
             "dl_dequant": (ctypes.c_double, [P(_Mat), i64, i64]),
             "dl_nvfp4_global": (ctypes.c_float, [vp, i64]),
+            "dl_quant_recipe": (ctypes.c_int, [ctypes.c_char_p, P(_Rule)]),
+            "dl_quant_recipe_name": (ctypes.c_char_p, [ctypes.c_int]),
             "dl_qcheck": (ctypes.c_int, [P(_Rule), vp, i64, i64, P(_Mat), P(_Check)]),
             "dl_qcheck_format": (ctypes.c_int, [P(_Check), ctypes.c_char_p, ctypes.c_size_t]),
             "dl_qvariant_name": (ctypes.c_char_p, [ctypes.c_int]),
@@ -170,27 +159,56 @@ def to_ml_dtypes(codes, fmt):
     return None if t is None else np.ascontiguousarray(codes, dtype=np.uint8).view(t)
 
 
+def recipes():
+    """The names of the recipes' declared rules (the C table DL_QRECIPE_MAP)."""
+    L, out, i = _L(), [], 0
+    while L.dl_quant_recipe_name(i):
+        out.append(L.dl_quant_recipe_name(i).decode())
+        i += 1
+    return out
+
+
 def rule(name_or_dict, **changes):
-    """A rule: a recipe name from RULES or a dict of elem, scale, block,
-    srule, rounding, flags, amax_floor, global_scale; changes override."""
-    d = dict(RULES[name_or_dict]) if isinstance(name_or_dict, str) else dict(name_or_dict)
+    """A rule: a recipe name (recipes()) or a dict of elem, scale, block,
+    srule, rounding, flags, amax_floor, global_scale; changes override
+    those keys (flags replace the recipe's)."""
+    L = _L()
+    d = {} if isinstance(name_or_dict, str) else dict(name_or_dict)
     d.update(changes)
-    r = _Rule(_fmt(d["elem"]), SCALES[d["scale"]], d["block"][0], d["block"][1],
-              SCALE_RULES[d.get("srule", "div")], ROUNDING[d.get("rounding", "rne")],
-              sum(FLAGS[f] for f in d.get("flags", ())), d.get("amax_floor", 0.0),
-              d.get("global_scale", 1.0))
-    if _L().dl_quant_rule_check(ctypes.byref(r), -1):
-        raise ValueError("inconsistent quantization rule %r" % (d,))
+    r = _Rule()
+    if isinstance(name_or_dict, str):
+        if L.dl_quant_recipe(name_or_dict.encode(), ctypes.byref(r)):
+            raise ValueError("unknown recipe %r (one of %s)" % (name_or_dict, ", ".join(recipes())))
+    else:
+        r.srule, r.eround, r.global_ = SCALE_RULES["div"], ROUNDING["rne"], 1.0
+    if "elem" in d:
+        r.elem = _fmt(d["elem"])
+    if "scale" in d:
+        r.scale = SCALES[d["scale"]]
+    if "block" in d:
+        r.br, r.bc = d["block"]
+    if "srule" in d:
+        r.srule = SCALE_RULES[d["srule"]]
+    if "rounding" in d:
+        r.eround = ROUNDING[d["rounding"]]
+    if "flags" in d:
+        r.flags = sum(FLAGS[f] for f in d["flags"])
+    if "amax_floor" in d:
+        r.amax_floor = d["amax_floor"]
+    if "global_scale" in d:
+        r.global_ = d["global_scale"]
+    if L.dl_quant_rule_check(ctypes.byref(r), -1):
+        raise ValueError("inconsistent quantization rule %r" % (name_or_dict,))
     return r
 
 
 def _rule_for(r, x):
-    if isinstance(r, _Rule):
-        return r
-    d = dict(RULES[r]) if isinstance(r, str) else dict(r)
-    if d["scale"] == "e4m3" and "global_scale" not in d:
-        d["global_scale"] = nvfp4_global(x)
-    return rule(d)
+    """r as a rule; an NVFP4 rule without a global scale gets x's."""
+    rr = r if isinstance(r, _Rule) else rule(r)
+    given = isinstance(r, dict) and "global_scale" in r
+    if rr.scale == SCALES["e4m3"] and not isinstance(r, _Rule) and not given:
+        rr.global_ = nvfp4_global(x)
+    return rr
 
 
 def nvfp4_global(x):

@@ -3,6 +3,7 @@
  * dl_gemm_block_scaled, written with the golden format's byte-stable HDF5
  * settings (no times, fixed library-version bounds, contiguous layout). */
 #include "config.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,14 +12,15 @@
 #include "dropless/qgolden.h"
 
 #define QG_E 4
-#define QG_N 256
-#define QG_K 512
 static const int64_t QG_OFFSETS[QG_E + 1] = {0, 20, 20, 45, 64};
 
+enum { SIGNED, SAME_SIGN };
 static const struct {
     const char *name, *ra, *rb;
+    int64_t N, K;
+    int same_sign;
 } FAMILIES[] = {
-#define DL__QG_ROW(nm, a, b) {nm, a, b},
+#define DL__QG_ROW(nm, a, b, n, k, in) {nm, a, b, n, k, in},
     DL_QGOLDEN_MAP(DL__QG_ROW)
 #undef DL__QG_ROW
 };
@@ -28,7 +30,8 @@ const char *dl_qgolden_family(int i) { return i >= 0 && i < NFAM ? FAMILIES[i].n
 
 typedef struct {
     dl_qrule_t ra, rb;
-    int a_quant;
+    int64_t QG_N, QG_K; /* the family's shape */
+    int a_quant, same_sign;
     float *x, *w, *out;
     uint8_t *aq, *as, *bq, *bs;
     int64_t aqb, asb, bqb, bsb; /* bytes: a's, and one expert's of b */
@@ -43,12 +46,15 @@ static void qg_free(qg_t *g)
  * output channels (weights), an outlier every 97 elements. */
 static void qg_inputs(qg_t *g, uint64_t seed, int64_t M)
 {
+    int64_t QG_N = g->QG_N, QG_K = g->QG_K;
     for (int64_t i = 0; i < M * QG_K; i++) {
         double v = dl_golden_rng_normal(seed, 1, (uint64_t)i) * (double)(1 << (i / QG_K % 4));
+        v = g->same_sign ? fabs(v) : v;
         g->x[i] = (float)dl_round(i % 97 == 5 ? 24.0 * v : v, DL_BF16);
     }
     for (int64_t i = 0; i < QG_E * QG_N * QG_K; i++) {
         double v = dl_golden_rng_normal(seed, 2, (uint64_t)i) * 0.02 * (1.0 + (double)(i / QG_K % 7));
+        v = g->same_sign ? fabs(v) : v;
         g->w[i] = (float)dl_round(v, DL_BF16);
     }
 }
@@ -56,6 +62,7 @@ static void qg_inputs(qg_t *g, uint64_t seed, int64_t M)
 /* Quantizes the inputs and computes the output. */
 static int qg_compute(qg_t *g, int64_t M)
 {
+    int64_t QG_N = g->QG_N, QG_K = g->QG_K;
     int rc = 0;
     if (g->a_quant) {
         if (g->ra.scale == DL_QSCALE_E4M3)
@@ -116,6 +123,7 @@ static int put_attr(hid_t obj, const char *name, const char *s, double v)
 /* The datasets and attributes of /lowp. */
 static int qg_put_all(hid_t grp, hid_t dcpl, const qg_t *g, int f, int64_t M, uint64_t seed)
 {
+    hsize_t QG_N = (hsize_t)g->QG_N, QG_K = (hsize_t)g->QG_K;
     hsize_t dx[2] = {(hsize_t)M, QG_K}, dw[3] = {QG_E, QG_N, QG_K}, de[1] = {QG_E + 1},
             dout[2] = {(hsize_t)M, QG_N}, dab[1] = {(hsize_t)g->aqb}, das[1] = {(hsize_t)g->asb},
             dbb[1] = {(hsize_t)(QG_E * g->bqb)}, dbs[1] = {(hsize_t)(QG_E * g->bsb)};
@@ -133,6 +141,7 @@ static int qg_put_all(hid_t grp, hid_t dcpl, const qg_t *g, int f, int64_t M, ui
            put_attr(grp, "b_recipe", FAMILIES[f].rb, 0) || put_attr(grp, "out_dtype", "bf16", 0) ||
            put_attr(grp, "seed", NULL, (double)seed) || put_attr(grp, "a_global", NULL, g->ra.global) ||
            put_attr(grp, "b_global", NULL, g->rb.global) ||
+           put_attr(grp, "inputs", FAMILIES[f].same_sign ? "same-sign" : "signed", 0) ||
            put_attr(grp, "format", "dropless-lowp 1", 0);
 }
 
@@ -171,6 +180,8 @@ int dl_qgolden_write(const char *family, const char *path, uint64_t seed, int fo
     }
     int64_t M = QG_OFFSETS[QG_E];
     qg_t g = {0};
+    int64_t QG_N = FAMILIES[f].N, QG_K = FAMILIES[f].K;
+    g.QG_N = QG_N, g.QG_K = QG_K, g.same_sign = FAMILIES[f].same_sign;
     g.a_quant = FAMILIES[f].ra != NULL;
     if ((g.a_quant && dl_quant_recipe(FAMILIES[f].ra, &g.ra)) || dl_quant_recipe(FAMILIES[f].rb, &g.rb))
         return DL_EINTERNAL;
