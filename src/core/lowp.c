@@ -24,6 +24,15 @@ static const qfmt_t F[] = {
 #undef DL__QF_ROW
 };
 
+/* 2^k for |k| <= 1022, from its bits (ldexp is a library call). */
+static inline double pow2i(int k)
+{
+    uint64_t b = (uint64_t)(k + 1023) << 52;
+    double r;
+    memcpy(&r, &b, 8);
+    return r;
+}
+
 static int valid(dl_qfmt_t f) { return (unsigned)f < DL_Q_NFMT; }
 
 const char *dl_qfmt_name(dl_qfmt_t f) { return valid(f) ? F[f].name : NULL; }
@@ -149,13 +158,24 @@ unsigned dl_qencode(double x, dl_qfmt_t f, dl_qround_t r, int saturate, int *nan
         return r == DL_QR_ZERO || (r == DL_QR_UP && neg) || (r == DL_QR_DOWN && !neg)
                    ? max_code(q, sbit)
                    : over_code(q, sbit, saturate);
-    int e;
-    frexp(a, &e);
-    int qe = (e - 1 > q->emin ? e - 1 : q->emin) - (q->p - 1); /* exponent of one ulp */
-    double m = ldexp(a, -qe); /* exact: a power-of-two scaling, m < 2^(p+1) */
-    double fl = floor(m);
-    uint64_t n = round_int((uint64_t)fl, m - fl, r, neg);
-    if ((double)n * ldexp(1.0, qe) > q->max) /* toward zero never overflows */
+    uint64_t bits;
+    memcpy(&bits, &a, 8);
+    if (r == DL_QR_RNE && a >= pow2i(q->emin) && a <= q->max) {
+        /* the common case: a normal of the format, rounded to nearest even
+         * on the binary64 bits (a carry into the exponent is the right
+         * answer, and nothing at or below max rounds beyond it) */
+        int drop = 52 - (q->p - 1);
+        bits += (UINT64_C(1) << (drop - 1)) - 1 + ((bits >> drop) & 1);
+        int ex = (int)(bits >> 52) - 1023;
+        unsigned mant = (unsigned)(bits >> drop) & ((1u << (q->p - 1)) - 1);
+        return sbit | (unsigned)(ex - q->emin + 1) << (q->p - 1) | mant;
+    }
+    int e = (int)(bits >> 52) - 1023; /* floor(log2 a); a double subnormal counts as below emin */
+    int qe = (e > q->emin ? e : q->emin) - (q->p - 1); /* exponent of one ulp */
+    double m = a * pow2i(-qe); /* exact: a power-of-two scaling, m < 2^(p+1) */
+    uint64_t fl = (uint64_t)m;
+    uint64_t n = round_int(fl, m - (double)fl, r, neg);
+    if ((double)n * pow2i(qe) > q->max) /* toward zero never overflows */
         return r == DL_QR_ZERO || (r == DL_QR_UP && neg) || (r == DL_QR_DOWN && !neg)
                    ? max_code(q, sbit)
                    : over_code(q, sbit, saturate);

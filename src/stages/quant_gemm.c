@@ -19,25 +19,44 @@
 #include "stages/stages_priv.h"
 #include "dropless/quant.h"
 
-/* Dequantizes rows [r0, r1) of m into hi and lo (rows x cols, row-major);
- * sets *any_lo if a remainder is nonzero. */
+/* Splits v into hi + lo (see the top); 0, DL_ENONFINITE or DL_ERANGE. */
+static inline int split_one(double v, float *hi, float *lo, int *any_lo)
+{
+    float h = (float)v;
+    double l = v - (double)h;
+    *hi = h;
+    *lo = (float)l;
+    *any_lo |= l != 0.0;
+    if (isnan(v))
+        return DL_ENONFINITE;
+    return !isfinite(h) || (double)*lo != l ? DL_ERANGE : 0;
+}
+
+/* Dequantizes rows [r0, r1) of m into hi and lo (rows x cols, row-major):
+ * the codes through a table of their values, one scale per block; sets
+ * *any_lo if a remainder is nonzero. */
 static int split_rows(const dl_qmat_t *m, int64_t r0, int64_t r1, float *hi, float *lo,
                       int *any_lo)
 {
     int bad = 0, any = 0;
+    const dl_qrule_t *r = m->rule;
+    double table[256];
+    for (unsigned c = 0; r && c < (1u << dl_qfmt_bits(r->elem)); c++)
+        table[c] = dl_qdecode(c, r->elem);
+    int64_t bc = r ? r->bc : m->cols;
+    /* rows are independent outputs; the reductions are of integer flags */
+#pragma omp parallel for schedule(static) reduction(| : any) reduction(min : bad) if ((r1 - r0) * m->cols > (1 << 16))
     for (int64_t i = r0; i < r1; i++)
-        for (int64_t j = 0; j < m->cols; j++) {
-            double v = dl_dequant(m, i, j);
-            float h = (float)v;
-            double l = v - (double)h;
-            int64_t at = (i - r0) * m->cols + j;
-            hi[at] = h;
-            lo[at] = (float)l;
-            if (isnan(v))
-                bad = bad ? bad : DL_ENONFINITE;
-            else if (!isfinite(h) || (double)lo[at] != l)
-                bad = bad ? bad : DL_ERANGE;
-            any |= l != 0.0;
+        for (int64_t j0 = 0; j0 < m->cols; j0 += bc) {
+            double s = r ? dl_quant_scale(m, i / r->br, j0 / bc) : 1.0;
+            for (int64_t j = j0; j < j0 + bc && j < m->cols; j++) {
+                int64_t at = (i - r0) * m->cols + j, idx = i * m->cols + j;
+                double v = !r ? ((const float *)m->s)[idx]
+                           : r->elem == DL_Q_E2M1 ? table[(m->q[idx / 2] >> (4 * (idx & 1))) & 0xf] * s
+                                                  : table[m->q[idx]] * s;
+                int rc = split_one(v, &hi[at], &lo[at], &any);
+                bad = rc < bad ? rc : bad; /* the most negative code: the same for any threads */
+            }
         }
     *any_lo |= any;
     return bad;
