@@ -110,13 +110,23 @@ static void compare(const dl_qmat_t *want, const dl_qmat_t *cand, const float *x
         }
 }
 
+/* x quantized under rule r into fresh buffers *q and *s (the caller frees
+ * both, also on an error); 0 or the quantizer's error. */
+static int requant(const dl_qrule_t *r, const float *x, int64_t rows, int64_t cols, uint8_t **q,
+                   uint8_t **s)
+{
+    int64_t qb = dl_quant_qbytes(r, rows, cols), sb = dl_quant_sbytes(r, rows, cols);
+    *q = calloc((size_t)(qb ? qb : 1), 1);
+    *s = calloc((size_t)(sb ? sb : 1), 1);
+    return *q && *s ? dl_quantize(r, x, rows, cols, *q, *s) : DL_ENOMEM;
+}
+
 /* Counts the differences of cand from x quantized under rule r. */
 static int diff_under(const dl_qrule_t *r, const float *x, int64_t rows, int64_t cols,
                       const dl_qmat_t *cand, diff_t *d)
 {
-    int64_t qb = dl_quant_qbytes(r, rows, cols), sb = dl_quant_sbytes(r, rows, cols);
-    uint8_t *q = calloc((size_t)(qb ? qb : 1), 1), *s = calloc((size_t)(sb ? sb : 1), 1);
-    int rc = q && s ? dl_quantize(r, x, rows, cols, q, s) : DL_ENOMEM;
+    uint8_t *q, *s;
+    int rc = requant(r, x, rows, cols, &q, &s);
     if (!rc) {
         dl_qmat_t w = {r, rows, cols, q, s}, c = *cand;
         c.rule = r;
@@ -132,9 +142,9 @@ static int find_defect(const dl_qrule_t *r, const float *x, int64_t rows, int64_
                        const dl_qmat_t *cand, const diff_t *d)
 {
     int64_t qb = dl_quant_qbytes(r, rows, cols), sb = dl_quant_sbytes(r, rows, cols);
-    uint8_t *q = calloc((size_t)(qb ? qb : 1), 1), *s = calloc((size_t)(sb ? sb : 1), 1);
+    uint8_t *q, *s;
     int found = -1;
-    if (!q || !s || dl_quantize(r, x, rows, cols, q, s))
+    if (requant(r, x, rows, cols, &q, &s))
         goto done;
     if (r->elem == DL_Q_E2M1 && d->ed) { /* swapped nibbles: swap them back */
         uint8_t *sw = malloc((size_t)(qb ? qb : 1));
