@@ -47,6 +47,12 @@ int dl_qfmt_parse(const char *name, dl_qfmt_t *f)
     return DL_EDTYPE;
 }
 
+void dl__qfmt_params(dl_qfmt_t f, int *p, int *emin)
+{
+    *p = valid(f) ? F[f].p : 0;
+    *emin = valid(f) ? F[f].emin : 0;
+}
+
 double dl_qfmt_max(dl_qfmt_t f) { return valid(f) ? F[f].max : NAN; }
 int dl_qfmt_emax(dl_qfmt_t f) { return valid(f) ? F[f].emax : 0; }
 int dl_qfmt_bits(dl_qfmt_t f) { return valid(f) ? F[f].bits : 0; }
@@ -160,16 +166,8 @@ unsigned dl_qencode(double x, dl_qfmt_t f, dl_qround_t r, int saturate, int *nan
                    : over_code(q, sbit, saturate);
     uint64_t bits;
     memcpy(&bits, &a, 8);
-    if (r == DL_QR_RNE && a >= pow2i(q->emin) && a <= q->max) {
-        /* the common case: a normal of the format, rounded to nearest even
-         * on the binary64 bits (a carry into the exponent is the right
-         * answer, and nothing at or below max rounds beyond it) */
-        int drop = 52 - (q->p - 1);
-        bits += (UINT64_C(1) << (drop - 1)) - 1 + ((bits >> drop) & 1);
-        int ex = (int)(bits >> 52) - 1023;
-        unsigned mant = (unsigned)(bits >> drop) & ((1u << (q->p - 1)) - 1);
-        return sbit | (unsigned)(ex - q->emin + 1) << (q->p - 1) | mant;
-    }
+    if (r == DL_QR_RNE && a >= pow2i(q->emin) && a <= q->max) /* the common case */
+        return sbit | dl__qencode_normal(a, q->p, q->emin);
     int e = (int)(bits >> 52) - 1023; /* floor(log2 a); a double subnormal counts as below emin */
     int qe = (e > q->emin ? e : q->emin) - (q->p - 1); /* exponent of one ulp */
     double m = a * pow2i(-qe); /* exact: a power-of-two scaling, m < 2^(p+1) */

@@ -149,12 +149,34 @@ static void put_scale(const dl_qrule_t *r, void *s, int64_t ncb, int64_t bi, int
     }
 }
 
+/* The element format's constants for the quantizer's hot path. */
+typedef struct {
+    int p, emin, fast; /* fast: the declared element rule (RNE, x / qs exact) */
+    double lo, max;    /* the smallest normal and the max */
+    unsigned sbit;
+} efmt_t;
+
+static efmt_t efmt_of(const dl_qrule_t *r)
+{
+    efmt_t e;
+    dl__qfmt_params(r->elem, &e.p, &e.emin);
+    e.lo = ldexp(1.0, e.emin);
+    e.max = dl_qfmt_max(r->elem);
+    e.sbit = 1u << (dl_qfmt_bits(r->elem) - 1);
+    e.fast = r->eround == DL_QR_RNE &&
+             !(r->flags & (DL_QF_RECIP | DL_QF_MULAMAX | DL_QF_DIV32));
+    return e;
+}
+
 /* The element code of x quantized with divisor qs. */
-static unsigned elem_code(const dl_qrule_t *r, float x, double qs, double inv)
+static unsigned elem_code(const dl_qrule_t *r, const efmt_t *ef, float x, double qs, double inv)
 {
     if (qs == 0.0)
         return dl_qencode(x < 0 ? -0.0 : 0.0, r->elem, DL_QR_RNE, 1, NULL);
     double y = (double)x / qs; /* on the same side of every grid point (see the top) */
+    double a = fabs(y);
+    if (ef->fast && a >= ef->lo && a <= ef->max) /* dl_qencode's own first case, inline */
+        return (y < 0 ? ef->sbit : 0) | dl__qencode_normal(a, ef->p, ef->emin);
     if (r->flags & DL_QF_RECIP)
         y = dl_round((double)x * dl_round(1.0 / qs, DL_F32), DL_F32);
     else if (r->flags & DL_QF_MULAMAX)
@@ -191,10 +213,11 @@ static void quant_block_row(const dl_qrule_t *r, const float *x, int64_t rows, i
         unsigned code;
         double val, qs, inv;
         block_scale(r, amax, &code, &val, &qs, &inv);
+        efmt_t ef = efmt_of(r);
         put_scale(r, s, ncb, bi, bj, code, val);
         for (int64_t i = i0; i < i1; i++)
             for (int64_t j = j0; j < j1; j++)
-                put_code(r, q, i * cols + j, elem_code(r, x[i * cols + j], qs, inv));
+                put_code(r, q, i * cols + j, elem_code(r, &ef, x[i * cols + j], qs, inv));
     }
 }
 

@@ -19,47 +19,74 @@
 #include "stages/stages_priv.h"
 #include "dropless/quant.h"
 
-/* Splits v into hi + lo (see the top); 0, DL_ENONFINITE or DL_ERANGE. */
-static inline int split_one(double v, float *hi, float *lo, int *any_lo)
+/* Splits n values v into hi + lo (see the top), noting in *f bit 0 a NaN,
+ * bit 1 a value that is no sum of two floats, bit 2 a nonzero lo. */
+static inline void split_run(const double *v, int64_t n, float *hi, float *lo, unsigned *f)
 {
-    float h = (float)v;
-    double l = v - (double)h;
-    *hi = h;
-    *lo = (float)l;
-    *any_lo |= l != 0.0;
-    if (isnan(v))
-        return DL_ENONFINITE;
-    return !isfinite(h) || (double)*lo != l ? DL_ERANGE : 0;
+    unsigned acc = 0;
+    for (int64_t j = 0; j < n; j++) {
+        float h = (float)v[j];
+        double l = v[j] - (double)h;
+        float lf = (float)l;
+        hi[j] = h;
+        lo[j] = lf;
+        acc |= (unsigned)(v[j] != v[j]) | (unsigned)(!isfinite(h) || (double)lf != l) << 1 |
+               (unsigned)(l != 0.0) << 2;
+    }
+    *f |= acc;
 }
 
-/* Dequantizes rows [r0, r1) of m into hi and lo (rows x cols, row-major):
- * the codes through a table of their values, one scale per block; sets
- * *any_lo if a remainder is nonzero. */
+/* Dequantizes row i of m (codes through a table of their values, one
+ * scale per block) into buf. */
+static void dequant_row(const dl_qmat_t *m, const double *table, int64_t i, double *buf)
+{
+    const dl_qrule_t *r = m->rule;
+    int64_t cols = m->cols;
+    if (!r) {
+        for (int64_t j = 0; j < cols; j++)
+            buf[j] = ((const float *)m->s)[i * cols + j];
+        return;
+    }
+    for (int64_t j0 = 0; j0 < cols; j0 += r->bc) {
+        double s = dl_quant_scale(m, i / r->br, j0 / r->bc);
+        int64_t j1 = j0 + r->bc < cols ? j0 + r->bc : cols;
+        if (r->elem == DL_Q_E2M1)
+            for (int64_t j = j0; j < j1; j++) {
+                int64_t idx = i * cols + j;
+                buf[j] = table[(m->q[idx / 2] >> (4 * (idx & 1))) & 0xf] * s;
+            }
+        else
+            for (int64_t j = j0; j < j1; j++)
+                buf[j] = table[m->q[i * cols + j]] * s;
+    }
+}
+
+/* Dequantizes rows [r0, r1) of m into hi and lo (rows x cols, row-major);
+ * sets *any_lo if a remainder is nonzero. 0, DL_ENONFINITE, DL_ERANGE or
+ * DL_ENOMEM. */
 static int split_rows(const dl_qmat_t *m, int64_t r0, int64_t r1, float *hi, float *lo,
                       int *any_lo)
 {
-    int bad = 0, any = 0;
-    const dl_qrule_t *r = m->rule;
+    unsigned flags = 0;
+    int nomem = 0;
     double table[256];
-    for (unsigned c = 0; r && c < (1u << dl_qfmt_bits(r->elem)); c++)
-        table[c] = dl_qdecode(c, r->elem);
-    int64_t bc = r ? r->bc : m->cols;
+    for (unsigned c = 0; m->rule && c < (1u << dl_qfmt_bits(m->rule->elem)); c++)
+        table[c] = dl_qdecode(c, m->rule->elem);
     /* rows are independent outputs; the reductions are of integer flags */
-#pragma omp parallel for schedule(static) reduction(| : any) reduction(min : bad) if ((r1 - r0) * m->cols > (1 << 16))
-    for (int64_t i = r0; i < r1; i++)
-        for (int64_t j0 = 0; j0 < m->cols; j0 += bc) {
-            double s = r ? dl_quant_scale(m, i / r->br, j0 / bc) : 1.0;
-            for (int64_t j = j0; j < j0 + bc && j < m->cols; j++) {
-                int64_t at = (i - r0) * m->cols + j, idx = i * m->cols + j;
-                double v = !r ? ((const float *)m->s)[idx]
-                           : r->elem == DL_Q_E2M1 ? table[(m->q[idx / 2] >> (4 * (idx & 1))) & 0xf] * s
-                                                  : table[m->q[idx]] * s;
-                int rc = split_one(v, &hi[at], &lo[at], &any);
-                bad = rc < bad ? rc : bad; /* the most negative code: the same for any threads */
+#pragma omp parallel reduction(| : flags, nomem) if ((r1 - r0) * m->cols > (1 << 16))
+    {
+        double *buf = malloc((size_t)(m->cols + 1) * sizeof(double));
+        nomem |= !buf;
+#pragma omp for schedule(static)
+        for (int64_t i = r0; i < r1; i++)
+            if (buf) {
+                dequant_row(m, table, i, buf);
+                split_run(buf, m->cols, hi + (i - r0) * m->cols, lo + (i - r0) * m->cols, &flags);
             }
-        }
-    *any_lo |= any;
-    return bad;
+        free(buf);
+    }
+    *any_lo |= (flags & 4) != 0;
+    return nomem ? DL_ENOMEM : flags & 1 ? DL_ENONFINITE : flags & 2 ? DL_ERANGE : 0;
 }
 
 static int check_args(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const int64_t *offsets,
