@@ -153,6 +153,7 @@ static void put_scale(const dl_qrule_t *r, void *s, int64_t ncb, int64_t bi, int
 typedef struct {
     int p, emin, fast; /* fast: the declared element rule (RNE, x / qs exact) */
     double lo, max;    /* the smallest normal and the max */
+    double sub;        /* 1 / the subnormal quantum 2^(emin - p + 1) */
     unsigned sbit;
 } efmt_t;
 
@@ -161,6 +162,7 @@ static efmt_t efmt_of(const dl_qrule_t *r)
     efmt_t e;
     dl__qfmt_params(r->elem, &e.p, &e.emin);
     e.lo = ldexp(1.0, e.emin);
+    e.sub = ldexp(1.0, e.p - 1 - e.emin);
     e.max = dl_qfmt_max(r->elem);
     e.sbit = 1u << (dl_qfmt_bits(r->elem) - 1);
     e.fast = r->eround == DL_QR_RNE &&
@@ -175,8 +177,14 @@ static unsigned elem_code(const dl_qrule_t *r, const efmt_t *ef, float x, double
         return dl_qencode(x < 0 ? -0.0 : 0.0, r->elem, DL_QR_RNE, 1, NULL);
     double y = (double)x / qs; /* on the same side of every grid point (see the top) */
     double a = fabs(y);
-    if (ef->fast && a >= ef->lo && a <= ef->max) /* dl_qencode's own first case, inline */
-        return (y < 0 ? ef->sbit : 0) | dl__qencode_normal(a, ef->p, ef->emin);
+    if (ef->fast && a <= ef->max) { /* dl_qencode's first cases, inline */
+        unsigned sb = signbit(y) ? ef->sbit : 0;
+        if (a >= ef->lo)
+            return sb | dl__qencode_normal(a, ef->p, ef->emin);
+        /* subnormal or zero: the code is the nearest (even) multiple of the
+         * quantum; 2^52 + m rounds m (< 2^(p-1)) to an integer, ties even */
+        return sb | (unsigned)((a * ef->sub + 0x1p52) - 0x1p52);
+    }
     if (r->flags & DL_QF_RECIP)
         y = dl_round((double)x * dl_round(1.0 / qs, DL_F32), DL_F32);
     else if (r->flags & DL_QF_MULAMAX)
