@@ -11,6 +11,8 @@
  *   route    router logits, softmax/sigmoid scores, top-k, tie margins
  *   dispatch argsort, group sizes and offsets, permute, combine
  *   gemm     exact grouped GEMM over a flat ragged array, ragged-K GEMM
+ *   lowp     FP8/FP4 element and scale formats (quant: block quantization,
+ *            block-scaled GEMM; quantcheck: their checks)
  *   moe      the whole layer: configuration, forward, backward
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
  *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
@@ -28,6 +30,10 @@
 #include "dropless/route.h"
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
+#include "dropless/lowp.h"
+#include "dropless/quant.h"
+#include "dropless/quantcheck.h"
+#include "dropless/qgolden.h"
 #include "dropless/moe.h"
 #include "dropless/values.h"
 #include "dropless/ep.h"

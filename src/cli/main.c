@@ -36,6 +36,7 @@ static const command_t commands[] = {
     {"info", dl_cli_info, "validate a golden file and print what it holds"},
     {"check", dl_cli_check, "check a backend's candidate file against a golden file"},
     {"run", dl_cli_run, "run backend plugins on a golden case and check them"},
+    {"lowp", dl_cli_lowp, "write a low-precision (FP8/FP4) block-scaled GEMM golden file"},
     {"capacity", dl_cli_capacity, "what capacity-factor routing drops and pads, against dropless"},
     {"version", cmd_version, "print the version (--verbose: libraries and format too)"},
     {"help", cmd_help, "this text; 'dropless help COMMAND' for a command's options"},

@@ -4,7 +4,9 @@
 #define DL_CORE_PRIV_H
 
 #include <float.h>
+#include <string.h>
 #include "dropless/core.h"
+#include "dropless/lowp.h"
 
 /* Golden bits must not depend on excess precision in registers. */
 _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 or similar)");
@@ -39,6 +41,27 @@ double dl__sum_exact(const double *p, int64_t n, dl_dtype_t t, int *nonfinite);
  * binary64 sum where possible (the common case), else exact. */
 double dl__dot_cert(const float *a, ptrdiff_t inca, const float *b, ptrdiff_t incb,
                     int64_t n, dl_dtype_t t, int *nonfinite);
+
+/* ------------------------------------------------ low-precision formats (lowp.c) */
+
+/* Significand bits (implicit one included) and the smallest normal's
+ * exponent of an element format (E4M3, E5M2, E2M1). */
+void dl__qfmt_params(dl_qfmt_t f, int *p, int *emin);
+
+/* The magnitude code of a in [2^emin, max] of a format with p significand
+ * bits, rounded to nearest even on the binary64 bits: a carry into the
+ * exponent is the right answer, and nothing at or below max rounds beyond
+ * it. The hot path of dl_qencode and of the quantizer. */
+static inline unsigned dl__qencode_normal(double a, int p, int emin)
+{
+    uint64_t bits;
+    memcpy(&bits, &a, 8);
+    int drop = 52 - (p - 1);
+    bits += (UINT64_C(1) << (drop - 1)) - 1 + ((bits >> drop) & 1);
+    int ex = (int)(bits >> 52) - 1023;
+    unsigned mant = (unsigned)(bits >> drop) & ((1u << (p - 1)) - 1);
+    return (unsigned)(ex - emin + 1) << (p - 1) | mant;
+}
 
 /* ------------------------------------------ certified transcendentals (transc.c) */
 
