@@ -15,6 +15,7 @@
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
  *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
  *   golden   golden files (HDF5): the case catalogue, write, read
+ *   mutate   mutated candidates of a golden: the runner's test of itself
  *   check    the conformance runner
  *   capacity capacity-factor routing and its cost: the legacy baseline
  * The plugin ABI for backends is dropless/backend.h, which depends on DLPack
@@ -33,6 +34,7 @@
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"
+#include "dropless/mutate.h"
 #include "dropless/capacity.h"
 #include "dropless/api.h"
 

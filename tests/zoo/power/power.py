@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""The runner's power and its false alarms, measured (doc/power.md).
+
+    power.py legit [--seeds N] [--cases A,B] [--kernel-cases A,B --kernel-seeds N]
+        the legitimate-implementations matrix (legit.py) in two modes
+        (staged: every stage; fused: out and d_x): every run must be
+        CONFORMANT; prints each false FAIL and the counts; exit 1 if any.
+    power.py kill [--seeds N] [--cases A,B]
+        the kill rate of every mutation x stage x mode (dropless.mutate)
+        and the detection floor of each handed-over stage per mode.
+    power.py doc [--seeds ...] [--write doc/power.md]
+        both, and the tables between the markers of doc/power.md.
+
+Everything is deterministic (seeded cases, the format's PRNG for the
+mutants' picks, bit-exact checks): the same runner gives the same tables.
+Cases are generated in memory (dropless.generate), nothing is written but
+the doc.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("top_srcdir", os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "python"))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True
+if "DROPLESS_LIB" not in os.environ:
+    os.environ["DROPLESS_LIB"] = os.path.join(os.environ.get("top_builddir", SRC), ".libs",
+                                              "libdropless.so")
+import dropless  # noqa: E402
+import legit  # noqa: E402
+
+# the small catalogue: every vectors-tier case but no-tokens (T = 0: no row
+# to mutate or compute) and plain-ffn (the kernels are SwiGLU layers)
+SMALL = ["tiny", "ties", "ties-grouped", "empty-experts", "one-hot", "single-token", "odd-shapes",
+         "zipf", "mixtral-small", "deepseek-v3-small", "grouped-max"]
+DTYPES = ["", "-bf16"]
+KERNEL = ["kernel-sizes-bf16", "kernel-t4096-bf16"]
+MODES = ["staged", "fused", "out"]
+MUTATIONS = ["gain", "sign", "zero_row", "off_by_one", "drop_slot", "swap_experts", "bf16_acc",
+             "tf32", "ulp_weights", "reorder"]
+FUSED = ("out", "d_x")
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def goldens(cases, seeds):
+    """(name, seed, golden) for each case and seed 1..seeds."""
+    for name in cases:
+        for s in range(1, seeds + 1):
+            g = dropless.generate(name, seed=s)
+            yield name, s, g
+            g.close()
+
+
+def verdict(rep):
+    return "FAIL" if not rep.conformant else "PASS"
+
+
+# ------------------------------------------------------------------ legit
+
+def legit_matrix(cases, seeds, out=sys.stdout):
+    """Every implementation x case x seed x mode; returns (counts, fails):
+    counts[(impl, mode)] = [runs, false FAILs]."""
+    counts, fails = {}, []
+    for name, seed, g in goldens(cases, seeds):
+        for impl, *_ in legit.IMPLS:
+            st = legit.run(impl, g, seed)
+            if st is None:
+                continue
+            for mode in ("staged", "fused"):
+                outs = st if mode == "staged" else {k: st[k] for k in FUSED}
+                rep = dropless.check(g, outs, compute_mode=g.config["dtype"], backend=impl)
+                c = counts.setdefault((impl, mode), [0, 0])
+                c[0] += 1
+                if not rep.conformant:
+                    c[1] += 1
+                    worst = rep.failures[:3]
+                    fails.append((impl, mode, name, seed, worst))
+                    print("false FAIL: %s %s %s seed %d: %s" % (impl, mode, name, seed, "; ".join(
+                        "%s %s %s" % (f.get("stage"), f.get("check"), (f.get("message") or "")[:90])
+                        for f in worst)), file=out, flush=True)
+    return counts, fails
+
+
+def legit_table(counts, cases_desc):
+    lines = ["| implementation | mode | runs | CONFORMANT | false FAIL |", "|---|---|---|---|---|"]
+    for (impl, mode), (n, f) in sorted(counts.items(), key=lambda kv: ([r[0] for r in legit.IMPLS].index(kv[0][0]), kv[0][1])):
+        lines.append("| %s | %s | %d | %d | %d |" % (impl, mode, n, n - f, f))
+    tot = sum(n for n, _ in counts.values())
+    ff = sum(f for _, f in counts.values())
+    lines.append("")
+    lines.append("%d runs on %s: **%d false FAIL**." % (tot, cases_desc, ff))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- kill
+
+def kill_rates(cases, seeds):
+    """kills[(mutation, stage, mode, dtype)] = [mutants, NOT CONFORMANT]."""
+    kills = {}
+    for name, seed, g in goldens(cases, seeds):
+        dt = g.config["dtype"]
+        for m in MUTATIONS:
+            for s in g.stages():
+                for mode in MODES:
+                    r = dropless.mutant_check(g, m, s, mode, seed=seed)
+                    if r is None:
+                        continue
+                    k = kills.setdefault((m, s, mode, dt), [0, 0])
+                    k[0] += 1
+                    k[1] += not r[0]["conformant"]
+    return kills
+
+
+def floors(cases, seeds, p_max):
+    """The detection floor of each handed-over stage per mode and dtype: the
+    smallest 2^-p for which a gain 1 + 2^-p at that stage is NOT
+    CONFORMANT in every trial, scanning p = 1, 2, ... up to the first p
+    that is missed (and for every larger error); {(stage, mode, dtype): p}."""
+    gold = [(n, s, dropless.generate(n, seed=s)) for n in cases for s in range(1, seeds + 1)]
+    out = {}
+    by_dt = {}
+    for n, s, g in gold:
+        by_dt.setdefault(g.config["dtype"], []).append((n, s, g))
+    for dt, gs in sorted(by_dt.items()):
+        for mode in MODES:
+            stages = gs[0][2].stages() if mode == "staged" else (FUSED if mode == "fused" else ("out",))
+            for st in stages:
+                best = None
+                for p in range(1, p_max[dt] + 1):
+                    n_all = caught = 0
+                    for n, s, g in gs:
+                        r = dropless.mutant_check(g, "gain", st, mode, gain_p=p, seed=s)
+                        if r is None:
+                            continue
+                        n_all += 1
+                        caught += not r[0]["conformant"]
+                    if not n_all:
+                        break
+                    if caught < n_all:  # every trial caught (see doc/power.md)
+                        break
+                    best = p
+                if n_all or best:  # float stages only: a gain applies
+                    out[(st, mode, dt)] = (best, best == p_max[dt])
+    for _, _, g in gold:
+        g.close()
+    return out
+
+
+def pct(k):
+    n, c = k
+    return "%d/%d" % (c, n) if n else "-"
+
+
+def kill_table(kills):
+    dts = sorted({k[3] for k in kills}, key=lambda t: t != "fp32")
+    head = "| mutation | stage | " + " | ".join("%s %s" % (m, d) for d in dts for m in MODES) + " |"
+    lines = [head, "|---|---|" + "---|" * (len(dts) * len(MODES))]
+    stage_order = dropless.stage_names()
+    keys = sorted({(k[0], k[1]) for k in kills}, key=lambda x: (MUTATIONS.index(x[0]), stage_order.index(x[1])))
+    for m, s in keys:
+        cells = [pct(kills.get((m, s, mode, d), [0, 0])) for d in dts for mode in MODES]
+        lines.append("| %s | %s | %s |" % (m, s, " | ".join(cells)))
+    # per mutation x mode totals
+    lines.append("")
+    lines.append("| mutation | " + " | ".join("%s %s" % (m, d) for d in dts for m in MODES) + " |")
+    lines.append("|---|" + "---|" * (len(dts) * len(MODES)))
+    for m in MUTATIONS:
+        cells = []
+        for d in dts:
+            for mode in MODES:
+                n = sum(v[0] for k, v in kills.items() if k[0] == m and k[2] == mode and k[3] == d)
+                c = sum(v[1] for k, v in kills.items() if k[0] == m and k[2] == mode and k[3] == d)
+                cells.append("%d/%d (%.0f%%)" % (c, n, 100.0 * c / n) if n else "-")
+        lines.append("| %s | %s |" % (m, " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def floor_table(fl):
+    dts = sorted({k[2] for k in fl}, key=lambda t: t != "fp32")
+    lines = ["| stage | " + " | ".join("%s %s" % (m, d) for d in dts for m in MODES) + " |",
+             "|---|" + "---|" * (len(dts) * len(MODES))]
+    for st in dropless.stage_names():
+        if not any(k[0] == st for k in fl):
+            continue
+        cells = []
+        for d in dts:
+            u = 24 if d == "fp32" else 8  # significand bits: u = 2^-bits
+            for mode in MODES:
+                if (st, mode, d) not in fl:
+                    cells.append("")
+                    continue
+                p, capped = fl[(st, mode, d)]
+                cells.append("> 2^-1" if p is None else "%s2^-%d (%s u)" % (
+                    "<= " if capped else "", p, fmt_u(2.0 ** (u - p))))
+        lines.append("| %s | %s |" % (st, " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def fmt_u(x):
+    return "%d" % x if x >= 1 else "%.2g" % x
+
+
+# -------------------------------------------------------------------- doc
+
+def runner_commit():
+    try:
+        return subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def replace_block(text, tag, body):
+    a, b = "<!-- %s begin -->" % tag, "<!-- %s end -->" % tag
+    i, j = text.index(a), text.index(b)
+    return text[:i + len(a)] + "\n" + body.strip() + "\n" + text[j:]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["legit", "kill", "doc"])
+    ap.add_argument("--seeds", type=int, default=20, help="seeds of the legit matrix")
+    ap.add_argument("--kill-seeds", type=int, default=3, help="seeds of the kill rates")
+    ap.add_argument("--floor-seeds", type=int, default=10, help="seeds of the detection floors")
+    ap.add_argument("--cases", default=",".join(SMALL), help="base cases (fp32 and -bf16 of each)")
+    ap.add_argument("--kernel-cases", default=",".join(KERNEL))
+    ap.add_argument("--kernel-seeds", type=int, default=20)
+    ap.add_argument("--write", default=None, help="the doc to update (doc: doc/power.md)")
+    a = ap.parse_args()
+    cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
+    kcases = [c for c in a.kernel_cases.split(",") if c]
+    t0 = time.time()
+    blocks = {}
+    bad = 0
+    if a.what in ("legit", "doc"):
+        counts, fails = legit_matrix(cases, a.seeds)
+        desc = "%d small cases (%s, fp32 and bf16) x %d seeds" % (len(cases) // 2, ", ".join(a.cases.split(",")), a.seeds)
+        if kcases and a.kernel_seeds:
+            kc, kf = legit_matrix(kcases, a.kernel_seeds)
+            fails += kf
+            for k, v in kc.items():
+                counts.setdefault(k, [0, 0])
+                counts[k][0] += v[0]
+                counts[k][1] += v[1]
+            desc += " and %s x %d seeds" % (", ".join(kcases), a.kernel_seeds)
+        blocks["power-legit"] = legit_table(counts, desc)
+        print(blocks["power-legit"])
+        bad = len(fails)
+        log("legit matrix: %d false FAIL (%.0f s)" % (bad, time.time() - t0))
+    if a.what in ("kill", "doc"):
+        kills = kill_rates(cases, a.kill_seeds)
+        blocks["power-kill"] = kill_table(kills)
+        log("kill rates (%.0f s)" % (time.time() - t0))
+        fl = floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12})
+        blocks["power-floor"] = floor_table(fl)
+        log("floors (%.0f s)" % (time.time() - t0))
+        print(blocks["power-kill"])
+        print(blocks["power-floor"])
+    if a.what == "doc":
+        path = a.write or os.path.join(SRC, "doc", "power.md")
+        text = open(path).read()
+        blocks["power-meta"] = ("Measured by `make check-power` on runner commit `%s`: the legit matrix "
+                                "over %d seeds, the kill rates over %d seeds, the floors over %d seeds (%d trials per cell), on %s." % (
+                                    runner_commit(), a.seeds, a.kill_seeds, a.floor_seeds,
+                                    a.floor_seeds * len(cases) // 2, ", ".join(cases)))
+        for tag, body in blocks.items():
+            text = replace_block(text, tag, body)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        log("wrote %s" % path)
+    return 1 if bad and a.what in ("legit", "doc") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
