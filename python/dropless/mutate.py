@@ -106,7 +106,7 @@ def mutant_check(golden, mutation, stage, mode, gain_p=None, seed=0, **check_opt
     rc = L.dl_api_mutant(h, mutation.encode(), stage.encode(), mode.encode(),
                          _opts(gain_p=gain_p, seed=seed), ctypes.byref(cand), detail, 256, err,
                          _lib.ERRLEN)
-    if rc == -11:  # DL_ENOTFOUND
+    if rc == _lib.code_of("DL_ENOTFOUND"):
         return None
     if rc:
         _lib.fail(rc, err.value.decode("utf-8", "replace"))

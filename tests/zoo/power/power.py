@@ -9,7 +9,7 @@
         the kill rate of every mutation x stage x mode (dropless.mutate)
         and the detection floor of each handed-over stage per mode.
     power.py doc [--seeds ...] [--write doc/power.md]
-        both, and the tables between the markers of doc/power.md.
+        both; --write replaces the tables between the markers of the doc.
 
 Everything is deterministic (seeded cases, the format's PRNG for the
 mutants' picks, bit-exact checks): the same runner gives the same tables.
@@ -43,6 +43,11 @@ MODES = ["staged", "fused", "out"]
 MUTATIONS = ["gain", "sign", "zero_row", "off_by_one", "drop_slot", "swap_experts", "bf16_acc",
              "tf32", "ulp_weights", "reorder"]
 FUSED = ("out", "d_x")
+# d = f = 512 (case files here): where bf16 accumulation and undeclared TF32
+# must be caught through out (issue 24); the GEMM mutations at the forward GEMMs
+WIDE = ["wide512", "wide512-bf16"]
+WIDE_MUTATIONS = ["off_by_one", "drop_slot", "swap_experts", "bf16_acc", "tf32", "ulp_weights"]
+WIDE_STAGES = ["h_gate", "y_sorted", "out"]
 
 
 def log(*a):
@@ -101,13 +106,13 @@ def legit_table(counts, cases_desc):
 
 # ------------------------------------------------------------------- kill
 
-def kill_rates(cases, seeds):
+def kill_rates(cases, seeds, mutations=MUTATIONS, stages=None):
     """kills[(mutation, stage, mode, dtype)] = [mutants, NOT CONFORMANT]."""
     kills = {}
     for name, seed, g in goldens(cases, seeds):
         dt = g.config["dtype"]
-        for m in MUTATIONS:
-            for s in g.stages():
+        for m in mutations:
+            for s in stages or g.stages():
                 for mode in MODES:
                     r = dropless.mutant_check(g, m, s, mode, seed=seed)
                     if r is None:
@@ -223,61 +228,81 @@ def replace_block(text, tag, body):
     return text[:i + len(a)] + "\n" + body.strip() + "\n" + text[j:]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["legit", "kill", "doc"])
-    ap.add_argument("--seeds", type=int, default=20, help="seeds of the legit matrix")
-    ap.add_argument("--kill-seeds", type=int, default=3, help="seeds of the kill rates")
-    ap.add_argument("--floor-seeds", type=int, default=10, help="seeds of the detection floors")
-    ap.add_argument("--cases", default=",".join(SMALL), help="base cases (fp32 and -bf16 of each)")
-    ap.add_argument("--kernel-cases", default=",".join(KERNEL))
-    ap.add_argument("--kernel-seeds", type=int, default=20)
-    ap.add_argument("--write", default=None, help="the doc to update (doc: doc/power.md)")
-    a = ap.parse_args()
-    cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
-    kcases = [c for c in a.kernel_cases.split(",") if c]
-    t0 = time.time()
-    blocks = {}
-    bad = 0
-    if a.what in ("legit", "doc"):
-        counts, fails = legit_matrix(cases, a.seeds)
-        desc = "%d small cases (%s, fp32 and bf16) x %d seeds" % (len(cases) // 2, ", ".join(a.cases.split(",")), a.seeds)
-        if kcases and a.kernel_seeds:
-            kc, kf = legit_matrix(kcases, a.kernel_seeds)
-            fails += kf
-            for k, v in kc.items():
-                counts.setdefault(k, [0, 0])
-                counts[k][0] += v[0]
-                counts[k][1] += v[1]
-            desc += " and %s x %d seeds" % (", ".join(kcases), a.kernel_seeds)
-        blocks["power-legit"] = legit_table(counts, desc)
-        print(blocks["power-legit"])
-        bad = len(fails)
-        log("legit matrix: %d false FAIL (%.0f s)" % (bad, time.time() - t0))
-    if a.what in ("kill", "doc"):
-        kills = kill_rates(cases, a.kill_seeds)
-        blocks["power-kill"] = kill_table(kills)
-        log("kill rates (%.0f s)" % (time.time() - t0))
-        fl = floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12})
-        blocks["power-floor"] = floor_table(fl)
-        log("floors (%.0f s)" % (time.time() - t0))
-        print(blocks["power-kill"])
-        print(blocks["power-floor"])
-    if a.what == "doc":
-        path = a.write or os.path.join(SRC, "doc", "power.md")
+def write_blocks(path, blocks):
+    """Replaces the blocks in the doc at path, under a lock: `legit` and
+    `kill` may run at once and each writes its own blocks."""
+    import fcntl
+    with open(path + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
         text = open(path).read()
-        blocks["power-meta"] = ("Measured by `make check-power` on runner commit `%s`: the legit matrix "
-                                "over %d seeds, the kill rates over %d seeds, the floors over %d seeds (%d trials per cell), on %s." % (
-                                    runner_commit(), a.seeds, a.kill_seeds, a.floor_seeds,
-                                    a.floor_seeds * len(cases) // 2, ", ".join(cases)))
         for tag, body in blocks.items():
             text = replace_block(text, tag, body)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
-        log("wrote %s" % path)
-    return 1 if bad and a.what in ("legit", "doc") else 0
+    os.remove(path + ".lock")
+    log("wrote %s" % path)
+
+
+def do_legit(a, cases, kcases):
+    """The legit blocks: the small catalogue's (seeds > 0) and the kernel
+    tier's (kernel seeds > 0), each with the runner commit."""
+    blocks, bad = {}, 0
+    meta = "Measured by `tests/zoo/power/power.py legit` on runner commit `%s`." % runner_commit()
+    parts = [("power-legit", cases, a.seeds, "%d small cases (%s; fp32 and bf16)" % (
+        len(cases) // 2, ", ".join(a.cases.split(",")))),
+             ("power-legit-kernel", kcases, a.kernel_seeds, ", ".join(kcases))]
+    for tag, cs, seeds, desc in parts:
+        if not cs or seeds <= 0:
+            continue
+        counts, fails = legit_matrix(cs, seeds)
+        bad += len(fails)
+        blocks[tag] = legit_table(counts, "%s x %d seeds" % (desc, seeds)) + "\n\n" + meta
+    return blocks, bad
+
+
+def do_kill(a, cases):
+    kills = kill_rates(cases, a.kill_seeds)
+    wide = [os.path.join(HERE, w + ".case") for w in a.wide_cases.split(",") if w]
+    wk = kill_rates(wide, 1, mutations=WIDE_MUTATIONS, stages=WIDE_STAGES) if wide else {}
+    fl = floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12})
+    meta = ("Kill rates and floors measured by `tests/zoo/power/power.py kill` on runner commit `%s`: "
+            "kill rates over %d seeds of %s; the d = f = 512 cases (%s) over 1 seed; floors over %d seeds "
+            "(%d trials per cell)." % (runner_commit(), a.kill_seeds, ", ".join(cases), a.wide_cases,
+                                       a.floor_seeds, a.floor_seeds * len(cases) // 2))
+    return {"power-kill": kill_table(kills), "power-wide": kill_table(wk), "power-floor": floor_table(fl),
+            "power-meta": meta}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["legit", "kill", "doc"])
+    ap.add_argument("--seeds", type=int, default=20, help="seeds of the legit matrix")
+    ap.add_argument("--kill-seeds", type=int, default=3, help="seeds of the kill rates")
+    ap.add_argument("--floor-seeds", type=int, default=3, help="seeds of the detection floors")
+    ap.add_argument("--cases", default=",".join(SMALL), help="base cases (fp32 and -bf16 of each)")
+    ap.add_argument("--kernel-cases", default=",".join(KERNEL))
+    ap.add_argument("--kernel-seeds", type=int, default=20)
+    ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
+    ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
+    a = ap.parse_args()
+    cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
+    kcases = [c for c in a.kernel_cases.split(",") if c]
+    t0 = time.time()
+    blocks, bad = {}, 0
+    if a.what in ("legit", "doc"):
+        b, bad = do_legit(a, cases, kcases)
+        blocks.update(b)
+        log("legit matrix: %d false FAIL (%.0f s)" % (bad, time.time() - t0))
+    if a.what in ("kill", "doc"):
+        blocks.update(do_kill(a, cases))
+        log("kill rates and floors (%.0f s)" % (time.time() - t0))
+    for body in blocks.values():
+        print(body + "\n")
+    if a.write:
+        write_blocks(a.write, blocks)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
