@@ -91,6 +91,35 @@ def mutants(tap, g, seed):
         g.case, killed, total, len(survivors), ", ".join(survivors[:12]) + (" ..." if len(survivors) > 12 else "")))
 
 
+def files(tap):
+    """dropless.mutate writes what `dropless mutate` writes; bad input is a
+    dropless.Error and leaves nothing (or the old directory) behind."""
+    import tempfile
+    import shutil
+    tmp = tempfile.mkdtemp(prefix="dl_power.")
+    d = os.path.join(tmp, "m")
+    try:
+        with dropless.generate("mixtral-small", seed=1) as g:
+            rows = dropless.mutate(g, d, mutations=["drop_slot", "reorder"], modes="staged,out")
+            made = sorted(r.file for r in rows if r.file)
+            tap.ok(made == sorted(f for f in os.listdir(d) if f.endswith(".h5")) and made,
+                   "dropless.mutate: every manifest row's file exists (%s)" % ", ".join(made))
+            tap.ok([r.expect for r in rows if r.mutation == "reorder" and r.file] == ["pass"],
+                   "dropless.mutate: the reordering is marked expect = pass")
+            for kw, code in (({}, "DL_EEXIST"), ({"mutations": "gain,bogus", "force": True}, "DL_EINVAL"),
+                             ({"gain_p": 0, "force": True}, "DL_EINVAL")):
+                try:
+                    dropless.mutate(g, d, **kw)
+                    got = None
+                except dropless.Error as e:
+                    got = e.name
+                left = sorted(f for f in os.listdir(d) if f.endswith(".h5"))
+                tap.ok(got == code and left == made and not [f for f in os.listdir(tmp) if ".tmp-" in f],
+                       "dropless.mutate(%s): %s, the directory untouched" % (kw, code))
+    finally:
+        shutil.rmtree(tmp)
+
+
 def legit_mutations():
     return ["gain", "sign", "zero_row", "off_by_one", "drop_slot", "swap_experts", "bf16_acc", "tf32",
             "ulp_weights", "reorder"]
@@ -112,6 +141,7 @@ def legits(tap, g, seed):
 
 def main():
     tap = Tap()
+    files(tap)
     for name in ("mixtral-small", "mixtral-small-bf16", "deepseek-v3-small"):
         with dropless.generate(name, seed=1) as g:
             mutants(tap, g, 1)
