@@ -265,16 +265,23 @@ def do_legit(a, cases, kcases):
 
 
 def do_kill(a, cases):
-    kills = kill_rates(cases, a.kill_seeds)
+    """The kill blocks named in a.parts (kill, wide, floor) and their meta."""
+    blocks, said = {}, {}
+    if "kill" in a.parts:
+        blocks["power-kill"] = kill_table(kill_rates(cases, a.kill_seeds))
+        said["kill"] = "kill rates over %d seeds of %s" % (a.kill_seeds, ", ".join(cases))
     wide = [os.path.join(HERE, w + ".case") for w in a.wide_cases.split(",") if w]
-    wk = kill_rates(wide, 1, mutations=WIDE_MUTATIONS, stages=WIDE_STAGES) if wide else {}
-    fl = floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12})
-    meta = ("Kill rates and floors measured by `tests/zoo/power/power.py kill` on runner commit `%s`: "
-            "kill rates over %d seeds of %s; the d = f = 512 cases (%s) over 1 seed; floors over %d seeds "
-            "(%d trials per cell)." % (runner_commit(), a.kill_seeds, ", ".join(cases), a.wide_cases,
-                                       a.floor_seeds, a.floor_seeds * len(cases) // 2))
-    return {"power-kill": kill_table(kills), "power-wide": kill_table(wk), "power-floor": floor_table(fl),
-            "power-meta": meta}
+    if "wide" in a.parts and wide:
+        blocks["power-wide"] = kill_table(kill_rates(wide, 1, mutations=WIDE_MUTATIONS, stages=WIDE_STAGES))
+        said["wide"] = "the d = f = 512 cases (%s) over 1 seed" % a.wide_cases
+    if "floor" in a.parts:
+        blocks["power-floor"] = floor_table(floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12}))
+        said["floor"] = "floors over %d seeds of %s (%d trials per cell)" % (
+            a.floor_seeds, ", ".join(cases), a.floor_seeds * len(cases) // 2)
+    for tag, what in said.items():
+        blocks["power-meta-" + tag] = "Measured by `tests/zoo/power/power.py kill` on runner commit `%s`: %s." % (
+            runner_commit(), what)
+    return blocks
 
 
 def main():
@@ -287,6 +294,7 @@ def main():
     ap.add_argument("--kernel-cases", default=",".join(KERNEL))
     ap.add_argument("--kernel-seeds", type=int, default=20)
     ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
+    ap.add_argument("--parts", default="kill,wide,floor", help="kill: which tables")
     ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
     a = ap.parse_args()
     cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
