@@ -18,6 +18,7 @@
  *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
  *   layout   kernel layouts: DeepGEMM masked/contiguous, vLLM block/batched
  *   golden   golden files (HDF5): the case catalogue, write, read
+ *   mutate   mutated candidates of a golden: the runner's test of itself
  *   check    the conformance runner
  *   capacity capacity-factor routing and its cost: the legacy baseline
  * The plugin ABI for backends is dropless/backend.h, which depends on DLPack
@@ -41,6 +42,7 @@
 #include "dropless/run.h"
 #include "dropless/check.h"
 #include "dropless/golden.h"
+#include "dropless/mutate.h"
 #include "dropless/capacity.h"
 #include "dropless/api.h"
 

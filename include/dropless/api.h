@@ -154,6 +154,27 @@ DL_EXTERN int dl_api_candidate_save(const dl_api_candidate_t *c, const char *pat
                                     const char *isolated, int force, char *err, size_t errlen);
 DL_EXTERN void dl_api_candidate_free(dl_api_candidate_t *c);
 
+/* --------------------------------------------------------------- mutants */
+
+/* Writes the mutated candidates of golden g into directory dir
+ * (dl_mutate_write, dropless/mutate.h). options is NULL or "key=value"
+ * lines (dl_mutate_opts_set: mutations, stages, modes, gain_p, seed,
+ * force). *manifest (may be NULL) gets manifest.tsv's text (free with
+ * dl_api_free_text). Errors: those of dl_mutate_write, DL_EINVAL for a bad
+ * option. Nothing is left at dir on error. */
+DL_EXTERN int dl_api_mutate(const dl_api_golden_t *g, const char *dir, const char *options,
+                            char **manifest, char *err, size_t errlen);
+/* One mutant in memory as a candidate handle (dl_mutant_build and
+ * dl_mutant_view): mutation at stage, handed over in mode ("staged",
+ * "fused", "out"); detail (may be NULL) says what was picked. Errors:
+ * DL_EINVAL (unknown names, bad options), DL_ENOTFOUND (the mutation does
+ * not apply to the stage, or the mode's stages are the golden's: an
+ * equivalent mutant), those of dl_mutant_build. Free with
+ * dl_api_candidate_free. */
+DL_EXTERN int dl_api_mutant(const dl_api_golden_t *g, const char *mutation, const char *stage,
+                            const char *mode, const char *options, dl_api_candidate_t **out,
+                            char *detail, size_t detail_len, char *err, size_t errlen);
+
 /* ------------------------------------------------------------------ check */
 
 /* Checks candidate c against golden g (the same configuration, else

@@ -14,12 +14,14 @@ from .golden import Golden, cases, generate, layout, load, stage_names
 from .check import Report, check, write_candidate
 from . import testing
 from . import layouts
+from .mutate import mutant_check, mutate
 from ._arrays import to_numpy
 
 __version__ = "0.1.0"
 
 __all__ = ["Error", "Golden", "Report", "cases", "check", "generate", "layout", "load",
-           "stage_names", "testing", "layouts", "to_numpy", "write_candidate", "library_path"]
+           "stage_names", "testing", "layouts", "mutate", "mutant_check", "to_numpy", "write_candidate",
+           "library_path"]
 
 
 def library_path():

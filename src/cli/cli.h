@@ -16,6 +16,7 @@ int dl_cli_check(int argc, char **argv); /* check.c */
 int dl_cli_run(int argc, char **argv);   /* check.c */
 int dl_cli_capacity(int argc, char **argv); /* capacity.c */
 int dl_cli_lowp(int argc, char **argv);     /* lowp.c */
+int dl_cli_mutate(int argc, char **argv); /* mutate.c */
 /* The time limit for parsing an unsealed file in a child process
  * (dl_golden_load_isolated): DROPLESS_PREFLIGHT_SECONDS, else 120 s. */
 unsigned dl_cli_preflight_seconds(void); /* check.c */

@@ -38,6 +38,7 @@ static const command_t commands[] = {
     {"run", dl_cli_run, "run backend plugins on a golden case and check them"},
     {"lowp", dl_cli_lowp, "write a low-precision (FP8/FP4) block-scaled GEMM golden file"},
     {"capacity", dl_cli_capacity, "what capacity-factor routing drops and pads, against dropless"},
+    {"mutate", dl_cli_mutate, "write mutated candidates of a golden file (the runner's power)"},
     {"version", cmd_version, "print the version (--verbose: libraries and format too)"},
     {"help", cmd_help, "this text; 'dropless help COMMAND' for a command's options"},
 };

@@ -1,0 +1,207 @@
+/* Replaying the layer downstream of a mutated stage: each stage that
+ * depends on a changed value is recomputed by the oracle's own stage
+ * function (dl_gemm_*, dl_swiglu*, dl_combine*, dl_route_*, ...) on the
+ * stored values before it, exactly as dl_moe_forward and dl_moe_backward
+ * wire them; this file adds only the dependency table and the wiring,
+ * never arithmetic. */
+#include "config.h"
+#include <stdlib.h>
+#include <string.h>
+#include "golden/mutate_priv.h"
+
+#define V(x) DL__BIT(DL_VALUE_##x)
+
+/* What each stage is computed from (doc/conformance.md, "Dependencies"). */
+static uint64_t deps(int s, int swiglu)
+{
+    switch (s) {
+    case DL_VALUE_ROUTER_SCORES: return V(ROUTER_LOGITS);
+    case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: return V(ROUTER_SCORES);
+    case DL_VALUE_SORT_PERM: case DL_VALUE_INV_PERM: case DL_VALUE_GROUP_SIZES:
+    case DL_VALUE_GROUP_OFFSETS: return V(TOPK_IDS);
+    case DL_VALUE_X_SORTED: return V(SORT_PERM);
+    case DL_VALUE_H_GATE: case DL_VALUE_H_UP: return V(X_SORTED) | V(GROUP_OFFSETS);
+    case DL_VALUE_H_ACT: return V(H_GATE) | V(H_UP);
+    case DL_VALUE_Y_SORTED: return (swiglu ? V(H_ACT) : V(X_SORTED)) | V(GROUP_OFFSETS);
+    case DL_VALUE_OUT: return V(Y_SORTED) | V(TOPK_WEIGHTS) | V(INV_PERM);
+    case DL_VALUE_D_TOPK_WEIGHTS: return V(Y_SORTED) | V(INV_PERM);
+    case DL_VALUE_D_Y_SORTED: return V(TOPK_WEIGHTS) | V(INV_PERM);
+    case DL_VALUE_D_H_ACT: return V(D_Y_SORTED) | V(GROUP_OFFSETS);
+    case DL_VALUE_D_W_DOWN:
+        return (swiglu ? V(H_ACT) : V(X_SORTED)) | V(D_Y_SORTED) | V(GROUP_OFFSETS);
+    case DL_VALUE_D_H_GATE: case DL_VALUE_D_H_UP: return V(H_GATE) | V(H_UP) | V(D_H_ACT);
+    case DL_VALUE_D_X_SORTED:
+        return (swiglu ? V(D_H_GATE) | V(D_H_UP) : V(D_Y_SORTED)) | V(GROUP_OFFSETS);
+    case DL_VALUE_D_W_GATE: return V(X_SORTED) | V(D_H_GATE) | V(GROUP_OFFSETS);
+    case DL_VALUE_D_W_UP: return V(X_SORTED) | V(D_H_UP) | V(GROUP_OFFSETS);
+    case DL_VALUE_D_ROUTER_SCORES: return V(ROUTER_SCORES) | V(TOPK_IDS) | V(D_TOPK_WEIGHTS);
+    case DL_VALUE_D_ROUTER_LOGITS: return V(ROUTER_SCORES) | V(D_ROUTER_SCORES);
+    case DL_VALUE_D_ROUTER_WEIGHT: return V(D_ROUTER_LOGITS);
+    case DL_VALUE_D_X: return V(D_X_SORTED) | V(INV_PERM) | V(D_ROUTER_LOGITS);
+    default: return 0; /* router_logits: the inputs only */
+    }
+}
+
+void *dl__mut_array(dl_moe_forward_t *f, dl_moe_backward_t *b, int s)
+{
+    return (void *)dl_value_array(f, b, (dl_value_t)s);
+}
+
+static void grouped(dl__mut_gemm_t *g, const float *lhs, int64_t K, const float *rhs,
+                    dl_rhs_layout_t lay, int64_t N)
+{
+    g->terms[g->nterms++] = (dl_gemm_term_t){lhs, K, rhs, lay};
+    g->N = N;
+}
+
+static void ragged(dl__mut_gemm_t *g, const float *a, int64_t ni, const float *b, int64_t nj)
+{
+    g->ragged = 1;
+    g->a = a, g->ni = ni, g->b = b, g->nj = nj;
+    g->out_t = DL_F32;
+}
+
+int dl__mut_gemm_of(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const dl_moe_forward_t *f,
+                    const dl_moe_backward_t *b, int s, dl__mut_gemm_t *g, int *expert)
+{
+    const int64_t d = c->hidden, ff = c->ffn, E = c->route.experts;
+    const int sw = c->ffn_kind == DL_FFN_SWIGLU;
+    memset(g, 0, sizeof *g);
+    g->off = f->group_offsets, g->E = E, g->out_t = c->dtype;
+    *expert = 1;
+    switch (s) {
+    case DL_VALUE_ROUTER_LOGITS:
+        grouped(g, in->x, d, in->router_weight, DL_RHS_KN, E);
+        break;
+    case DL_VALUE_H_GATE: grouped(g, f->x_sorted, d, in->w_gate, DL_RHS_KN, ff); break;
+    case DL_VALUE_H_UP: grouped(g, f->x_sorted, d, in->w_up, DL_RHS_KN, ff); break;
+    case DL_VALUE_Y_SORTED:
+        grouped(g, sw ? f->h_act : f->x_sorted, sw ? ff : d, in->w_down, DL_RHS_KN, d);
+        break;
+    case DL_VALUE_D_H_ACT: grouped(g, b->d_y_sorted, d, in->w_down, DL_RHS_NK, ff); break;
+    case DL_VALUE_D_X_SORTED:
+        if (sw) {
+            grouped(g, b->d_h_gate, ff, in->w_gate, DL_RHS_NK, d);
+            grouped(g, b->d_h_up, ff, in->w_up, DL_RHS_NK, d);
+        } else {
+            grouped(g, b->d_y_sorted, d, in->w_down, DL_RHS_NK, d);
+        }
+        break;
+    case DL_VALUE_D_W_DOWN:
+        ragged(g, sw ? f->h_act : f->x_sorted, sw ? ff : d, b->d_y_sorted, d);
+        break;
+    case DL_VALUE_D_W_GATE: ragged(g, f->x_sorted, d, b->d_h_gate, ff); break;
+    case DL_VALUE_D_W_UP: ragged(g, f->x_sorted, d, b->d_h_up, ff); break;
+    case DL_VALUE_D_ROUTER_WEIGHT:
+        ragged(g, in->x, d, b->d_router_logits, E);
+        break;
+    default:
+        return DL_ENOTFOUND;
+    }
+    if (s == DL_VALUE_ROUTER_LOGITS || s == DL_VALUE_D_ROUTER_WEIGHT) {
+        *expert = 0;
+        g->off = NULL, g->rows[1] = c->tokens, g->E = 1, g->out_t = DL_F32;
+    }
+    if (!sw && (s == DL_VALUE_H_GATE || s == DL_VALUE_H_UP || s == DL_VALUE_D_H_ACT ||
+                s == DL_VALUE_D_W_GATE || s == DL_VALUE_D_W_UP))
+        return DL_ENOTFOUND;
+    return 0;
+}
+
+int dl__mut_gemm_run(const dl__mut_gemm_t *g, float *out)
+{
+    const int64_t *off = g->off ? g->off : g->rows;
+    if (g->ragged)
+        return dl_gemm_ragged_k(g->a, g->ni, g->b, g->nj, off, g->E, g->out_t, out, NULL);
+    return dl_gemm_grouped(g->terms, g->nterms, g->N, off, g->E, g->out_t, out, NULL);
+}
+
+/* The routing stages that one call computes together, into scratch; the
+ * one asked for is copied out. */
+static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
+                       int s, void *dst)
+{
+    const int64_t T = c->tokens, E = c->route.experts, k = c->route.top_k, M = T * k;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M ? M : 1));
+    float *w = malloc(sizeof(float) * (size_t)(M ? M : 1));
+    int32_t *sp = malloc(sizeof(int32_t) * (size_t)(M ? M : 1)), *ip = malloc(sizeof(int32_t) * (size_t)(M ? M : 1));
+    int64_t *gs = malloc(sizeof(int64_t) * (size_t)E), *go = malloc(sizeof(int64_t) * (size_t)(E + 1));
+    int rc = DL_ENOMEM;
+    if (ids && w && sp && ip && gs && go) {
+        if (s == DL_VALUE_TOPK_IDS || s == DL_VALUE_TOPK_WEIGHTS) {
+            rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, ids, w,
+                               f->tie_margin);
+            if (!rc)
+                memcpy(dst, s == DL_VALUE_TOPK_IDS ? (void *)ids : (void *)w, 4 * (size_t)M);
+        } else {
+            rc = dl_sort_assignments(f->topk_ids, T, k, E, sp, ip, gs, go);
+            if (!rc && (s == DL_VALUE_SORT_PERM || s == DL_VALUE_INV_PERM))
+                memcpy(dst, s == DL_VALUE_SORT_PERM ? sp : ip, 4 * (size_t)M);
+            else if (!rc)
+                memcpy(dst, s == DL_VALUE_GROUP_SIZES ? gs : go,
+                       8 * (size_t)(s == DL_VALUE_GROUP_SIZES ? E : E + 1));
+        }
+    }
+    free(ids), free(w), free(sp), free(ip), free(gs), free(go);
+    return rc;
+}
+
+/* Stage s, recomputed into its array from the stored values. */
+static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
+                   dl_moe_backward_t *b, int s)
+{
+    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
+                  k = c->route.top_k, M = T * k;
+    const dl_dtype_t t = c->dtype;
+    void *dst = dl__mut_array(f, b, s);
+    dl__mut_gemm_t g;
+    int expert;
+    if (dl__mut_gemm_of(c, in, f, b, s, &g, &expert) == 0)
+        return dl__mut_gemm_run(&g, dst);
+    switch (s) {
+    case DL_VALUE_ROUTER_SCORES: return dl_route_scores(&c->route, f->router_logits, T, dst);
+    case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: case DL_VALUE_SORT_PERM:
+    case DL_VALUE_INV_PERM: case DL_VALUE_GROUP_SIZES: case DL_VALUE_GROUP_OFFSETS:
+        return route_stage(c, in, f, s, dst);
+    case DL_VALUE_X_SORTED: return dl_permute(in->x, T, d, k, f->sort_perm, dst);
+    case DL_VALUE_H_ACT: return dl_swiglu(f->h_gate, f->h_up, M * ff, t, dst);
+    case DL_VALUE_OUT: return dl_combine(f->y_sorted, f->topk_weights, f->inv_perm, T, k, d, t, dst);
+    case DL_VALUE_D_TOPK_WEIGHTS:
+        return dl_combine_backward(in->d_out, f->y_sorted, f->topk_weights, f->inv_perm, T, k, d,
+                                   t, dst, NULL);
+    case DL_VALUE_D_Y_SORTED:
+        return dl_combine_backward(in->d_out, f->y_sorted, f->topk_weights, f->inv_perm, T, k, d,
+                                   t, NULL, dst);
+    case DL_VALUE_D_H_GATE:
+        return dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, M * ff, t, dst, NULL);
+    case DL_VALUE_D_H_UP:
+        return dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, M * ff, t, NULL, dst);
+    case DL_VALUE_D_ROUTER_SCORES:
+        return dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
+                                 dst, NULL);
+    case DL_VALUE_D_ROUTER_LOGITS:
+        return dl_route_scores_backward(&c->route, f->router_scores, b->d_router_scores, T, dst);
+    case DL_VALUE_D_X:
+        return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight,
+                                 T, k, d, E, t, dst);
+    default:
+        return DL_EINVAL;
+    }
+}
+
+int dl__mut_replay(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
+                   dl_moe_backward_t *b, uint64_t dirty, uint64_t fixed)
+{
+    const int sw = c->ffn_kind == DL_FFN_SWIGLU;
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        if ((fixed & DL__BIT(s)) || !(deps(s, sw) & dirty) || !dl_value_numel(c, (dl_value_t)s))
+            continue;
+        if (dl_value_is_backward((dl_value_t)s) && !b->d_x)
+            continue; /* a forward-only golden */
+        int rc = compute(c, in, f, b, s);
+        if (rc)
+            return rc;
+        dirty |= DL__BIT(s);
+    }
+    return 0;
+}

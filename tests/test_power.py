@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""The runner's power, a slice for make check (the whole matrix is make
+check-power, tests/zoo/power/power.py). Both directions:
+
+- mutants (dropless.mutate, built in memory) of mixtral-small,
+  mixtral-small-bf16 and deepseek-v3-small: every defect whose error is far above rounding must
+  be NOT CONFORMANT where the candidate hands over the mutated stage or a
+  stage its error reaches undiminished (a sign, a zeroed row, an
+  off-by-one boundary, a dropped slot, swapped experts; bf16 accumulation
+  and TF32 products handed over staged); a dropped slot is named exactly;
+  rows reordered within an expert must be CONFORMANT. The other mutants'
+  verdicts (gains, ulps, the fused modes' survivors) are printed as TAP
+  comments: they are measurements (doc/power.md), not requirements yet.
+- the six legitimate implementations (tests/zoo/power/legit.py) on two
+  three cases x two seeds, staged and fused: CONFORMANT. The false FAILs the
+  runner gives today (issue 24 items 3 and 4, the verdicts work) are TAP
+  TODO: when they conform, the TODO passes and the entry in KNOWN must go.
+Speaks TAP."""
+import os
+import sys
+
+top_srcdir = os.environ.get("top_srcdir", ".")
+top_builddir = os.environ.get("top_builddir", ".")
+sys.path.insert(0, os.path.join(top_srcdir, "python"))
+sys.path.insert(0, os.path.join(top_srcdir, "tests", "zoo", "power"))
+sys.dont_write_bytecode = True
+os.environ.setdefault("DROPLESS_LIB", os.path.join(top_builddir, ".libs", "libdropless.so"))
+try:
+    import numpy  # noqa: F401
+    import dropless
+    import legit
+except ImportError as e:
+    print("1..1")
+    print("ok 1 # SKIP %s" % e)
+    sys.exit(0)
+
+STRONG = {"sign", "zero_row", "off_by_one", "drop_slot", "swap_experts"}
+FORWARD = {"x_sorted", "h_gate", "h_up", "h_act", "y_sorted", "out"}
+# legitimate implementations the runner FAILs today, by (implementation,
+# mode, dtype): issue 24 item 3 (a stage computed from its unrounded
+# upstream) and item 4 (bf16 values in an unlabelled fp32 container)
+KNOWN = {("swiglu-fused", "staged", "bf16"): "issue 24 item 3: h_act from unrounded h_gate, h_up",
+         ("bf16-dw-unlabelled", "staged", "bf16"): "issue 24 item 4: storage inferred from the values"}
+
+
+def must_fail(m, stage, mode, dtype):
+    """Whether a correct runner cannot miss this mutant."""
+    if mode == "staged":
+        return m in STRONG or m == "bf16_acc" or (m == "tf32" and dtype == "fp32")
+    return m in STRONG and stage in FORWARD
+
+
+class Tap:
+    def __init__(self):
+        self.n = self.fails = 0
+
+    def ok(self, cond, desc, todo=None):
+        self.n += 1
+        print("%s %d - %s%s" % ("ok" if cond else "not ok", self.n, desc, " # TODO " + todo if todo else ""))
+        if not cond and not todo:
+            self.fails += 1
+
+
+def mutants(tap, g, seed):
+    dt = g.config["dtype"]
+    killed = total = 0
+    wrong, survivors = [], []
+    for m in legit_mutations():
+        for s in g.stages():
+            for mode in ("staged", "fused", "out"):
+                r = dropless.mutant_check(g, m, s, mode, seed=seed)
+                if r is None:
+                    continue
+                rep, detail = r
+                total += 1
+                killed += not rep["conformant"]
+                if m == "reorder":
+                    tap.ok(rep["conformant"], "%s: rows reordered within the experts conform (%s)" % (g.case, mode))
+                elif must_fail(m, s, mode, dt):
+                    if rep["conformant"]:
+                        wrong.append("%s %s %s (%s)" % (m, s, mode, detail))
+                elif rep["conformant"]:
+                    survivors.append("%s %s %s" % (m, s, mode))
+                if m == "drop_slot":
+                    t, j = (int(x) for x in detail.split("(")[1].split(")")[0].split(","))
+                    tap.ok(rep["dropped"]["pairs"] == [[t, j]],
+                           "%s: the dropped slot (%d, %d) is named, %s" % (g.case, t, j, mode))
+    tap.ok(not wrong, "%s: every strong defect NOT CONFORMANT where it is visible (%d mutants; %s)" % (
+        g.case, total, "missed: " + "; ".join(wrong[:6]) if wrong else "none missed"))
+    print("# %s: %d of %d mutants NOT CONFORMANT; %d weak survivors: %s" % (
+        g.case, killed, total, len(survivors), ", ".join(survivors[:12]) + (" ..." if len(survivors) > 12 else "")))
+
+
+def files(tap):
+    """dropless.mutate writes what `dropless mutate` writes; bad input is a
+    dropless.Error and leaves nothing (or the old directory) behind."""
+    import tempfile
+    import shutil
+    tmp = tempfile.mkdtemp(prefix="dl_power.")
+    d = os.path.join(tmp, "m")
+    try:
+        with dropless.generate("mixtral-small", seed=1) as g:
+            rows = dropless.mutate(g, d, mutations=["drop_slot", "reorder"], modes="staged,out")
+            made = sorted(r.file for r in rows if r.file)
+            tap.ok(made == sorted(f for f in os.listdir(d) if f.endswith(".h5")) and made,
+                   "dropless.mutate: every manifest row's file exists (%s)" % ", ".join(made))
+            tap.ok([r.expect for r in rows if r.mutation == "reorder" and r.file] == ["pass"],
+                   "dropless.mutate: the reordering is marked expect = pass")
+            for kw, code in (({}, "DL_EEXIST"), ({"mutations": "gain,bogus", "force": True}, "DL_EINVAL"),
+                             ({"gain_p": 0, "force": True}, "DL_EINVAL")):
+                try:
+                    dropless.mutate(g, d, **kw)
+                    got = None
+                except dropless.Error as e:
+                    got = e.name
+                left = sorted(f for f in os.listdir(d) if f.endswith(".h5"))
+                tap.ok(got == code and left == made and not [f for f in os.listdir(tmp) if ".tmp-" in f],
+                       "dropless.mutate(%s): %s, the directory untouched" % (kw, code))
+    finally:
+        shutil.rmtree(tmp)
+
+
+def legit_mutations():
+    return ["gain", "sign", "zero_row", "off_by_one", "drop_slot", "swap_experts", "bf16_acc", "tf32",
+            "ulp_weights", "reorder"]
+
+
+def legits(tap, g, seed):
+    dt = g.config["dtype"]
+    for impl, *_ in legit.IMPLS:
+        st = legit.run(impl, g, seed)
+        if st is None:
+            continue
+        for mode in ("staged", "fused"):
+            outs = st if mode == "staged" else {k: st[k] for k in ("out", "d_x")}
+            rep = dropless.check(g, outs, compute_mode=dt, backend=impl)
+            why = "; ".join("%s %s" % (f.stage, f.check) for f in rep.failures[:3])
+            tap.ok(rep.conformant, "legitimate %s %s on %s seed %d: CONFORMANT%s" % (
+                impl, mode, g.case, seed, " (FAIL: %s)" % why if why else ""), KNOWN.get((impl, mode, dt)))
+
+
+def main():
+    tap = Tap()
+    files(tap)
+    for name in ("mixtral-small", "mixtral-small-bf16", "deepseek-v3-small"):
+        with dropless.generate(name, seed=1) as g:
+            mutants(tap, g, 1)
+    for name in ("mixtral-small-bf16", "deepseek-v3-small", "empty-experts-bf16"):
+        for seed in (1, 2):
+            with dropless.generate(name, seed=seed) as g:
+                legits(tap, g, seed)
+    print("1..%d" % tap.n)
+    return 1 if tap.fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

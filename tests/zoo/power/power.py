@@ -1,0 +1,319 @@
+#!/usr/bin/python3
+"""The runner's power and its false alarms, measured (doc/power.md).
+
+    power.py legit [--seeds N] [--cases A,B] [--kernel-cases A,B --kernel-seeds N]
+        the legitimate-implementations matrix (legit.py) in two modes
+        (staged: every stage; fused: out and d_x): every run must be
+        CONFORMANT; prints each false FAIL and the counts; exit 1 if any.
+    power.py kill [--seeds N] [--cases A,B]
+        the kill rate of every mutation x stage x mode (dropless.mutate)
+        and the detection floor of each handed-over stage per mode.
+    power.py doc [--seeds ...] [--write doc/power.md]
+        both; --write replaces the tables between the markers of the doc.
+
+Everything is deterministic (seeded cases, the format's PRNG for the
+mutants' picks, bit-exact checks): the same runner gives the same tables.
+Cases are generated in memory (dropless.generate), nothing is written but
+the doc.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("top_srcdir", os.path.join(HERE, "..", "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "python"))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True
+if "DROPLESS_LIB" not in os.environ:
+    os.environ["DROPLESS_LIB"] = os.path.join(os.environ.get("top_builddir", SRC), ".libs",
+                                              "libdropless.so")
+import dropless  # noqa: E402
+import legit  # noqa: E402
+
+# the small catalogue: every vectors-tier case but no-tokens (T = 0: no row
+# to mutate or compute) and plain-ffn (the kernels are SwiGLU layers)
+SMALL = ["tiny", "ties", "ties-grouped", "empty-experts", "one-hot", "single-token", "odd-shapes",
+         "zipf", "mixtral-small", "deepseek-v3-small", "grouped-max"]
+DTYPES = ["", "-bf16"]
+KERNEL = ["kernel-sizes-bf16", "kernel-t4096-bf16"]
+MODES = ["staged", "fused", "out"]
+MUTATIONS = ["gain", "sign", "zero_row", "off_by_one", "drop_slot", "swap_experts", "bf16_acc",
+             "tf32", "ulp_weights", "reorder"]
+FUSED = ("out", "d_x")
+# d = f = 512 (case files here): where bf16 accumulation and undeclared TF32
+# must be caught through out (issue 24); the GEMM mutations at the forward GEMMs
+WIDE = ["wide512", "wide512-bf16"]
+WIDE_MUTATIONS = ["off_by_one", "drop_slot", "swap_experts", "bf16_acc", "tf32", "ulp_weights"]
+WIDE_STAGES = ["h_gate", "out"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def goldens(cases, seeds):
+    """(name, seed, golden) for each case and seed 1..seeds."""
+    for name in cases:
+        for s in range(1, seeds + 1):
+            g = dropless.generate(name, seed=s)
+            yield name, s, g
+            g.close()
+
+
+def verdict(rep):
+    return "FAIL" if not rep.conformant else "PASS"
+
+
+# ------------------------------------------------------------------ legit
+
+def legit_matrix(cases, seeds, out=sys.stdout):
+    """Every implementation x case x seed x mode; returns (counts, fails):
+    counts[(impl, mode)] = [runs, false FAILs]."""
+    counts, fails = {}, []
+    for name, seed, g in goldens(cases, seeds):
+        for impl, *_ in legit.IMPLS:
+            st = legit.run(impl, g, seed)
+            if st is None:
+                continue
+            for mode in ("staged", "fused"):
+                outs = st if mode == "staged" else {k: st[k] for k in FUSED}
+                rep = dropless.check(g, outs, compute_mode=g.config["dtype"], backend=impl)
+                c = counts.setdefault((impl, mode), [0, 0])
+                c[0] += 1
+                if not rep.conformant:
+                    c[1] += 1
+                    worst = rep.failures[:3]
+                    fails.append((impl, mode, name, seed, worst))
+                    print("false FAIL: %s %s %s seed %d: %s" % (impl, mode, name, seed, "; ".join(
+                        "%s %s %s" % (f.get("stage"), f.get("check"), (f.get("message") or "")[:90])
+                        for f in worst)), file=out, flush=True)
+    return counts, fails
+
+
+def legit_table(counts, cases_desc):
+    lines = ["| implementation | mode | runs | CONFORMANT | false FAIL |", "|---|---|---|---|---|"]
+    for (impl, mode), (n, f) in sorted(counts.items(), key=lambda kv: ([r[0] for r in legit.IMPLS].index(kv[0][0]), kv[0][1])):
+        lines.append("| %s | %s | %d | %d | %d |" % (impl, mode, n, n - f, f))
+    tot = sum(n for n, _ in counts.values())
+    ff = sum(f for _, f in counts.values())
+    lines.append("")
+    lines.append("%d runs on %s: **%d false FAIL**." % (tot, cases_desc, ff))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- kill
+
+def kill_rates(cases, seeds, mutations=MUTATIONS, stages=None):
+    """kills[(mutation, stage, mode, dtype)] = [mutants, NOT CONFORMANT]."""
+    kills = {}
+    for name, seed, g in goldens(cases, seeds):
+        dt = g.config["dtype"]
+        for m in mutations:
+            for s in stages or g.stages():
+                for mode in MODES:
+                    r = dropless.mutant_check(g, m, s, mode, seed=seed)
+                    if r is None:
+                        continue
+                    k = kills.setdefault((m, s, mode, dt), [0, 0])
+                    k[0] += 1
+                    k[1] += not r[0]["conformant"]
+    return kills
+
+
+def floors(cases, seeds, p_max):
+    """The detection floor of each handed-over stage per mode and dtype: the
+    smallest 2^-p for which a gain 1 + 2^-p at that stage is NOT
+    CONFORMANT in every trial, and so is every larger gain. Found by
+    bisection over p in [1, p_max] (the kill rate falls as p grows; a p at
+    which no mutant differs from the golden counts as missed);
+    {(stage, mode, dtype): (p or None, p == p_max)}, float stages only."""
+    gold = [dropless.generate(n, seed=s) for n in cases for s in range(1, seeds + 1)]
+    out, by_dt = {}, {}
+    for g in gold:
+        by_dt.setdefault(g.config["dtype"], []).append(g)
+
+    def all_caught(gs, st, mode, p):
+        rs = [dropless.mutant_check(g, "gain", st, mode, gain_p=p, seed=g.seed) for g in gs]
+        rs = [r for r in rs if r is not None]
+        return bool(rs) and all(not r[0]["conformant"] for r in rs), bool(rs)
+
+    for dt, gs in sorted(by_dt.items()):
+        for mode in MODES:
+            stages = gs[0].stages() if mode == "staged" else (FUSED if mode == "fused" else ("out",))
+            for st in stages:
+                ok, exists = all_caught(gs, st, mode, 1)
+                if not exists:
+                    continue  # not a float stage: no gain applies
+                lo, hi = (1, p_max[dt] + 1) if ok else (0, 1)
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if all_caught(gs, st, mode, mid)[0]:
+                        lo = mid
+                    else:
+                        hi = mid
+                out[(st, mode, dt)] = (lo or None, lo == p_max[dt])
+    for g in gold:
+        g.close()
+    return out
+
+
+def pct(k):
+    n, c = k
+    return "%d/%d" % (c, n) if n else "-"
+
+
+def kill_table(kills):
+    dts = sorted({k[3] for k in kills}, key=lambda t: t != "fp32")
+    head = "| mutation | stage | " + " | ".join("%s %s" % (m, d) for d in dts for m in MODES) + " |"
+    lines = [head, "|---|---|" + "---|" * (len(dts) * len(MODES))]
+    stage_order = dropless.stage_names()
+    keys = sorted({(k[0], k[1]) for k in kills}, key=lambda x: (MUTATIONS.index(x[0]), stage_order.index(x[1])))
+    for m, s in keys:
+        cells = [pct(kills.get((m, s, mode, d), [0, 0])) for d in dts for mode in MODES]
+        lines.append("| %s | %s | %s |" % (m, s, " | ".join(cells)))
+    # per mutation x mode totals
+    lines.append("")
+    lines.append("| mutation | " + " | ".join("%s %s" % (m, d) for d in dts for m in MODES) + " |")
+    lines.append("|---|" + "---|" * (len(dts) * len(MODES)))
+    for m in MUTATIONS:
+        cells = []
+        for d in dts:
+            for mode in MODES:
+                n = sum(v[0] for k, v in kills.items() if k[0] == m and k[2] == mode and k[3] == d)
+                c = sum(v[1] for k, v in kills.items() if k[0] == m and k[2] == mode and k[3] == d)
+                cells.append("%d/%d (%.0f%%)" % (c, n, 100.0 * c / n) if n else "-")
+        lines.append("| %s | %s |" % (m, " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def floor_table(fl):
+    dts = sorted({k[2] for k in fl}, key=lambda t: t != "fp32")
+    lines = ["| stage | " + " | ".join("%s %s" % (m, d) for d in dts for m in MODES) + " |",
+             "|---|" + "---|" * (len(dts) * len(MODES))]
+    for st in dropless.stage_names():
+        if not any(k[0] == st for k in fl):
+            continue
+        cells = []
+        for d in dts:
+            u = 24 if d == "fp32" else 8  # significand bits: u = 2^-bits
+            for mode in MODES:
+                if (st, mode, d) not in fl:
+                    cells.append("")
+                    continue
+                p, capped = fl[(st, mode, d)]
+                cells.append("> 2^-1" if p is None else "%s2^-%d (%s u)" % (
+                    "<= " if capped else "", p, fmt_u(2.0 ** (u - p))))
+        lines.append("| %s | %s |" % (st, " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def fmt_u(x):
+    return "%d" % x if x >= 1 else "%.2g" % x
+
+
+# -------------------------------------------------------------------- doc
+
+def runner_commit():
+    try:
+        return subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def replace_block(text, tag, body):
+    a, b = "<!-- %s begin -->" % tag, "<!-- %s end -->" % tag
+    i, j = text.index(a), text.index(b)
+    return text[:i + len(a)] + "\n" + body.strip() + "\n" + text[j:]
+
+
+def write_blocks(path, blocks):
+    """Replaces the blocks in the doc at path, under a lock: `legit` and
+    `kill` may run at once and each writes its own blocks."""
+    import fcntl
+    with open(path + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        text = open(path).read()
+        for tag, body in blocks.items():
+            text = replace_block(text, tag, body)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    os.remove(path + ".lock")
+    log("wrote %s" % path)
+
+
+def do_legit(a, cases, kcases):
+    """The legit blocks: the small catalogue's (seeds > 0) and the kernel
+    tier's (kernel seeds > 0), each with the runner commit."""
+    blocks, bad = {}, 0
+    meta = "Measured by `tests/zoo/power/power.py legit` on runner commit `%s`." % runner_commit()
+    parts = [("power-legit", cases, a.seeds, "%d small cases (%s; fp32 and bf16)" % (
+        len(cases) // 2, ", ".join(a.cases.split(",")))),
+             ("power-legit-kernel", kcases, a.kernel_seeds, ", ".join(kcases))]
+    for tag, cs, seeds, desc in parts:
+        if not cs or seeds <= 0:
+            continue
+        counts, fails = legit_matrix(cs, seeds)
+        bad += len(fails)
+        blocks[tag] = legit_table(counts, "%s x %d seeds" % (desc, seeds)) + "\n\n" + meta
+    return blocks, bad
+
+
+def do_kill(a, cases):
+    """The kill blocks named in a.parts (kill, wide, floor) and their meta."""
+    blocks, said = {}, {}
+    if "kill" in a.parts:
+        blocks["power-kill"] = kill_table(kill_rates(cases, a.kill_seeds))
+        said["kill"] = "kill rates over %d seeds of %s" % (a.kill_seeds, ", ".join(cases))
+    wide = [os.path.join(HERE, w + ".case") for w in a.wide_cases.split(",") if w]
+    if "wide" in a.parts and wide:
+        blocks["power-wide"] = kill_table(kill_rates(wide, 1, mutations=WIDE_MUTATIONS, stages=WIDE_STAGES))
+        said["wide"] = "the d = f = 512 cases (%s) over 1 seed" % a.wide_cases
+    if "floor" in a.parts:
+        blocks["power-floor"] = floor_table(floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12}))
+        said["floor"] = "floors over %d seeds of %s (%d trials per cell)" % (
+            a.floor_seeds, ", ".join(cases), a.floor_seeds * len(cases) // 2)
+    for tag, what in said.items():
+        blocks["power-meta-" + tag] = "Measured by `tests/zoo/power/power.py kill` on runner commit `%s`: %s." % (
+            runner_commit(), what)
+    return blocks
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["legit", "kill", "doc"])
+    ap.add_argument("--seeds", type=int, default=20, help="seeds of the legit matrix")
+    ap.add_argument("--kill-seeds", type=int, default=3, help="seeds of the kill rates")
+    ap.add_argument("--floor-seeds", type=int, default=3, help="seeds of the detection floors")
+    ap.add_argument("--cases", default=",".join(SMALL), help="base cases (fp32 and -bf16 of each)")
+    ap.add_argument("--kernel-cases", default=",".join(KERNEL))
+    ap.add_argument("--kernel-seeds", type=int, default=20)
+    ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
+    ap.add_argument("--parts", default="kill,wide,floor", help="kill: which tables")
+    ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
+    a = ap.parse_args()
+    cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
+    kcases = [c for c in a.kernel_cases.split(",") if c]
+    t0 = time.time()
+    blocks, bad = {}, 0
+    if a.what in ("legit", "doc"):
+        b, bad = do_legit(a, cases, kcases)
+        blocks.update(b)
+        log("legit matrix: %d false FAIL (%.0f s)" % (bad, time.time() - t0))
+    if a.what in ("kill", "doc"):
+        blocks.update(do_kill(a, cases))
+        log("kill rates and floors (%.0f s)" % (time.time() - t0))
+    for body in blocks.values():
+        print(body + "\n")
+    if a.write:
+        write_blocks(a.write, blocks)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
