@@ -39,8 +39,27 @@ FORWARD = {"x_sorted", "h_gate", "h_up", "h_act", "y_sorted", "out"}
 # legitimate implementations the runner FAILs today, by (implementation,
 # mode, dtype): issue 24 item 3 (a stage computed from its unrounded
 # upstream) and item 4 (bf16 values in an unlabelled fp32 container)
-KNOWN = {("swiglu-fused", "staged", "bf16"): "issue 24 item 3: h_act from unrounded h_gate, h_up",
-         ("bf16-dw-unlabelled", "staged", "bf16"): "issue 24 item 4: storage inferred from the values"}
+KNOWN = {}
+
+
+def flagged(rep, stage):
+    """Whether the report flags stage although the verdict is CONFORMANT:
+    a WARN of the second chained level (issue 24 item 3: off its own stored
+    upstream, within the bound from the exact inputs), or the NOTE that its
+    storage was inferred coarser than the case's (item 4). A staged mutant
+    whose defect is one stage's arithmetic can hide there on a small case:
+    bf16 accumulation at small K is the size of the upstream's rounding,
+    which a kernel that consumed its upstream unrounded also shows, and a
+    bf16 accumulator's fp32 output lies on the bf16 grid, as a correct
+    result stored in bf16 does. Such a mutant is counted as flagged, never
+    silent (doc/power.md)."""
+    for c in rep["checks"]:
+        msg = c.get("message") or ""
+        if c.get("stage") == stage and (
+                (c.get("verdict") == "WARN" and "not with its own stored upstream" in msg) or
+                (c.get("check") == "storage" and "inferred" in msg)):
+            return True
+    return False
 
 
 def must_fail(m, stage, mode, dtype):
@@ -64,7 +83,7 @@ class Tap:
 def mutants(tap, g, seed):
     dt = g.config["dtype"]
     killed = total = 0
-    wrong, survivors = [], []
+    wrong, survivors, hidden = [], [], []
     for m in legit_mutations():
         for s in g.stages():
             for mode in ("staged", "fused", "out"):
@@ -77,7 +96,9 @@ def mutants(tap, g, seed):
                 if m == "reorder":
                     tap.ok(rep["conformant"], "%s: rows reordered within the experts conform (%s)" % (g.case, mode))
                 elif must_fail(m, s, mode, dt):
-                    if rep["conformant"]:
+                    if rep["conformant"] and flagged(rep, s):
+                        hidden.append("%s %s %s" % (m, s, mode))
+                    elif rep["conformant"]:
                         wrong.append("%s %s %s (%s)" % (m, s, mode, detail))
                 elif rep["conformant"]:
                     survivors.append("%s %s %s" % (m, s, mode))
@@ -85,8 +106,10 @@ def mutants(tap, g, seed):
                     t, j = (int(x) for x in detail.split("(")[1].split(")")[0].split(","))
                     tap.ok(rep["dropped"]["pairs"] == [[t, j]],
                            "%s: the dropped slot (%d, %d) is named, %s" % (g.case, t, j, mode))
-    tap.ok(not wrong, "%s: every strong defect NOT CONFORMANT where it is visible (%d mutants; %s)" % (
-        g.case, total, "missed: " + "; ".join(wrong[:6]) if wrong else "none missed"))
+    tap.ok(not wrong, "%s: every strong defect NOT CONFORMANT where it is visible, or WARNed by the "
+           "second chained level (%d mutants; %s; %d WARN only: %s)" % (
+               g.case, total, "missed: " + "; ".join(wrong[:6]) if wrong else "none missed",
+               len(hidden), ", ".join(hidden[:6]) or "none"))
     print("# %s: %d of %d mutants NOT CONFORMANT; %d weak survivors: %s" % (
         g.case, killed, total, len(survivors), ", ".join(survivors[:12]) + (" ..." if len(survivors) > 12 else "")))
 
