@@ -422,7 +422,7 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
          * FLT_MAX it is infinite, which no stage accepts */
         if (parse_double(v, &c->config.route.scaling) || !(c->config.route.scaling > 0) ||
             c->config.route.scaling > FLT_MAX)
-            WHY("scaling must be a number in (0, %.8g] (finite in fp32), got '%.40s'",
+            WHY("scaling must be a number in (0, %.17g] (FLT_MAX: finite in fp32), got '%.40s'",
                 (double)FLT_MAX, v);
         return 0;
     case K_ZIPF:
