@@ -325,7 +325,7 @@ def t_no_overwrite():
             assert json.load(f)["case"] == "tiny"
         sub = os.path.join(d, "dir.json")
         os.mkdir(sub)
-        one_line_exit2(["tiny", "--json", sub, "--force"], where="not a regular file")
+        one_line_exit2(["tiny", "--json", sub, "--force"], where="not replaced")
         assert sorted(os.listdir(d)) == ["dir.json", "r.json"]
 
 

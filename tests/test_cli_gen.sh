@@ -42,10 +42,12 @@ check "gen --dtype bf16 renames the case" \
     'run 0 gen tiny --dtype bf16 -d "$T" && [ -s "$T/tiny-bf16.h5" ] &&
      "$DL" info "$T/tiny-bf16.h5" | grep -q "dtype = bf16"'
 check "gen -o with two cases: exit 2" 'run 2 gen tiny ties -o "$T/x.h5" && [ ! -e "$T/x.h5" ]'
-check "gen into a missing directory: exit 1, nothing left" \
-    'mkdir "$T/d" && run 1 gen tiny -d "$T/d/missing" && one_line_err && [ -z "$(ls -A "$T/d")" ]'
-check "gen where the directory is a file: exit 1" \
-    ': >"$T/afile" && run 1 gen tiny -d "$T/afile" && one_line_err'
+# a directory that is not there is a bad argument, refused before any work
+# (exit 2, as check's report paths; issue 29)
+check "gen into a missing directory: exit 2, nothing left" \
+    'mkdir "$T/d" && run 2 gen tiny -d "$T/d/missing" && one_line_err && [ -z "$(ls -A "$T/d")" ]'
+check "gen where the directory is a file: exit 2" \
+    ': >"$T/afile" && run 2 gen tiny -d "$T/afile" && one_line_err'
 check "gen --no-backward: /backward absent" \
     'run 0 gen tiny --no-backward -o "$T/nb.h5" && "$DL" info "$T/nb.h5" | grep -q "^  /backward: absent"'
 check "gen no-tokens: zero-row datasets" \

@@ -280,6 +280,43 @@ DL_EXTERN int dl_golden_write_candidate(const char *path, const dl_golden_file_t
  * or symbolic link is never replaced), DL_EIO, with a one-line message. */
 DL_EXTERN int dl_golden_check_output(const char *path, int force, char *err, size_t errlen);
 
+/* A command's files (doc/cli.md, "Output files"), told apart by identity
+ * (st_dev and st_ino, so ./x, d/../x, hard and symbolic links are one file;
+ * an output that does not exist yet by its resolved path), before the
+ * work. dl_golden_output_input registers an input: no output of this
+ * process replaces it, not even with force (a missing input is skipped:
+ * its reader says why). dl_golden_output_reserve applies the rules of
+ * dl_golden_check_output, refuses an input and another reserved output
+ * (DL_EEXIST), and reserves path: a name that does not exist is created,
+ * empty, with O_EXCL (a concurrent writer is refused at once), and the
+ * writers of this library rename the finished file over it.
+ * dl_golden_output_release removes the placeholders no file replaced (call
+ * it before exiting; SIGINT, SIGTERM and SIGHUP remove them too). Errors:
+ * DL_EINVAL (empty path, too many files), DL_EEXIST, DL_EIO, DL_ENOMEM,
+ * with a one-line message. */
+DL_EXTERN int dl_golden_output_input(const char *path);
+DL_EXTERN int dl_golden_output_reserve(const char *path, int force, char *err, size_t errlen);
+DL_EXTERN void dl_golden_output_release(void);
+
+/* A plain output file (a plot, a JSON document) under the same rules:
+ * open creates the temporary beside path (written through its fd, or by
+ * another process through its name), commit publishes it and frees o
+ * (0, DL_EEXIST, DL_EIO), abort removes it and frees o. */
+typedef struct dl_golden_output dl_golden_output_t;
+DL_EXTERN int dl_golden_output_open(const char *path, int force, dl_golden_output_t **o,
+                                    char *err, size_t errlen);
+DL_EXTERN int dl_golden_output_fd(const dl_golden_output_t *o);
+DL_EXTERN const char *dl_golden_output_tmp(const dl_golden_output_t *o);
+DL_EXTERN int dl_golden_output_commit(dl_golden_output_t *o, char *err, size_t errlen);
+DL_EXTERN void dl_golden_output_abort(dl_golden_output_t *o);
+
+/* What dl_golden_gen_file and dl_golden_gen_stream refuse before any work
+ * but the output path: the configuration, opts->ep_ranks (each must
+ * divide E) and the expert range. For a command that checks every case
+ * before it writes the first. 0 or DL_EINVAL with a one-line message. */
+DL_EXTERN int dl_golden_gen_check(const dl_case_t *c, const dl_golden_gen_opts_t *opts, char *err,
+                                  size_t errlen);
+
 /* Seals the file at path: writes the SHA-256 of every byte after the first
  * 512 into that 512-byte HDF5 user block (doc/format.md, "Seal").
  * dl_golden_write seals every file; this is for tools that edit a golden

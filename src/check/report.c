@@ -231,6 +231,15 @@ static void fig(char *buf, size_t n, double x)
         snprintf(buf, n, "%.3g", x);
 }
 
+/* An unsealed golden file (a "golden_seal" WARN line, added by the
+ * command) is said again under the header, where it cannot be missed. */
+static void write_seal_banner(FILE *f, const dl_check_report_t *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->results[i].verdict == DL_VERDICT_WARN && !strcmp(r->results[i].check, "golden_seal"))
+            fprintf(f, "WARNING: %s\n", r->results[i].message);
+}
+
 static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
 {
     const int col = (flags & DL_REPORT_COLOUR) != 0;
@@ -238,6 +247,7 @@ static void write_table_one(FILE *f, const dl_check_report_t *r, unsigned flags)
     counts(r, c);
     fprintf(f, "dropless check: case %s, backend %s%s%s, profile %s\n", r->case_name, r->backend,
             r->backend_version[0] ? " " : "", r->backend_version, r->profile);
+    write_seal_banner(f, r);
     fprintf(f, "%-16s %-14s %-7s %9s %9s %9s %12s  %s\n", "stage", "check", "verdict", "err/PASS",
             "ulp", "over", "worst", "message");
     size_t nskip = 0;

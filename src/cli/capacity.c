@@ -263,6 +263,7 @@ static void defaults(opts_t *o)
 typedef struct {
     dl_case_t c;
     int golden;          /* the input is a golden file: its routing is its topk_ids */
+    int catalogue;       /* the input is a catalogue case, no file */
     dl_golden_file_t g;
 } input_t;
 
@@ -276,10 +277,14 @@ static int load_input(const char *arg, input_t *in)
 {
     char err[512];
     memset(in, 0, sizeof *in);
-    if (dl_case_find(arg, &in->c) == 0)
+    if (dl_case_find(arg, &in->c) == 0) {
+        in->catalogue = 1;
         return 0;
+    }
     if (has_suffix(arg, ".h5") || has_suffix(arg, ".hdf5")) {
-        if (dl_golden_load(arg, &in->g, err, sizeof err)) {
+        /* parsed in a child process first unless sealed: HDF5 can hang or
+         * crash on a damaged file (doc/cli.md, "Untrusted files") */
+        if (dl_golden_load_isolated(arg, NULL, dl_cli_preflight_seconds(), &in->g, err, sizeof err)) {
             fprintf(stderr, ME ": %s\n", err);
             return DL_EXIT_USAGE;
         }
@@ -560,79 +565,70 @@ static void write_json(FILE *f, const opts_t *o, const input_t *in, const series
 
 /* --------------------------------------------------------------- files */
 
-/* An output may be created, or replaced with --force if it is a regular
- * file. 0 or the exit status (after one line on stderr). */
-static int out_ok(const char *path, int force)
+/* The outputs, reserved before the work (doc/cli.md, "Output files"):
+ * never the input file, never both options on one file. 0 or the exit
+ * status (after one line on stderr). */
+static int reserve(const char *opt, const char *path, int force)
 {
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return errno == ENOENT ? 0 : (fprintf(stderr, ME ": %s: %s\n", path, strerror(errno)), 2);
-    if (!S_ISREG(st.st_mode)) {
-        fprintf(stderr, ME ": %s: exists and is not a regular file\n", path);
+    char err[512];
+    if (!*path) {
+        fprintf(stderr, ME ": %s needs a file name\n", opt);
         return DL_EXIT_USAGE;
     }
-    if (!force) {
-        fprintf(stderr, ME ": %s: exists (use --force to overwrite)\n", path);
+    if (dl_golden_output_reserve(path, force, err, sizeof err)) {
+        fprintf(stderr, ME ": %s: %s\n", opt, err);
         return DL_EXIT_USAGE;
     }
     return 0;
 }
 
-/* A temporary file beside path (*tmp malloc'ed), or -1. */
-static int tmp_beside(const char *path, char **tmp)
+/* A temporary beside path (or NULL after one line on stderr). */
+static dl_golden_output_t *open_out(const char *path, int force)
 {
-    size_t n = strlen(path) + 16;
-    *tmp = malloc(n);
-    if (!*tmp)
-        return -1;
-    snprintf(*tmp, n, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(*tmp);
-    if (fd < 0) {
-        free(*tmp);
-        *tmp = NULL;
-    } else {
-        (void)fchmod(fd, 0644);
+    char err[512];
+    dl_golden_output_t *out;
+    if (dl_golden_output_open(path, force, &out, err, sizeof err)) {
+        fprintf(stderr, ME ": %s\n", err);
+        return NULL;
     }
-    return fd;
+    return out;
 }
 
-/* Moves the finished tmp onto path: without force by link (never over an
- * existing file, even one created meanwhile), with force by rename. */
-static int commit(char *tmp, const char *path, int force)
+/* Publishes the finished temporary; 0 or the exit status. */
+static int commit(dl_golden_output_t *out)
 {
-    int rc = out_ok(path, force);
-    if (!rc && (force ? rename(tmp, path) : link(tmp, path)) != 0) {
-        fprintf(stderr, ME ": %s: %s\n", path, strerror(errno));
-        rc = errno == EEXIST ? DL_EXIT_USAGE : DL_EXIT_FAIL;
-    }
-    if (rc || !force)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    char err[512];
+    int rc = dl_golden_output_commit(out, err, sizeof err);
+    if (rc)
+        fprintf(stderr, ME ": %s\n", err);
+    return rc == 0 ? 0 : rc == DL_EEXIST ? DL_EXIT_USAGE : DL_EXIT_FAIL;
 }
 
 static int save_json(const opts_t *o, const input_t *in, const series_t *s, int ns)
 {
     if (strcmp(o->json, "-") == 0) {
         write_json(stdout, o, in, s, ns);
-        return fflush(stdout) ? DL_EXIT_FAIL : 0;
+        return 0; /* stdout's errors are main's to report, once */
     }
-    char *tmp;
-    int fd = tmp_beside(o->json, &tmp);
+    dl_golden_output_t *out = open_out(o->json, o->force);
+    if (!out)
+        return DL_EXIT_FAIL;
+    int fd = dup(dl_golden_output_fd(out));
     FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
     if (!f) {
         fprintf(stderr, ME ": %s: cannot write: %s\n", o->json, strerror(errno));
         if (fd >= 0)
-            close(fd), unlink(tmp), free(tmp);
+            close(fd);
+        dl_golden_output_abort(out);
         return DL_EXIT_FAIL;
     }
     write_json(f, o, in, s, ns);
     if ((ferror(f) | fclose(f)) != 0) {
-        fprintf(stderr, ME ": %s: write error\n", o->json);
-        unlink(tmp), free(tmp);
+        fprintf(stderr, ME ": %s: write error: %s\n", o->json, strerror(errno));
+        dl_golden_output_abort(out);
         return DL_EXIT_FAIL;
     }
-    return commit(tmp, o->json, o->force);
+    return commit(out);
 }
 
 /* ---------------------------------------------------------------- plot */
@@ -693,12 +689,12 @@ static int save_plot(const opts_t *o, const input_t *in, const series_t *s, int 
     snprintf(jpath, sizeof jpath, "%s/dropless-capacity-XXXXXX", tdir && *tdir ? tdir : "/tmp");
     int jfd = mkstemp(jpath);
     FILE *jf = jfd < 0 ? NULL : fdopen(jfd, "w");
-    char *tmp = NULL;
-    int ofd = jf ? tmp_beside(o->plot, &tmp) : -1, rc = DL_EXIT_FAIL;
-    if (!jf || ofd < 0) {
-        fprintf(stderr, ME ": %s: cannot write: %s\n", jf ? o->plot : jpath, strerror(errno));
-    } else {
-        close(ofd);
+    dl_golden_output_t *out = NULL;
+    int rc = DL_EXIT_FAIL;
+    if (!jf) {
+        fprintf(stderr, ME ": %s: cannot write: %s\n", jpath, strerror(errno));
+    } else if ((out = open_out(o->plot, o->force)) != NULL) {
+        const char *tmp = dl_golden_output_tmp(out);
         write_json(jf, o, in, s, ns);
         char why[600];
         const char *fmt = has_suffix(o->plot, ".svg") ? "svg" : "png";
@@ -710,7 +706,7 @@ static int save_plot(const opts_t *o, const input_t *in, const series_t *s, int 
         else if (stat(tmp, &st) != 0 || st.st_size == 0)
             fprintf(stderr, ME ": %s: the plotting script wrote nothing\n", o->plot);
         else
-            rc = commit(tmp, o->plot, o->force), tmp = NULL;
+            rc = commit(out), out = NULL;
     }
     if (jf)
         fclose(jf);
@@ -718,8 +714,7 @@ static int save_plot(const opts_t *o, const input_t *in, const series_t *s, int 
         close(jfd);
     if (jfd >= 0)
         unlink(jpath);
-    if (tmp)
-        unlink(tmp), free(tmp);
+    dl_golden_output_abort(out);
     return rc;
 }
 
@@ -774,8 +769,10 @@ int dl_cli_capacity(int argc, char **argv)
                 rc = DL_EXIT_USAGE;
                 goto done;
             }
-    if ((o->json && strcmp(o->json, "-") != 0 && (rc = out_ok(o->json, o->force))) ||
-        (o->plot && (rc = out_ok(o->plot, o->force))))
+    if (!in->catalogue)
+        dl_golden_output_input(o->input);
+    if ((o->json && strcmp(o->json, "-") != 0 && (rc = reserve("--json", o->json, o->force))) ||
+        (o->plot && (rc = reserve("--plot", o->plot, o->force))))
         goto done;
     s = calloc((size_t)(o->nrouting * o->ntokens), sizeof *s);
     if (!s) {

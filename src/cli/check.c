@@ -27,7 +27,7 @@ unsigned dl_cli_preflight_seconds(void)
 
 typedef struct {
     const char *profile, *json, *junit, *stages, *require, *out;
-    int all, force, forward_only, strict_storage;
+    int all, force, forward_only, strict_storage, sealed_golden;
     const dl_check_profile_t *per_stage[DL_VALUE_COUNT]; /* from --profile PART=NAME,... */
     double time_limit;
     double false_alarm; /* --false-alarm P; 0: the library's default */
@@ -55,6 +55,7 @@ static void check_usage(FILE *f)
             "  --json FILE      write the report as JSON ('-': stdout, instead of the table)\n"
             "  --junit FILE     write the report as JUnit XML ('-': stdout)\n"
             "  --force          replace existing report files\n"
+            "  --require-sealed-golden  an unsealed golden file is an error (exit 2)\n"
             "  --all            list SKIP lines in the table too\n"
             "exit status: 0 conformant, 1 not conformant, 2 usage error or unreadable input\n");
 }
@@ -70,7 +71,7 @@ static void run_usage(FILE *f)
             "  --out FILE       write the (single) backend's outputs as a candidate file\n"
             "  --force          replace --out and report files if they exist\n"
             "  --require LIST   stages every backend must provide (a missing one FAILs)\n"
-            "  --json FILE, --junit FILE, --all   as for 'dropless check'\n"
+            "  --json FILE, --junit FILE, --all, --require-sealed-golden   as for 'dropless check'\n"
             "exit status: 0 every backend conformant, 1 some backend not conformant,\n"
             "             2 usage error or unreadable input\n",
             DL_RUN_DEFAULT_TIME_LIMIT_S);
@@ -79,7 +80,7 @@ static void run_usage(FILE *f)
 static int parse(int argc, char **argv, opts_t *o, int is_run)
 {
     enum { O_PROFILE = 1, O_JSON, O_JUNIT, O_STAGES, O_ALL, O_BACKEND, O_LIMIT, O_FWD, O_OUT,
-           O_FORCE, O_HELP, O_REQUIRE, O_STRICT_STORAGE, O_FALSE_ALARM };
+           O_FORCE, O_HELP, O_REQUIRE, O_STRICT_STORAGE, O_FALSE_ALARM, O_SEALED };
     static const struct option longopts[] = {
         {"profile", required_argument, 0, O_PROFILE}, {"json", required_argument, 0, O_JSON},
         {"junit", required_argument, 0, O_JUNIT},     {"stages", required_argument, 0, O_STAGES},
@@ -89,6 +90,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         {"help", no_argument, 0, O_HELP},             {"require", required_argument, 0, O_REQUIRE},
         {"strict-storage", no_argument, 0, O_STRICT_STORAGE},
         {"false-alarm", required_argument, 0, O_FALSE_ALARM},
+        {"require-sealed-golden", no_argument, 0, O_SEALED},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     optind = 1;
@@ -115,6 +117,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
             }
             break;
         }
+        case O_SEALED: o->sealed_golden = 1; break;
         case O_ALL: o->all = 1; break;
         case O_FWD: o->forward_only = 1; break;
         case O_OUT: o->out = optarg; break;
@@ -161,6 +164,12 @@ static int parse_stage_list(const char *cmd, const char *opt, const char *list, 
         dl_value_t v;
         if (dl_value_parse(tok, &v) != 0 || v == DL_VALUE_NONE || (int)v < 0 || (int)v >= 64) {
             const char *near = dl_golden_nearest_dataset(tok, NULL);
+            if (near && !strcmp(strrchr(near, '/') + 1, tok)) {
+                fprintf(stderr, "dropless %s: --%s: '%s' is a dataset of the golden file (%s) "
+                        "but not a stage the checker judges\n", cmd, opt, tok, near);
+                free(copy);
+                return DL_EINVAL;
+            }
             fprintf(stderr, "dropless %s: --%s: unknown stage '%s'%s%s%s\n", cmd, opt, tok,
                     near ? " (did you mean " : "", near ? strrchr(near, '/') + 1 : "",
                     near ? "?)" : "");
@@ -226,45 +235,45 @@ typedef struct {
     dl_report_out_t *json, *junit;
 } reports_t;
 
-static int same_file(const char *a, const char *b)
+/* An output path must be non-empty, and is reserved at once: not an input
+ * of the command (--force or not: the golden file is not a scratch file),
+ * not another of its outputs, by file identity (doc/cli.md). */
+static int output_ok(const char *cmd, const char *opt, const char *path, int force)
 {
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* An output path must be non-empty and must not be one of the inputs
- * (--force or not): the golden file is not a scratch file. */
-static int output_ok(const char *cmd, const char *opt, const char *path, const char *const *inputs,
-                     int ninputs)
-{
+    char err[512];
     if (!*path) {
         fprintf(stderr, "dropless %s: %s needs a file name%s\n", cmd, opt,
                 strcmp(opt, "--out") ? " ('-' for stdout)" : "");
         return DL_EXIT_USAGE;
     }
-    for (int i = 0; i < ninputs; i++)
-        if (strcmp(path, "-") && same_file(path, inputs[i])) {
-            fprintf(stderr, "dropless %s: %s: is an input of this command, not replaced\n", cmd, path);
-            return DL_EXIT_USAGE;
-        }
+    if (strcmp(path, "-") && dl_golden_output_reserve(path, force, err, sizeof err)) {
+        fprintf(stderr, "dropless %s: %s: %s\n", cmd, opt, err);
+        return DL_EXIT_USAGE;
+    }
     return 0;
 }
 
-static int open_reports(const opts_t *o, const char *cmd, const char *const *inputs, int ninputs,
-                        reports_t *rp)
+/* The command's inputs, which no output replaces. */
+static void register_inputs(const char *const *inputs, int n)
+{
+    for (int i = 0; i < n; i++)
+        dl_golden_output_input(inputs[i]);
+}
+
+static int open_reports(const opts_t *o, const char *cmd, reports_t *rp)
 {
     memset(rp, 0, sizeof *rp);
     const char *paths[2] = {o->json, o->junit}, *names[2] = {"--json", "--junit"};
     dl_report_out_t **outs[2] = {&rp->json, &rp->junit};
-    if (o->json && o->junit && !strcmp(o->json, o->junit)) {
-        fprintf(stderr, "dropless %s: --json and --junit name the same file '%s'\n", cmd, o->json);
+    if (o->json && o->junit && !strcmp(o->json, "-") && !strcmp(o->junit, "-")) {
+        fprintf(stderr, "dropless %s: --json and --junit both name standard output\n", cmd);
         return DL_EXIT_USAGE;
     }
     for (int i = 0; i < 2; i++) {
         if (!paths[i])
             continue;
         char err[512];
-        int rc = output_ok(cmd, names[i], paths[i], inputs, ninputs);
+        int rc = output_ok(cmd, names[i], paths[i], o->force);
         if (!rc && dl_report_open(paths[i], o->force ? DL_REPORT_FORCE : 0, outs[i], err, sizeof err)) {
             fprintf(stderr, "dropless %s: %s\n", cmd, err);
             rc = DL_EXIT_USAGE;
@@ -312,12 +321,21 @@ static int emit(const opts_t *o, const char *cmd, reports_t *rp, const dl_check_
     return status;
 }
 
-static int load_golden(const char *cmd, const char *path, dl_golden_file_t *g)
+/* The golden file, parsed in a child unless sealed; with require_sealed
+ * an unsealed one is refused. */
+static int load_golden(const char *cmd, const char *path, int require_sealed, dl_golden_file_t *g)
 {
     char err[512];
     int rc = dl_golden_load_isolated(path, NULL, dl_cli_preflight_seconds(), g, err, sizeof err);
     if (rc) {
         fprintf(stderr, "dropless %s: %s\n", cmd, err);
+        return DL_EXIT_USAGE;
+    }
+    if (require_sealed && g->sealed != 1) {
+        fprintf(stderr, "dropless %s: %s: the golden file is not sealed (no SHA-256 seal that "
+                "verifies: edited or not written by dropless), refused (--require-sealed-golden)\n",
+                cmd, path);
+        dl_golden_free(g);
         return DL_EXIT_USAGE;
     }
     if (!g->has_inputs || !g->has_forward) {
@@ -344,6 +362,19 @@ static void note_provenance(dl_check_report_t *rep, const dl_golden_file_t *g,
                  cand->seed, g->seed);
         dl_check_report_add(rep, DL_VALUE_NONE, "provenance", DL_VERDICT_WARN, msg);
     }
+}
+
+/* An unsealed golden file (edited, or written by another tool) is a WARN
+ * in the report, since its values decide every verdict; a sealed one, the
+ * files dropless writes, adds nothing (the reports of the Python package,
+ * which checks objects, stay the same). */
+static void note_golden_seal(dl_check_report_t *rep, const dl_golden_file_t *g)
+{
+    if (g->sealed != 1)
+        dl_check_report_add(rep, DL_VALUE_NONE, "golden_seal", DL_VERDICT_WARN,
+                            "the golden file is NOT sealed: its values are not protected against "
+                            "editing or damage, and decide every verdict (--require-sealed-golden "
+                            "refuses it)");
 }
 
 /* The loader's findings that are no verdict: datasets no value of the case
@@ -431,6 +462,7 @@ static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t re
         return rc == DL_ENOMEM ? DL_EXIT_FAIL : DL_EXIT_USAGE;
     }
     note_provenance(rep, g, cand);
+    note_golden_seal(rep, g);
     return 0;
 }
 
@@ -441,7 +473,8 @@ int dl_cli_check(int argc, char **argv)
     if (rc)
         return rc < 0 ? DL_EXIT_OK : rc;
     if (argc - optind != 2) {
-        check_usage(stderr);
+        fprintf(stderr, "dropless check: needs GOLDEN.h5 CANDIDATE.h5, %d file%s given "
+                "(try 'dropless check --help')\n", argc - optind, argc - optind == 1 ? "" : "s");
         return DL_EXIT_USAGE;
     }
     const char *gpath = argv[optind], *cpath = argv[optind + 1];
@@ -454,11 +487,12 @@ int dl_cli_check(int argc, char **argv)
     if ((o.stages && parse_stage_list("check", "stages", o.stages, &want)) ||
         (o.require && parse_stage_list("check", "require", o.require, &require)))
         return DL_EXIT_USAGE;
-    if ((rc = open_reports(&o, "check", inputs, 2, &reports)))
+    register_inputs(inputs, 2);
+    if ((rc = open_reports(&o, "check", &reports)))
         return rc;
     dl_golden_file_t g, cand;
     memset(&cand, 0, sizeof cand);
-    if ((rc = load_golden("check", gpath, &g))) {
+    if ((rc = load_golden("check", gpath, o.sealed_golden, &g))) {
         discard_reports(&reports);
         return rc;
     }
@@ -599,11 +633,13 @@ static int run_one(const opts_t *o, const char *backend, const dl_check_profile_
         return rc == DL_ENOMEM ? DL_EXIT_FAIL : DL_EXIT_USAGE;
     }
     add_diagnostics(rep, &res);
+    note_golden_seal(rep, g);
     dl_run_result_free(&res);
     return 0;
 }
 
-/* What can be refused before any plugin runs: the plugin files, --out. */
+/* What can be refused before any plugin runs: the plugin files, --out
+ * (never the golden file or a plugin, by identity). */
 static int run_preconditions(const opts_t *o, const char *gpath)
 {
     for (int b = 0; b < o->nbackends; b++)
@@ -611,15 +647,9 @@ static int run_preconditions(const opts_t *o, const char *gpath)
             fprintf(stderr, "dropless run: %s: %s\n", o->backends[b], strerror(errno));
             return DL_EXIT_USAGE;
         }
-    char err[512];
-    int rc;
-    if (o->out && (rc = output_ok("run", "--out", o->out, &gpath, 1)))
-        return rc;
-    if (o->out && dl_golden_check_output(o->out, o->force, err, sizeof err)) {
-        fprintf(stderr, "dropless run: %s\n", err);
-        return DL_EXIT_USAGE;
-    }
-    return 0;
+    register_inputs(&gpath, 1);
+    register_inputs(o->backends, o->nbackends);
+    return o->out ? output_ok("run", "--out", o->out, o->force) : 0;
 }
 
 int dl_cli_run(int argc, char **argv)
@@ -629,7 +659,9 @@ int dl_cli_run(int argc, char **argv)
     if (rc)
         return rc < 0 ? DL_EXIT_OK : rc;
     if (argc - optind != 1 || o.nbackends == 0) {
-        run_usage(stderr);
+        fprintf(stderr, "dropless run: needs --backend PLUGIN.so and one GOLDEN.h5 (%d backend%s, "
+                "%d file%s given; try 'dropless run --help')\n", o.nbackends,
+                o.nbackends == 1 ? "" : "s", argc - optind, argc - optind == 1 ? "" : "s");
         return DL_EXIT_USAGE;
     }
     if (o.out && o.nbackends > 1) {
@@ -648,10 +680,10 @@ int dl_cli_run(int argc, char **argv)
     }
     if (o.require && parse_stage_list("run", "require", o.require, &require))
         return DL_EXIT_USAGE;
-    if ((rc = run_preconditions(&o, gpath)) || (rc = open_reports(&o, "run", &gpath, 1, &reports)))
+    if ((rc = run_preconditions(&o, gpath)) || (rc = open_reports(&o, "run", &reports)))
         return rc;
     dl_golden_file_t g;
-    if ((rc = load_golden("run", gpath, &g))) {
+    if ((rc = load_golden("run", gpath, o.sealed_golden, &g))) {
         discard_reports(&reports);
         return rc;
     }

@@ -31,4 +31,6 @@ int dl_cli_gen_mpi_begin(int *rank);
 int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
                    const dl_golden_gen_opts_t *go, char *written, size_t n);
 void dl_cli_gen_mpi_end(void);
+/* The worst of every rank's status (before the first case), on every rank. */
+int dl_cli_gen_mpi_agree(int status);
 #endif

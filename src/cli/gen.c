@@ -456,25 +456,27 @@ static int gen_cases(const gen_opts_t *o, int argc, char **argv, dl_case_t *case
     return 0;
 }
 
-/* Generates and writes one case to path; 0 or an exit status. */
-static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
+/* The generator's options for the command's (the memory plan aside). */
+static dl_golden_gen_opts_t gen_opts_of(const gen_opts_t *o, int mpi)
 {
-    char err[512] = "";
-    progress_t pr = {c->name, 0, -1, NULL, now_s(), progress_after_s()};
-    dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, o->sc.stream, o->sc.ex_a,
-                               o->sc.ex_b, 0, {0}, 0, {0}, {0}, 0};
+    dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, mpi ? 0 : o->sc.stream,
+                               o->sc.ex_a, o->sc.ex_b, 0, {0}, 0, {0}, {0}, 0};
     go.n_ep_ranks = o->sc.n_ep;
     memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
-    if (o->sc.poison && !o->sc.n_layout) {
-        fprintf(stderr, "dropless gen: --layout-poison needs --layout\n");
-        return DL_EXIT_USAGE;
-    }
     go.n_layouts = o->sc.n_layout;
     go.layout_poison = o->sc.poison;
     memcpy(go.layout_kind, o->sc.layout_kind, sizeof go.layout_kind);
     memcpy(go.layout_param, o->sc.layout_param, sizeof go.layout_param);
-    if (plan_memory(c, &go, o->sc.ignore_memory))
-        return DL_EXIT_USAGE;
+    return go;
+}
+
+/* Generates and writes one case to path with the options planned for it;
+ * 0 or an exit status. */
+static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path,
+                   dl_golden_gen_opts_t go)
+{
+    char err[512] = "";
+    progress_t pr = {c->name, 0, -1, NULL, now_s(), progress_after_s()};
     if (!o->quiet && isatty(2)) {
         go.progress = progress_cb;
         go.progress_ctx = &pr;
@@ -502,15 +504,7 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path)
 /* One case over the MPI processes (gen_mpi.c); 0 or an exit status. */
 static int gen_one_mpi(const gen_opts_t *o, const dl_case_t *c, const char *path, int rank)
 {
-    dl_golden_gen_opts_t go = {o->force, o->no_backward, NULL, NULL, 0, o->sc.ex_a, o->sc.ex_b, 0,
-                               {0}, 0, {0}, {0}, 0};
-    if (o->sc.n_layout || o->sc.poison) {
-        fprintf(stderr, "dropless gen: --layout is not supported under mpirun (generate the "
-                        "layouts with one process)\n");
-        return DL_EXIT_USAGE;
-    }
-    go.n_ep_ranks = o->sc.n_ep;
-    memcpy(go.ep_ranks, o->sc.ep, sizeof go.ep_ranks);
+    dl_golden_gen_opts_t go = gen_opts_of(o, 1);
     char written[4096];
     int rc = dl_cli_gen_mpi(c, path, o->sc.slices ? o->dir : NULL, &go, written, sizeof written);
     if (rc == 0 && (rank == 0 || o->sc.slices) && !o->quiet) {
@@ -522,6 +516,86 @@ static int gen_one_mpi(const gen_opts_t *o, const dl_case_t *c, const char *path
     return rc;
 }
 
+/* The file this process writes for case c: path, or under mpirun with
+ * --slices its rank's slice (the name gen_mpi.c gives it), or none (mpirun
+ * ranks but 0 without --slices): 0, or 1 if it does not fit. */
+static int own_output(const gen_opts_t *o, const dl_case_t *c, int mpi, int rank, char *path,
+                      size_t n)
+{
+    if (!mpi || !o->sc.slices)
+        return mpi && rank ? (*path = 0, 0) : output_path(o->output, o->dir, c->name, &o->sc, path, n);
+    const int64_t R = dl_cli_mpi_size(), per = c->config.route.experts / R;
+    scale_opts_t sc = o->sc;
+    sc.ex_a = rank * per;
+    sc.ex_b = (rank + 1) * per;
+    return output_path(NULL, o->dir, c->name, &sc, path, n);
+}
+
+/* What mpirun refuses for every case alike (gen_mpi.c says it again per
+ * case): 0, or 1 after rank 0 said why. */
+static int mpi_refuses(const gen_opts_t *o, const dl_case_t *c, int rank)
+{
+    const int R = dl_cli_mpi_size();
+    const long long E = (long long)c->config.route.experts;
+    if (o->sc.ex_b > 0) {
+        if (rank == 0)
+            fprintf(stderr, "dropless gen: --experts is not supported under mpirun (each rank "
+                            "computes its experts; --slices writes each rank's slice)\n");
+        return 1;
+    }
+    if (E % R) {
+        if (rank == 0)
+            fprintf(stderr, "dropless gen: case %s: mpirun -np %d: the process count must divide "
+                            "the %lld experts (each rank owns E/R of them)\n", c->name, R, E);
+        return 1;
+    }
+    return 0;
+}
+
+/* Every case and option checked against every other before the first
+ * write: each case's configuration, --ep-ranks, --experts and memory plan
+ * (into go[i]), under mpirun the process count; then every output reserved
+ * (never the case file, never one path twice). 0 or an exit status. */
+static int gen_prepare(const gen_opts_t *o, const dl_case_t *cases, int n, int mpi, int rank,
+                       dl_golden_gen_opts_t *go)
+{
+    char err[512] = "", path[4096];
+    if (o->config)
+        dl_golden_output_input(o->config);
+    if (o->sc.poison && !o->sc.n_layout) {
+        if (rank == 0)
+            fprintf(stderr, "dropless gen: --layout-poison needs --layout\n");
+        return DL_EXIT_USAGE;
+    }
+    if (mpi && (o->sc.n_layout || o->sc.poison)) {
+        if (rank == 0)
+            fprintf(stderr, "dropless gen: --layout is not supported under mpirun (generate the "
+                            "layouts with one process)\n");
+        return DL_EXIT_USAGE;
+    }
+    for (int i = 0; i < n; i++) {
+        go[i] = gen_opts_of(o, mpi);
+        if (dl_golden_gen_check(&cases[i], &go[i], err, sizeof err)) {
+            if (rank == 0)
+                fprintf(stderr, "dropless gen: %s\n", err);
+            return DL_EXIT_USAGE;
+        }
+        if (mpi ? mpi_refuses(o, &cases[i], rank) : plan_memory(&cases[i], &go[i], o->sc.ignore_memory))
+            return DL_EXIT_USAGE;
+    }
+    for (int i = 0; i < n; i++) {
+        if (own_output(o, &cases[i], mpi, rank, path, sizeof path)) {
+            fprintf(stderr, "dropless gen: output path too long\n");
+            return DL_EXIT_USAGE;
+        }
+        if (*path && dl_golden_output_reserve(path, o->force, err, sizeof err)) {
+            fprintf(stderr, "dropless gen: %s\n", err);
+            return DL_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
 int dl_cli_gen(int argc, char **argv)
 {
     gen_opts_t o;
@@ -530,7 +604,10 @@ int dl_cli_gen(int argc, char **argv)
         return rc < 0 ? DL_EXIT_OK : rc;
     int n = 0, cap = argc + o.nnamed + 2 * dl_case_count() + 1; /* --all and --tier */
     dl_case_t *cases = calloc((size_t)cap, sizeof *cases);
-    if (!cases) {
+    dl_golden_gen_opts_t *go = calloc((size_t)cap, sizeof *go);
+    if (!cases || !go) {
+        free(cases);
+        free(go);
         fprintf(stderr, "dropless gen: out of memory\n");
         return DL_EXIT_FAIL;
     }
@@ -554,7 +631,9 @@ int dl_cli_gen(int argc, char **argv)
     }
     if (mpi && (rc = dl_cli_gen_mpi_begin(&mrank)))
         goto done;
-    rc = DL_EXIT_OK;
+    rc = gen_prepare(&o, cases, n, mpi, mrank, go);
+    if (mpi)
+        rc = dl_cli_gen_mpi_agree(rc); /* every rank refuses if one does */
     for (int i = 0; i < n && rc == DL_EXIT_OK; i++) {
         char path[4096];
         if (output_path(o.output, o.dir, cases[i].name, &o.sc, path, sizeof path)) {
@@ -562,12 +641,13 @@ int dl_cli_gen(int argc, char **argv)
             rc = DL_EXIT_USAGE;
             break;
         }
-        rc = mpi ? gen_one_mpi(&o, &cases[i], path, mrank) : gen_one(&o, &cases[i], path);
+        rc = mpi ? gen_one_mpi(&o, &cases[i], path, mrank) : gen_one(&o, &cases[i], path, go[i]);
     }
     if (mpi)
         dl_cli_gen_mpi_end();
 done:
     free(cases);
+    free(go);
     return rc;
 }
 

@@ -51,6 +51,11 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
 
 void dl_cli_gen_mpi_end(void) {}
 
+int dl_cli_gen_mpi_agree(int status)
+{
+    return status;
+}
+
 #else
 #include <mpi.h>
 
@@ -68,6 +73,15 @@ int dl_cli_gen_mpi_begin(int *rank)
 void dl_cli_gen_mpi_end(void)
 {
     MPI_Finalize();
+}
+
+/* The early validation (gen.c checks every case and reserves every output
+ * before the first): the worst status of all ranks, on every rank. */
+int dl_cli_gen_mpi_agree(int status)
+{
+    int worst = status;
+    MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return worst;
 }
 
 

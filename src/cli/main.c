@@ -3,6 +3,7 @@
  * (argv[0] is the subcommand's name) and add a row to `commands`. */
 #include "config.h"
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -63,8 +64,13 @@ static const command_t *find(const char *name)
 
 static int cmd_version(int argc, char **argv)
 {
+    int verbose = argc == 2 && (strcmp(argv[1], "--verbose") == 0 || strcmp(argv[1], "-v") == 0);
+    if (argc > 1 && !verbose) {
+        fprintf(stderr, "dropless version: unexpected argument '%s' (only --verbose)\n", argv[1]);
+        return DL_EXIT_USAGE;
+    }
     printf("dropless %s\n", DL_VERSION_STRING);
-    if (argc > 1 && (strcmp(argv[1], "--verbose") == 0 || strcmp(argv[1], "-v") == 0)) {
+    if (verbose) {
         printf("golden format %s %d\n", DL_GOLDEN_FORMAT, DL_GOLDEN_FORMAT_VERSION);
         printf("HDF5 %s\n", dl_golden_hdf5_version());
     }
@@ -73,6 +79,10 @@ static int cmd_version(int argc, char **argv)
 
 static int cmd_help(int argc, char **argv)
 {
+    if (argc > 2) {
+        fprintf(stderr, "dropless help: one command at most, %d given\n", argc - 1);
+        return DL_EXIT_USAGE;
+    }
     if (argc > 1) {
         const command_t *c = find(argv[1]);
         if (!c || c->run == cmd_help) {
@@ -101,6 +111,7 @@ static int finish(const char *cmd, int status)
             status = DL_EXIT_FAIL;
     }
     fflush(stderr);
+    dl_golden_output_release(); /* the reservations no file replaced */
 #ifdef DL_LEAK_CHECK
     __lsan_do_leak_check(); /* _exit skips LeakSanitizer's exit-time check */
 #endif
@@ -110,9 +121,12 @@ static int finish(const char *cmd, int status)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        fprintf(stderr, "dropless: no command given (try 'dropless help')\n");
         return DL_EXIT_USAGE;
     }
+    /* a closed pipe is a write error that finish() reports, not a silent
+     * death by SIGPIPE */
+    signal(SIGPIPE, SIG_IGN);
     const char *cmd = argv[1];
     if (strcmp(cmd, "--version") == 0)
         cmd = "version";

@@ -2,6 +2,7 @@
 #include "config.h"
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -417,8 +418,12 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
         *(key == K_RENORM ? &c->config.route.renormalize : &c->config.route.has_bias) = b;
         return 0;
     case K_SCALING:
-        if (parse_double(v, &c->config.route.scaling) || !(c->config.route.scaling > 0))
-            WHY("scaling must be a finite number > 0, got '%.40s'", v);
+        /* a weight is scaling times a score <= 1, rounded to fp32: beyond
+         * FLT_MAX it is infinite, which no stage accepts */
+        if (parse_double(v, &c->config.route.scaling) || !(c->config.route.scaling > 0) ||
+            c->config.route.scaling > FLT_MAX)
+            WHY("scaling must be a number in (0, %.17g] (FLT_MAX: finite in fp32), got '%.40s'",
+                (double)FLT_MAX, v);
         return 0;
     case K_ZIPF:
         if (parse_double(v, &c->zipf_s) || c->zipf_s < 0 || c->zipf_s > 16)
@@ -505,6 +510,24 @@ static int finish_case(const char *path, dl_case_t *c, const int *line_of, char 
     return DL_EINVAL;
 }
 
+/* One line of f into buf (at most n - 1 bytes, the newline kept, then a
+ * terminating NUL), its length in *len and in *nul whether it holds a NUL
+ * byte; 0 at the end of the file. */
+static int read_line(FILE *f, char *buf, size_t n, size_t *len, int *nul)
+{
+    int ch = EOF;
+    *len = 0;
+    *nul = 0;
+    while (*len + 1 < n && (ch = getc(f)) != EOF) {
+        *nul |= ch == 0;
+        buf[(*len)++] = (char)ch;
+        if (ch == '\n')
+            break;
+    }
+    buf[*len] = '\0';
+    return *len > 0;
+}
+
 int dl_case_parse_file(const char *path, dl_case_t *out, char *err, size_t errlen)
 {
     if (!path || !out)
@@ -523,11 +546,15 @@ int dl_case_parse_file(const char *path, dl_case_t *out, char *err, size_t errle
     case_defaults(&c);
     int line_of[NKEYS] = {0};
     char line[LINE_MAX_LEN + 2], why[256];
-    int lineno = 0, rc = 0;
-    while (!rc && fgets(line, sizeof line, f)) {
+    int lineno = 0, rc = 0, nul = 0;
+    size_t len;
+    while (!rc && read_line(f, line, sizeof line, &len, &nul)) {
         lineno++;
-        size_t len = strlen(line);
-        if (len > LINE_MAX_LEN && line[len - 1] != '\n') {
+        if (nul) {
+            /* a NUL would end the line early and hide what follows it */
+            dl__golden_msg(why, sizeof why, "a NUL byte (not a text file)");
+            rc = DL_EFORMAT;
+        } else if (len > LINE_MAX_LEN && line[len - 1] != '\n') {
             dl__golden_msg(why, sizeof why, "line longer than %d characters", LINE_MAX_LEN);
             rc = DL_EFORMAT;
         } else {

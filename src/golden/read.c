@@ -794,6 +794,16 @@ static int read_root(rctx_t *r, hid_t file, dl_golden_file_t *g)
         (rc = attr_str(r, file, "/", "isolated_groups", 0, g->isolated_groups,
                        sizeof g->isolated_groups)) < 0)
         goto fail;
+    /* an expert slice (gen --experts) is named as such, not as a wrong shape */
+    int64_t a = -1, b = -1;
+    int ha, hb;
+    if ((rc = ha = ATTR_I64(file, "/", "expert_begin", 0, &a)) < 0 ||
+        (rc = hb = ATTR_I64(file, "/", "expert_end", 0, &b)) < 0)
+        goto fail;
+    if (ha || hb)
+        FAILF(DL_EFORMAT, "an expert slice (expert_begin %lld, expert_end %lld; gen --experts), "
+              "not a whole golden file: read it with HDF5 or h5py (doc/format.md#expert-slices)",
+              (long long)a, (long long)b);
     rc = 0;
 fail:
     return rc;
