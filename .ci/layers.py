@@ -32,7 +32,7 @@ ALLOWED = {
 # the public sections, by the layer that implements them
 SECTIONS = {
     "core.h": "core", "route.h": "stages", "dispatch.h": "stages", "gemm.h": "stages",
-    "moe.h": "stages", "values.h": "stages", "ep.h": "stages", "golden.h": "golden", "check.h": "check",
+    "moe.h": "stages", "values.h": "stages", "schedule.h": "stages", "features.h": "core", "ep.h": "stages", "golden.h": "golden", "check.h": "check",
     "run.h": "run", "backend.h": "run", "capacity.h": "capacity", "api.h": "api",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -13,6 +13,8 @@
  *   gemm     exact grouped GEMM over a flat ragged array, ragged-K GEMM
  *   moe      the whole layer: configuration, forward, backward
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
+ *   schedule the one schedule of the layer: its producers and the scheduler
+ *   features what configure chose (--enable-extra-value)
  *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
  *   golden   golden files (HDF5): the case catalogue, write, read
  *   check    the conformance runner
@@ -29,6 +31,7 @@
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
 #include "dropless/values.h"
+#include "dropless/schedule.h"
 #include "dropless/ep.h"
 #include "dropless/run.h"
 #include "dropless/check.h"
