@@ -63,7 +63,8 @@ typedef struct {
 DL_EXTERN int dl_schedule_count(void);
 DL_EXTERN const dl_producer_t *dl_schedule_producer(int i);
 DL_EXTERN int dl_schedule_writer(int row);
-/* What producer p reads for configuration c (reads or reads_plain). */
+/* What producer p reads for configuration c (reads or reads_plain; an
+ * EXPERTS producer reads group_offsets too: its window is groups of rows). */
 DL_EXTERN uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c);
 
 /* Runs producer i on the window *v: its stage functions on the arrays the

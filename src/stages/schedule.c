@@ -259,7 +259,9 @@ int dl_schedule_writer(int row)
 
 uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c)
 {
-    return c->ffn_kind == DL_FFN_SWIGLU ? p->reads : p->reads_plain;
+    /* an EXPERTS producer's window is groups of rows: it reads their offsets */
+    const uint64_t groups = p->span == DL_SPAN_EXPERTS ? R(GROUP_OFFSETS) : 0;
+    return (c->ffn_kind == DL_FFN_SWIGLU ? p->reads : p->reads_plain) | groups;
 }
 
 /* Every array the producer reads or writes is there (for rows whose
