@@ -43,7 +43,7 @@ sed -i "s/^[0-9a-f]\{64\}  kernel-sizes-bf16\.h5\$/$sum  kernel-sizes-bf16.h5/" 
 make -s -j"$(nproc)" check >"$work/check.log" 2>&1
 status=$?
 grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$work/check.log"
-grep -E '^(ok|not ok) .*extra build' tests/test_extra_value.log 2>/dev/null
+grep -E '^(ok|not ok) .*extra build' tests/test_extra_value.sh.log 2>/dev/null
 if [ "$status" -ne 0 ]; then
     grep -E '^(FAIL|ERROR):' "$work/check.log"
     for l in $(grep -l -E '^(not ok|FAIL|ERROR)' tests/*.log 2>/dev/null); do
