@@ -67,6 +67,12 @@ DL_EXTERN int dl_schedule_writer(int row);
  * EXPERTS producer reads group_offsets too: its window is groups of rows). */
 DL_EXTERN uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c);
 
+/* The rows only every expert's sorted rows give (bit i: layout row i):
+ * those written by TOKENS or ALL producers that read a sorted-row array of
+ * rank 2, or a row such a producer wrote (out, d_topk_weights, the router
+ * gradients, d_x): what an expert slice cannot hold. */
+DL_EXTERN uint64_t dl_schedule_needs_experts(const dl_moe_config_t *c);
+
 /* Runs producer i on the window *v: its stage functions on the arrays the
  * view holds (all caller-owned). Errors: DL_EINVAL (unknown i, or an array
  * it reads or writes is NULL), and those of its stages. */

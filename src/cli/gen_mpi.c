@@ -484,30 +484,13 @@ static void allgather(run_t *x, const void *s, int64_t rows, int64_t cols, MPI_D
     free(dis);
 }
 
-/* The rows written by producers that need every expert's sorted rows
- * (reading them, or a value that did): what a slice leaves out. */
-static uint64_t needs_experts(const run_t *x)
-{
-    uint64_t rows = 0, m = 0;
-    for (int r = 0; r < dl_layout_count(); r++)
-        if (rows_array(dl_layout_row(r)))
-            rows |= UINT64_C(1) << r;
-    for (int i = 0; i < dl_schedule_count(); i++) {
-        const dl_producer_t *p = dl_schedule_producer(i);
-        if ((p->span == DL_SPAN_TOKENS || p->span == DL_SPAN_ALL) &&
-            (dl_schedule_reads(p, &x->c->config) & (rows | m)))
-            m |= p->writes;
-    }
-    return m;
-}
-
 /* This rank's expert slice, written by itself: the whole routing (the
  * per-token values gathered, the sort run on them), its experts' weights,
  * rows and gradients as computed; nothing goes to rank 0. */
 static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *go)
 {
     const int passes = DL_SCHEDULE_FORWARD | (go->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
-    const uint64_t out = needs_experts(x);
+    const uint64_t out = dl_schedule_needs_experts(&x->c->config);
     uint64_t mine = 0; /* the arrays g owns */
     dl_golden_file_t g;
     header(x, &g, go);

@@ -5,9 +5,10 @@
  * one expert at a time. What stays in memory is the token-sized inputs,
  * the routing, the sorted-row activations of the experts written, and one
  * expert's weights: for mixtral-layer about 4 GB instead of the file's
- * 13 GiB. The stages are the layer's own (the same calls as
- * dl_moe_forward/backward, per expert), and every value is the exact
- * result rounded once, so the bytes are those of the in-memory generator.
+ * 13 GiB. It is the schedule's per-expert placement (dropless/schedule.h):
+ * the producers of dl_moe_forward/backward, the EXPERTS ones one expert at
+ * a time, and every value is the exact result rounded once, so the bytes
+ * are those of the in-memory generator.
  *
  * A slice (experts [A, B)) keeps the global routing and writes only those
  * experts' weights, sorted rows and weight gradients: the expert-parallel
@@ -42,21 +43,19 @@ typedef struct {
 } stream_t;
 
 /* Datasets that need every expert's rows, so are not in a slice: the
- * values downstream of the experts' outputs (past y_sorted, through the
- * combine) that are not themselves per-expert rows (M) or per-expert
- * weights (E): out, d_topk_weights, the router gradients, d_x. */
-static int needs_all_experts(const dl_golden_dataset_t *ds)
+ * schedule's (dl_schedule_needs_experts). */
+static int needs_all_experts(const dl_golden_dataset_t *ds, const dl_moe_config_t *c)
 {
-    dl_value_t v;
-    if (dl_value_parse(ds->name, &v) || v <= DL_VALUE_Y_SORTED)
-        return 0;
-    return !strchr("ME", dl_value_dims(v)[0]);
+    for (int r = 0; r < dl_golden_dataset_count(); r++)
+        if (dl_golden_dataset(r) == ds)
+            return (int)((dl_schedule_needs_experts(c) >> r) & 1);
+    return 0;
 }
 
 int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c, int full,
                                int64_t n_experts, int64_t n_rows, int64_t dims[3])
 {
-    if (!full && needs_all_experts(ds))
+    if (!full && needs_all_experts(ds, c))
         return -1;
     int64_t n = dl_golden_dataset_shape(ds, c, dims);
     if (n < 0 || full)

@@ -264,6 +264,19 @@ uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c)
     return (c->ffn_kind == DL_FFN_SWIGLU ? p->reads : p->reads_plain) | groups;
 }
 
+uint64_t dl_schedule_needs_experts(const dl_moe_config_t *c)
+{
+    uint64_t rows = 0, m = 0;
+    for (int r = 0; r < dl_layout_count(); r++)
+        if (dl_layout_row(r)->dims[0] == 'M' && dl_layout_row(r)->dims[1])
+            rows |= UINT64_C(1) << r;
+    for (int i = 0; i < NPROD; i++)
+        if ((table[i].span == DL_SPAN_TOKENS || table[i].span == DL_SPAN_ALL) &&
+            (dl_schedule_reads(&table[i], c) & (rows | m)))
+            m |= table[i].writes;
+    return m;
+}
+
 /* Every array the producer reads or writes is there (for rows whose
  * condition holds; tie_margin may be NULL: dl_route_topk skips it). */
 static int arrays_present(const dl_producer_t *p, const dl_stage_view_t *v)
