@@ -15,6 +15,8 @@
  *            block-scaled GEMM; quantcheck: their checks)
  *   moe      the whole layer: configuration, forward, backward
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
+ *   schedule the one schedule of the layer: its producers and the scheduler
+ *   features what configure chose (--enable-extra-value)
  *   ep       expert parallelism: the dispatch layout of R ranks (DeepEP's)
  *   layout   kernel layouts: DeepGEMM masked/contiguous, vLLM block/batched
  *   golden   golden files (HDF5): the case catalogue, write, read
@@ -37,6 +39,7 @@
 #include "dropless/qgolden.h"
 #include "dropless/moe.h"
 #include "dropless/values.h"
+#include "dropless/schedule.h"
 #include "dropless/ep.h"
 #include "dropless/layout.h"
 #include "dropless/run.h"

@@ -3,6 +3,7 @@
 #ifndef DROPLESS_MOE_H
 #define DROPLESS_MOE_H
 #include "core.h"
+#include "features.h"
 #include "route.h"
 #include "gemm.h"
 #ifdef __cplusplus
@@ -55,6 +56,9 @@ typedef struct {
     float *h_gate, *h_up;   /* [M,f] act (NULL in DL_FFN_PLAIN) */
     float *h_act;           /* [M,f] act (NULL in DL_FFN_PLAIN) */
     float *y_sorted;        /* [M,d] act */
+#if DL_EXTRA_VALUE
+    float *y_half;          /* [M,d] act: dl_extra_half(y_sorted) (--enable-extra-value) */
+#endif
     float *out;             /* [T,d] act */
     dl_tier_stats_t stats;  /* tiers taken by all the GEMMs */
 } dl_moe_forward_t;
@@ -79,6 +83,13 @@ DL_EXTERN void dl_moe_forward_free(dl_moe_forward_t *f);
  * stages (DL_ENONFINITE, DL_EGRID, DL_ERANGE, DL_ENOMEM). */
 DL_EXTERN int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                            dl_moe_forward_t *f);
+
+#if DL_EXTRA_VALUE
+/* The synthetic stage of configure --enable-extra-value: out[i] =
+ * RN_t(y[i] / 2), exact and rounded once, for n elements of type t.
+ * Errors: DL_EINVAL (NULL arrays with n > 0, an unknown t), DL_ENONFINITE. */
+DL_EXTERN int dl_extra_half(const float *y, int64_t n, dl_dtype_t t, float *out);
+#endif
 
 /* Every gradient of the backward pass, each an exact function of stored
  * forward values and upstream gradients, rounded once. */

@@ -27,6 +27,12 @@ extern "C" {
  *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only).
  * Adding a row is all it takes to add an array to the format, the enum and
  * the runner's bookkeeping (doc/architecture.md has the checklist). */
+#if DL_EXTRA_VALUE
+/* configure --enable-extra-value: the synthetic value y_half (moe.h) */
+#define DL__EXTRA_VALUE_ROW(X) X(FW, Y_HALF, y_half, ACT, "Md", ALWAYS)
+#else
+#define DL__EXTRA_VALUE_ROW(X)
+#endif
 #define DL_VALUE_MAP(X)                                             \
     X(IN, IN_X, x, ACT, "Td", ALWAYS)                                  \
     X(IN, IN_ROUTER_WEIGHT, router_weight, F32, "dE", ALWAYS)       \
@@ -49,6 +55,7 @@ extern "C" {
     X(FW, H_UP, h_up, ACT, "Mf", SWIGLU)                            \
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU)                          \
     X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS)                    \
+    DL__EXTRA_VALUE_ROW(X)                                          \
     X(FW, OUT, out, ACT, "Td", ALWAYS)                              \
     X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS)        \
     X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS)                \

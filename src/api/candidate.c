@@ -76,16 +76,6 @@ int dl_api_candidate_new(const dl_api_golden_t *g, const char *backend, const ch
     return rc;
 }
 
-const dl_golden_dataset_t *dl__api_dataset_of(dl_value_t v)
-{
-    for (int i = 0; i < dl_golden_dataset_count(); i++) {
-        const dl_golden_dataset_t *ds = dl_golden_dataset(i);
-        if (ds->group != DL_GOLDEN_INPUTS && !strcmp(ds->name, dl_value_name(v)))
-            return ds;
-    }
-    return NULL;
-}
-
 static int stage_of(const dl_moe_config_t *c, const char *name, dl_value_t *v, char *err, size_t n)
 {
     const dl_layout_row_t *r = dl_layout_find(name);

@@ -1,5 +1,6 @@
 /* Texts for the bindings' API: a growing buffer, JSON strings, the
- * configuration as JSON members. A leaf: calls nothing else of src/api. */
+ * configuration as JSON members, the dataset of a stage value. A leaf:
+ * calls nothing else of src/api. */
 #include "config.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,4 +136,14 @@ void dl_api_free_text(char *s)
 int dl_api_version(void)
 {
     return DL_API_VERSION;
+}
+
+const dl_golden_dataset_t *dl__api_dataset_of(dl_value_t v)
+{
+    for (int i = 0; i < dl_golden_dataset_count(); i++) {
+        const dl_golden_dataset_t *ds = dl_golden_dataset(i);
+        if (ds->group != DL_GOLDEN_INPUTS && !strcmp(ds->name, dl_value_name(v)))
+            return ds;
+    }
+    return NULL;
 }

@@ -189,6 +189,27 @@ static int m_y_sorted(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *m
     return 0;
 }
 
+#if DL_EXTRA_VALUE
+/* configure --enable-extra-value: y_half = RN(y_sorted / 2), elementwise */
+static int ex_y_half(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dl_extra_half(EF(Y_SORTED), ck->M * ck->d, ck->act, out);
+}
+
+static int m_y_half(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    const float *y = EF(Y_SORTED);
+    const int64_t n = ck->numel[s];
+    double *m = m_array(ck, mp, n);
+    if (!m)
+        return DL_ENOMEM;
+    for (int64_t i = 0; i < n; i++)
+        m[i] = fabs(0.5 * (double)y[i]);
+    cmp->elem = 1;
+    return 0;
+}
+#endif
+
 static int ex_out(dl__ck_t *ck, dl_value_t s, float *out)
 {
     return dl_combine(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, ck->T, ck->k, ck->d, ck->act, out);
@@ -487,6 +508,9 @@ static const dl__ck_desc_t table[DL_VALUE_COUNT] = {
     [DL_VALUE_H_ACT] = {B(H_GATE) | B(H_UP), 0, F(ex_h_act, m_h_act), 0},
     [DL_VALUE_Y_SORTED] = {B(H_ACT) | DISPATCH, B(X_SORTED) | DISPATCH,
                            F(ex_y_sorted, m_y_sorted), 0},
+#if DL_EXTRA_VALUE
+    [DL_VALUE_Y_HALF] = {B(Y_SORTED) | DISPATCH, 0, F(ex_y_half, m_y_half), 0},
+#endif
     [DL_VALUE_OUT] = {B(Y_SORTED) | B(TOPK_WEIGHTS) | DISPATCH, 0, F(ex_out, m_out),
                       DL__CK_DRIFT | DL__CK_DROPS},
     [DL_VALUE_D_TOPK_WEIGHTS] = {B(Y_SORTED) | DISPATCH, 0,

@@ -422,12 +422,26 @@ static int p_d_x(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     return 1;
 }
 
+#if DL_EXTRA_VALUE
+/* y_half = y_sorted / 2: half of y_sorted's delta */
+static int p_y_half(dl__ck_t *ck, dl_value_t s, int warn, double *out)
+{
+    const double *dy = DL(Y_SORTED);
+    for (int64_t i = 0; dy && i < ck->numel[s]; i++)
+        out[i] += 0.5 * dy[i];
+    return dy != NULL;
+}
+#endif
+
 /* ------------------------------------------------------------ the entry */
 
 static int (*const elementwise[DL_VALUE_COUNT])(dl__ck_t *, dl_value_t, int, double *) = {
     [DL_VALUE_ROUTER_SCORES] = p_router_scores,
     [DL_VALUE_TOPK_WEIGHTS] = p_topk_weights,
     [DL_VALUE_H_ACT] = p_h_act,
+#if DL_EXTRA_VALUE
+    [DL_VALUE_Y_HALF] = p_y_half,
+#endif
     [DL_VALUE_OUT] = p_out,
     [DL_VALUE_D_TOPK_WEIGHTS] = p_d_topk_weights,
     [DL_VALUE_D_Y_SORTED] = p_d_y_sorted,

@@ -1,16 +1,21 @@
-/* `mpirun -np R dropless gen CASE`: the distributed generator (doc/ep.md).
- * Rank r owns experts [r*E/R, (r+1)*E/R) and, as a source, tokens
- * [floor(r*T/R), floor((r+1)*T/R)). Each source routes its tokens; the
- * layout (dl_ep_layout of the gathered topk_ids) says which rows go where;
- * MPI_Alltoallv sends one copy of each token's row to each rank holding
- * one of its experts; the expert ranks run the expert stages on their
- * sorted rows (the same stage calls as the single process: every value is
- * exact and rounded once, so which process computes a row cannot change
- * its bits); the rows go back for the combine and, in the backward pass,
- * the same ways again. Rank 0 gathers the values and writes the file with
- * dl_golden_write: the bytes of `dropless gen`. Only this file knows MPI;
- * built without it, running under mpirun with more than one process is
- * refused rather than have R processes write one file. */
+/* `mpirun -np R dropless gen CASE`: the distributed generator (doc/ep.md),
+ * the schedule's per-rank placement (dropless/schedule.h). Rank r owns
+ * experts [r*E/R, (r+1)*E/R) and, as a source, tokens [floor(r*T/R),
+ * floor((r+1)*T/R)). The schedule's TOKENS producers run at the sources on
+ * their tokens, its EXPERTS producers at the expert ranks on their sorted
+ * rows; before anything leaves the sources, their routing is shared and
+ * the layout (dl_ep_layout of the gathered topk_ids) says which rows go
+ * where: MPI_Alltoallv sends one copy of each token's row to each rank
+ * holding one of its experts (the DISPATCH producer, x_sorted), and a
+ * sorted-row value computed in one space and read in the other goes by
+ * its slots (y_sorted back for the combine; d_y_sorted out and d_x_sorted
+ * back in the backward pass). Every value is exact and rounded once, so
+ * which process computes a row cannot change its bits. Rank 0 gathers the
+ * values by the table, runs what needs every token at once (the ALL
+ * producers: the sort, the router weight's gradient) and writes the file
+ * with dl_golden_write: the bytes of `dropless gen`. Only this file knows
+ * MPI; built without it, running under mpirun with more than one process
+ * is refused rather than have R processes write one file. */
 #include "config.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,28 +90,25 @@ int dl_cli_gen_mpi_agree(int status)
 }
 
 
-/* One rank's state. "src" arrays are this rank's tokens as a source (Ts
- * of them), "exp" arrays its experts' sorted rows (Mr of them). */
+/* One rank's state, in two spaces of the schedule's arrays: "src" holds
+ * this rank's tokens as a source (Ts of them; its sorted-row arrays are
+ * the returned slots, Ts*k rows, inv mapping slot -> row), "exp" its
+ * experts' sorted rows (Mr of them, groups loff) and weight slabs (per). */
 typedef struct {
     MPI_Comm comm;
-    int me, R;
+    int me, R, planned;
     const dl_case_t *c;
     int64_t T, d, f, E, k, per, tb, te, Ts, n_in, Mr;
-    int swiglu;
-    dl_dtype_t dt;
     dl_golden_inputs_t in;       /* x, router weight, bias, d_out (all tokens) */
     float *w[3];                 /* this rank's experts' w_gate, w_up, w_down */
     dl_ep_layout_t L;            /* the whole layout */
     int32_t *ids;                /* [T, k] all tokens' routing (gathered) */
     float *wts;
-    dl_moe_forward_t fs;         /* src: router values of its tokens */
-    dl_moe_backward_t bs;        /* src: d_topk_weights, router gradients, d_x */
+    dl_moe_forward_t sf, ef;     /* the values, by space */
+    dl_moe_backward_t sb, eb;
     int32_t *inv;                /* src: [Ts*k] slot -> row of the returned buffer */
-    float *y_ret, *dy_ret, *dxs_ret; /* src: [Ts*k, d] returned rows */
     int64_t *loff;               /* exp: [per+1] local group offsets */
     int32_t *slot;               /* exp: [n_in*k] sorted row of each received slot, -1 */
-    float *xs, *hg, *hu, *ha, *ys, *dys, *dha, *dhg, *dhu, *dxs; /* exp: [Mr, .] */
-    float *dw[3];                /* exp: [per, ., .] weight gradients */
     int *tc, *td, *trc, *trd;    /* token rows: send/recv counts and displacements */
     int *sc, *sd, *src_, *srd;   /* slot rows expert -> source: send, and as a source receive */
     dl_tier_stats_t stats;
@@ -163,22 +165,13 @@ static int on_rank(const run_t *x, int64_t t, int64_t j, int64_t r)
     return x->ids[t * x->k + j] / x->per == r;
 }
 
-/* Routing of this rank's tokens (dl_moe_route on them alone: each token's
- * routing is its own), then everyone's ids and weights, then the layout. */
-static void route(run_t *x)
+/* Everyone's ids and weights (the sources routed their tokens), then the
+ * layout. */
+static void share_routing(run_t *x)
 {
-    dl_moe_config_t sub = x->c->config;
-    sub.tokens = x->Ts;
-    dl_moe_forward_t *f = &x->fs;
-    if (!ALLOC(f->router_logits, x->Ts * x->E) || !ALLOC(f->router_scores, x->Ts * x->E) ||
-        !ALLOC(f->topk_ids, x->Ts * x->k) || !ALLOC(f->topk_weights, x->Ts * x->k) ||
-        !ALLOC(f->tie_margin, x->Ts) || !ALLOC(x->ids, x->T * x->k) || !ALLOC(x->wts, x->T * x->k))
-        fail_all(x, "routing", DL_ENOMEM);
-    dl_moe_inputs_t v = dl_golden_inputs_view(&x->in);
-    v.x += x->tb * x->d;
-    TRY("routing", dl_moe_route(&sub, &v, f));
-    int *cnt, *dis;
-    if (!ALLOC(cnt, x->R) || !ALLOC(dis, x->R))
+    int *cnt = NULL, *dis = NULL;
+    if (!ALLOC(x->ids, x->T * x->k) || !ALLOC(x->wts, x->T * x->k) || !ALLOC(cnt, x->R) ||
+        !ALLOC(dis, x->R))
         fail_all(x, "routing", DL_ENOMEM);
     for (int s = 0; s < x->R; s++) {
         int64_t b, e;
@@ -186,8 +179,8 @@ static void route(run_t *x)
         cnt[s] = (int)((e - b) * x->k);
         dis[s] = (int)(b * x->k);
     }
-    MPI_Allgatherv(f->topk_ids, cnt[x->me], MPI_INT32_T, x->ids, cnt, dis, MPI_INT32_T, x->comm);
-    MPI_Allgatherv(f->topk_weights, cnt[x->me], MPI_FLOAT, x->wts, cnt, dis, MPI_FLOAT, x->comm);
+    MPI_Allgatherv(x->sf.topk_ids, cnt[x->me], MPI_INT32_T, x->ids, cnt, dis, MPI_INT32_T, x->comm);
+    MPI_Allgatherv(x->sf.topk_weights, cnt[x->me], MPI_FLOAT, x->wts, cnt, dis, MPI_FLOAT, x->comm);
     free(cnt);
     free(dis);
     TRY("layout", dl_ep_layout(x->ids, x->wts, x->T, x->k, x->E, x->R, &x->L));
@@ -265,123 +258,145 @@ static void dispatch_rows(run_t *x, const float *a, float *out)
     free(rb);
 }
 
-/* Slot rows between the experts' sorted rows (ex [Mr, d]) and the sources'
- * returned buffers (ret [Ts*k, d]): back = expert -> source. */
-static void slot_rows(run_t *x, float *ex, float *ret, int back)
+/* Slot rows of cols floats between the experts' sorted rows (ex [Mr, cols])
+ * and the sources' returned buffers (ret [Ts*k, cols]): back = expert ->
+ * source. */
+static void slot_rows(run_t *x, float *ex, float *ret, int64_t cols, int back)
 {
     float *buf;
-    if (!ALLOC(buf, x->Mr * x->d))
+    if (!ALLOC(buf, x->Mr * cols))
         fail_all(x, "exchanging rows", DL_ENOMEM);
     int64_t q = 0;
-    const size_t row = (size_t)x->d * sizeof(float);
+    const size_t row = (size_t)cols * sizeof(float);
     for (int64_t s = 0; back && s < x->n_in * x->k; s++)
         if (x->slot[s] >= 0)
-            memcpy(buf + q++ * x->d, ex + x->slot[s] * x->d, row);
+            memcpy(buf + q++ * cols, ex + x->slot[s] * cols, row);
     if (back)
-        a2a(x, buf, x->sc, x->sd, ret, x->src_, x->srd, x->d, MPI_FLOAT);
+        a2a(x, buf, x->sc, x->sd, ret, x->src_, x->srd, cols, MPI_FLOAT);
     else
-        a2a(x, ret, x->src_, x->srd, buf, x->sc, x->sd, x->d, MPI_FLOAT);
+        a2a(x, ret, x->src_, x->srd, buf, x->sc, x->sd, cols, MPI_FLOAT);
     for (int64_t s = 0; !back && s < x->n_in * x->k; s++)
         if (x->slot[s] >= 0)
-            memcpy(ex + x->slot[s] * x->d, buf + q++ * x->d, row);
+            memcpy(ex + x->slot[s] * cols, buf + q++ * cols, row);
     free(buf);
 }
 
-static void grouped(run_t *x, const dl_gemm_term_t *t, int nt, int64_t N, float **out)
+/* ------------------------------------------- the schedule's placement */
+
+/* A sorted-row array of rank 2 ("M?"), an expert slab ("E??"). */
+static int rows_array(const dl_layout_row_t *r)
 {
-    if (!ALLOC(*out, x->Mr * N))
-        fail_all(x, "expert GEMM", DL_ENOMEM);
-    TRY("expert GEMM", dl_gemm_grouped(t, nt, N, x->loff, x->per, x->dt, *out, &x->stats));
+    return r->dims[0] == 'M' && r->dims[1];
 }
 
-static void ragged(run_t *x, const float *a, int64_t I, const float *b, int64_t J, float **out)
+static int slab(const dl_layout_row_t *r)
 {
-    if (!ALLOC(*out, x->per * I * J))
-        fail_all(x, "weight gradient", DL_ENOMEM);
-    TRY("weight gradient", dl_gemm_ragged_k(a, I, b, J, x->loff, x->per, DL_F32, *out, &x->stats));
+    return r->dims[0] == 'E' && r->dims[1] && r->dims[2];
 }
 
-/* The experts' forward stages on this rank's sorted rows, then the
- * combine at the sources. */
-static void forward(run_t *x)
+static void **at(run_t *x, int r, int exp)
 {
-    const int64_t d = x->d, ff = x->f;
-    if (!ALLOC(x->xs, x->Mr * d))
-        fail_all(x, "dispatch", DL_ENOMEM);
-    dispatch_rows(x, x->in.x, x->xs);
-    if (x->swiglu) {
-        dl_gemm_term_t g = {x->xs, d, x->w[0], DL_RHS_KN}, u = {x->xs, d, x->w[1], DL_RHS_KN};
-        grouped(x, &g, 1, ff, &x->hg);
-        grouped(x, &u, 1, ff, &x->hu);
-        if (!ALLOC(x->ha, x->Mr * ff))
-            fail_all(x, "SwiGLU", DL_ENOMEM);
-        TRY("SwiGLU", dl_swiglu(x->hg, x->hu, x->Mr * ff, x->dt, x->ha));
+    return dl_layout_slot(dl_layout_row(r), NULL, exp ? &x->ef : &x->sf, exp ? &x->eb : &x->sb);
+}
+
+/* Row r's length in a space: tokens, returned slots or sorted rows, experts. */
+static int64_t first_dim(const run_t *x, const dl_layout_row_t *row, int exp)
+{
+    return row->dims[0] == 'T' ? x->Ts : row->dims[0] == 'E' ? x->per
+           : row->dims[0] == 'M' ? (exp ? x->Mr : x->Ts * x->k) : -1;
+}
+
+/* Row r's array in a space, allocated (zeroed) when not there. */
+static void *have(run_t *x, int r, int exp)
+{
+    void **p = at(x, r, exp);
+    const dl_layout_row_t *row = dl_layout_row(r);
+    int64_t n = dl_layout_numel_rows(row, &x->c->config, first_dim(x, row, exp));
+    if (!*p && !(*p = calloc(n > 0 ? (size_t)n : 1, row->store == DL_STORE_I64 ? 8 : 4)))
+        fail_all(x, "allocating", DL_ENOMEM);
+    return *p;
+}
+
+/* Row r's sorted rows in space exp, moved from the other space when they
+ * were computed there (every rank takes the same steps: the exchange is
+ * collective). */
+static void need(run_t *x, int r, int exp)
+{
+    const dl_layout_row_t *row = dl_layout_row(r);
+    if (!rows_array(row) || *at(x, r, exp) || !*at(x, r, !exp))
+        return;
+    const int64_t cols = dl_layout_numel_rows(row, &x->c->config, 1);
+    if (exp)
+        slot_rows(x, have(x, r, 1), *at(x, r, 0), cols, 0);
+    else
+        slot_rows(x, *at(x, r, 1), have(x, r, 0), cols, 1);
+}
+
+/* Where each producer runs: TOKENS at the sources on their tokens, EXPERTS
+ * at the expert ranks on their rows; DISPATCH is the exchange of token rows;
+ * ALL waits for rank 0 (assemble). Before anything leaves the sources, the
+ * routing is shared and the exchanges planned. */
+static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
+{
+    run_t *x = ctx;
+    const dl_producer_t *p = dl_schedule_producer(i);
+    if (w > 0)
+        return DL_SCHEDULE_END;
+    if (p->span != DL_SPAN_TOKENS && !x->planned) {
+        share_routing(x);
+        plan(x);
+        x->planned = 1;
+        x->t[1] = MPI_Wtime();
     }
-    dl_gemm_term_t dn = x->swiglu ? (dl_gemm_term_t){x->ha, ff, x->w[2], DL_RHS_KN}
-                                  : (dl_gemm_term_t){x->xs, d, x->w[2], DL_RHS_KN};
-    grouped(x, &dn, 1, d, &x->ys);
-    if (!ALLOC(x->y_ret, x->Ts * x->k * d) || !ALLOC(x->fs.out, x->Ts * d))
-        fail_all(x, "combine", DL_ENOMEM);
-    slot_rows(x, x->ys, x->y_ret, 1);
-    TRY("combine", dl_combine(x->y_ret, x->fs.topk_weights, x->inv, x->Ts, x->k, d, x->dt,
-                              x->fs.out));
-}
-
-/* The combine's gradient at the sources, the experts' backward stages,
- * the router's and the input's gradient at the sources again. */
-static void backward(run_t *x)
-{
-    const int64_t d = x->d, ff = x->f, Ts = x->Ts, k = x->k;
-    dl_moe_backward_t *b = &x->bs;
-    if (!ALLOC(b->d_topk_weights, Ts * k) || !ALLOC(x->dy_ret, Ts * k * d) ||
-        !ALLOC(x->dys, x->Mr * d) || !ALLOC(x->dxs_ret, Ts * k * d))
-        fail_all(x, "backward", DL_ENOMEM);
-    TRY("combine backward", dl_combine_backward(x->in.d_out + x->tb * d, x->y_ret,
-                                                x->fs.topk_weights, x->inv, Ts, k, d, x->dt,
-                                                b->d_topk_weights, x->dy_ret));
-    slot_rows(x, x->dys, x->dy_ret, 0);
-    if (x->swiglu) {
-        dl_gemm_term_t t = {x->dys, d, x->w[2], DL_RHS_NK};
-        grouped(x, &t, 1, ff, &x->dha);
-        ragged(x, x->ha, ff, x->dys, d, &x->dw[2]);
-        if (!ALLOC(x->dhg, x->Mr * ff) || !ALLOC(x->dhu, x->Mr * ff))
-            fail_all(x, "SwiGLU backward", DL_ENOMEM);
-        TRY("SwiGLU backward", dl_swiglu_backward(x->hg, x->hu, x->dha, x->Mr * ff, x->dt, x->dhg,
-                                                  x->dhu));
-        dl_gemm_term_t two[2] = {{x->dhg, ff, x->w[0], DL_RHS_NK}, {x->dhu, ff, x->w[1], DL_RHS_NK}};
-        grouped(x, two, 2, d, &x->dxs);
-        ragged(x, x->xs, d, x->dhg, ff, &x->dw[0]);
-        ragged(x, x->xs, d, x->dhu, ff, &x->dw[1]);
+    const int exp = p->span == DL_SPAN_EXPERTS;
+    const uint64_t reads = dl_schedule_reads(p, &x->c->config);
+    for (int r = 0; r < dl_layout_count(); r++) {
+        if (p->span == DL_SPAN_DISPATCH && ((p->writes >> r) & 1))
+            dispatch_rows(x, x->in.x, have(x, r, 1));
+        else if (p->span != DL_SPAN_ALL && p->span != DL_SPAN_DISPATCH && ((reads >> r) & 1))
+            need(x, r, exp);
+    }
+    if (p->span == DL_SPAN_ALL || p->span == DL_SPAN_DISPATCH)
+        return DL_SCHEDULE_SKIP;
+    for (int r = 0; r < dl_layout_count(); r++)
+        if (((p->writes >> r) & 1) && dl_cond_applies(dl_layout_row(r)->cond, &x->c->config))
+            have(x, r, exp);
+    *v = (dl_stage_view_t){.c = x->c->config, .in = dl_golden_inputs_view(&x->in),
+                           .f = exp ? x->ef : x->sf, .b = exp ? x->eb : x->sb, .stats = &x->stats};
+    if (exp) {
+        v->in.w_gate = x->w[0], v->in.w_up = x->w[1], v->in.w_down = x->w[2];
+        v->rows = x->Mr, v->off = v->f.group_offsets = x->loff, v->ne = x->per;
     } else {
-        dl_gemm_term_t t = {x->dys, d, x->w[2], DL_RHS_NK};
-        grouped(x, &t, 1, d, &x->dxs);
-        ragged(x, x->xs, d, x->dys, d, &x->dw[2]);
+        v->c.tokens = x->Ts, v->rows = x->Ts * x->k, v->f.inv_perm = x->inv;
+        v->in.x += x->tb * x->d;
+        v->in.d_out = v->in.d_out ? v->in.d_out + x->tb * x->d : NULL;
     }
-    slot_rows(x, x->dxs, x->dxs_ret, 1);
-    dl_moe_config_t sub = x->c->config;
-    sub.tokens = Ts;
-    dl_moe_forward_t f = x->fs;
-    f.inv_perm = x->inv;
-    b->d_x_sorted = x->dxs_ret;
-    if (!ALLOC(b->d_router_scores, Ts * x->E) || !ALLOC(b->d_router_logits, Ts * x->E) ||
-        !ALLOC(b->d_router_weight, d * x->E) || !ALLOC(b->d_x, Ts * d))
-        fail_all(x, "router backward", DL_ENOMEM);
-    dl_moe_inputs_t v = dl_golden_inputs_view(&x->in);
-    v.x += x->tb * d;
-    /* its d_router_weight sums this rank's tokens only: rank 0 sums all */
-    TRY("router backward", dl_moe_route_backward(&sub, &v, &f, b));
-    b->d_x_sorted = NULL;
+    return 0;
 }
 
-/* The arrays of the whole file on rank 0 (NULL elsewhere): values of
- * table dims "T.." by source, "M.." and "E.." by expert rank. */
-static void *whole(run_t *x, dl_golden_file_t *g, const char *name)
+static const dl_placement_t placement = {bind, NULL};
+
+/* Whether each row was computed here: its producer ran in the passes. */
+static int computed(const run_t *x, int r, int passes, int *span)
 {
-    if (x->me != 0)
-        return NULL;
-    char path[64];
-    snprintf(path, sizeof path, "/%s/%s", strncmp(name, "d_", 2) ? "forward" : "backward", name);
-    const dl_golden_dataset_t *ds = dl_golden_dataset_find(path);
+    const dl_layout_row_t *row = dl_layout_row(r);
+    const dl_producer_t *p = dl_schedule_producer(dl_schedule_writer(r));
+    if (!p || !((passes >> p->backward) & 1) || !dl_cond_applies(p->cond, &x->c->config) ||
+        !dl_cond_applies(row->cond, &x->c->config))
+        return 0;
+    *span = p->span;
+    return 1;
+}
+
+static MPI_Datatype mpi_type(const dl_layout_row_t *row)
+{
+    return row->store == DL_STORE_I32 ? MPI_INT32_T : MPI_FLOAT;
+}
+
+/* Row r's whole array in g (rank 0 of the file, or every rank's slice). */
+static void *whole(run_t *x, dl_golden_file_t *g, int r)
+{
+    const dl_golden_dataset_t *ds = dl_golden_dataset(r);
     int64_t dims[3];
     int64_t n = ds ? dl_golden_dataset_shape(ds, &g->config, dims) : -1;
     void **slot = ds ? dl_golden_slot(g, ds) : NULL;
@@ -390,55 +405,44 @@ static void *whole(run_t *x, dl_golden_file_t *g, const char *name)
     return *slot;
 }
 
-#define GATHER(arr, rows, cols, type, name) gather(x, (arr), (rows), (cols), (type), whole(x, g, (name)))
-
-/* Every value to rank 0, which adds what needs all tokens at once: the
- * sort (dl_sort_assignments) and the router weight's gradient. */
-static void assemble(run_t *x, dl_golden_file_t *g, int backward_too)
+/* The ALL producers of the passes on g's whole arrays (rank 0, or a slice:
+ * those that need no expert's rows), their outputs allocated in g. */
+static void run_all(run_t *x, dl_golden_file_t *g, int passes, uint64_t skip)
 {
-    const int64_t d = x->d, ff = x->f, E = x->E, k = x->k;
-    GATHER(x->fs.router_logits, x->Ts, E, MPI_FLOAT, "router_logits");
-    GATHER(x->fs.router_scores, x->Ts, E, MPI_FLOAT, "router_scores");
-    GATHER(x->fs.topk_ids, x->Ts, k, MPI_INT32_T, "topk_ids");
-    GATHER(x->fs.topk_weights, x->Ts, k, MPI_FLOAT, "topk_weights");
-    GATHER(x->fs.tie_margin, x->Ts, 1, MPI_FLOAT, "tie_margin");
-    GATHER(x->xs, x->Mr, d, MPI_FLOAT, "x_sorted");
-    if (x->swiglu) {
-        GATHER(x->hg, x->Mr, ff, MPI_FLOAT, "h_gate");
-        GATHER(x->hu, x->Mr, ff, MPI_FLOAT, "h_up");
-        GATHER(x->ha, x->Mr, ff, MPI_FLOAT, "h_act");
+    for (int i = 0; i < dl_schedule_count(); i++) {
+        const dl_producer_t *p = dl_schedule_producer(i);
+        if (p->span != DL_SPAN_ALL || !((passes >> p->backward) & 1) ||
+            !dl_cond_applies(p->cond, &g->config) || (p->writes & skip))
+            continue;
+        for (int r = 0; r < dl_layout_count(); r++)
+            if ((p->writes >> r) & 1)
+                whole(x, g, r);
+        dl_stage_view_t v = {.c = g->config, .in = dl_golden_inputs_view(&g->in), .f = g->fwd,
+                             .b = g->bwd, .rows = x->T * x->k, .off = g->fwd.group_offsets,
+                             .ne = x->E, .stats = &x->stats};
+        TRY(p->name, dl_schedule_run(i, &v));
     }
-    GATHER(x->ys, x->Mr, d, MPI_FLOAT, "y_sorted");
-    GATHER(x->fs.out, x->Ts, d, MPI_FLOAT, "out");
-    if (backward_too) {
-        dl_moe_backward_t *b = &x->bs;
-        GATHER(b->d_topk_weights, x->Ts, k, MPI_FLOAT, "d_topk_weights");
-        GATHER(x->dys, x->Mr, d, MPI_FLOAT, "d_y_sorted");
-        if (x->swiglu) {
-            GATHER(x->dha, x->Mr, ff, MPI_FLOAT, "d_h_act");
-            GATHER(x->dhg, x->Mr, ff, MPI_FLOAT, "d_h_gate");
-            GATHER(x->dhu, x->Mr, ff, MPI_FLOAT, "d_h_up");
-            GATHER(x->dw[0], x->per, d * ff, MPI_FLOAT, "d_w_gate");
-            GATHER(x->dw[1], x->per, d * ff, MPI_FLOAT, "d_w_up");
-        }
-        GATHER(x->dw[2], x->per, d * ff, MPI_FLOAT, "d_w_down");
-        GATHER(x->dxs, x->Mr, d, MPI_FLOAT, "d_x_sorted");
-        GATHER(b->d_router_scores, x->Ts, E, MPI_FLOAT, "d_router_scores");
-        GATHER(b->d_router_logits, x->Ts, E, MPI_FLOAT, "d_router_logits");
-        GATHER(b->d_x, x->Ts, d, MPI_FLOAT, "d_x");
+}
+
+/* Every value to rank 0 (tokens' rows by source, sorted rows and expert
+ * slabs by expert rank, each in rank order: the layer's order), which then
+ * runs what needs all tokens at once: the sort, the router weight's
+ * gradient. */
+static void assemble(run_t *x, dl_golden_file_t *g, int passes)
+{
+    for (int r = 0; r < dl_layout_count(); r++) {
+        const dl_layout_row_t *row = dl_layout_row(r);
+        int span, exp = rows_array(row) || slab(row);
+        if (row->group == DL_LAYOUT_INPUTS || !computed(x, r, passes, &span) || span == DL_SPAN_ALL)
+            continue;
+        if (exp)
+            need(x, r, 1);
+        gather(x, *at(x, r, exp), first_dim(x, row, exp),
+               dl_layout_numel_rows(row, &x->c->config, 1), mpi_type(row),
+               x->me == 0 ? whole(x, g, r) : NULL);
     }
-    if (x->me != 0)
-        return;
-    dl_moe_forward_t *f = &g->fwd;
-    TRY("sort", dl_sort_assignments(f->topk_ids, x->T, k, E, whole(x, g, "sort_perm"),
-                                    whole(x, g, "inv_perm"), whole(x, g, "group_sizes"),
-                                    whole(x, g, "group_offsets")));
-    if (backward_too) {
-        const int64_t all[2] = {0, x->T};
-        TRY("router weight gradient",
-            dl_gemm_ragged_k(g->in.x, d, g->bwd.d_router_logits, E, all, 1, DL_F32,
-                             whole(x, g, "d_router_weight"), &x->stats));
-    }
+    if (x->me == 0)
+        run_all(x, g, passes, 0);
 }
 
 /* Rank 0's file: the header, the inputs whole, the gathered values. */
@@ -458,7 +462,7 @@ static int write_file(run_t *x, const char *path, const dl_golden_gen_opts_t *go
         header(x, &g, go);
         TRY("drawing the inputs", dl_case_inputs(x->c, &g.in));
     }
-    assemble(x, &g, !go->no_backward);
+    assemble(x, &g, DL_SCHEDULE_FORWARD | (go->no_backward ? 0 : DL_SCHEDULE_BACKWARD));
     int rc = 0;
     char err[512] = "";
     if (x->me == 0) {
@@ -476,7 +480,8 @@ static int write_file(run_t *x, const char *path, const dl_golden_gen_opts_t *go
 
 
 /* rows of every rank, in rank order, into r on every rank */
-static void allgather(run_t *x, const float *s, int64_t rows, int64_t cols, float *r)
+static void allgather(run_t *x, const void *s, int64_t rows, int64_t cols, MPI_Datatype base,
+                      void *r)
 {
     int n = (int)rows, *cnt, *dis;
     if (!ALLOC(cnt, x->R) || !ALLOC(dis, x->R))
@@ -485,7 +490,7 @@ static void allgather(run_t *x, const float *s, int64_t rows, int64_t cols, floa
     for (int i = 1; i < x->R; i++)
         dis[i] = dis[i - 1] + cnt[i - 1];
     MPI_Datatype row;
-    MPI_Type_contiguous(cols > 0 ? (int)cols : 1, MPI_FLOAT, &row);
+    MPI_Type_contiguous(cols > 0 ? (int)cols : 1, base, &row);
     MPI_Type_commit(&row);
     MPI_Allgatherv(s, cols > 0 ? n : 0, row, r, cnt, dis, row, x->comm);
     MPI_Type_free(&row);
@@ -494,30 +499,36 @@ static void allgather(run_t *x, const float *s, int64_t rows, int64_t cols, floa
 }
 
 /* This rank's expert slice, written by itself: the whole routing (the
- * router values gathered, the sort recomputed from everyone's ids), its
- * experts' weights, rows and gradients as computed; nothing goes to rank 0. */
+ * per-token values gathered, the sort run on them), its experts' weights,
+ * rows and gradients as computed; nothing goes to rank 0. */
 static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *go)
 {
-    const int64_t T = x->T, E = x->E, M = x->T * x->k;
+    const int passes = DL_SCHEDULE_FORWARD | (go->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
+    const uint64_t out = dl_schedule_needs_experts(&x->c->config);
+    uint64_t mine = 0; /* the arrays g owns */
     dl_golden_file_t g;
     header(x, &g, go);
     g.in = x->in;
     g.in.w_gate = x->w[0], g.in.w_up = x->w[1], g.in.w_down = x->w[2];
-    dl_moe_forward_t *f = &g.fwd;
-    if (!ALLOC(f->router_logits, T * E) || !ALLOC(f->router_scores, T * E) ||
-        !ALLOC(f->tie_margin, T) || !ALLOC(f->sort_perm, M) || !ALLOC(f->inv_perm, M) ||
-        !ALLOC(f->group_sizes, E) || !ALLOC(f->group_offsets, E + 1))
-        fail_all(x, "assembling the slice", DL_ENOMEM);
-    allgather(x, x->fs.router_logits, x->Ts, E, f->router_logits);
-    allgather(x, x->fs.router_scores, x->Ts, E, f->router_scores);
-    allgather(x, x->fs.tie_margin, x->Ts, 1, f->tie_margin);
-    TRY("sort", dl_sort_assignments(x->ids, T, x->k, E, f->sort_perm, f->inv_perm, f->group_sizes,
-                                    f->group_offsets));
-    f->topk_ids = x->ids, f->topk_weights = x->wts;
-    f->x_sorted = x->xs, f->h_gate = x->hg, f->h_up = x->hu, f->h_act = x->ha, f->y_sorted = x->ys;
-    dl_moe_backward_t *b = &g.bwd;
-    b->d_y_sorted = x->dys, b->d_h_act = x->dha, b->d_h_gate = x->dhg, b->d_h_up = x->dhu;
-    b->d_x_sorted = x->dxs, b->d_w_gate = x->dw[0], b->d_w_up = x->dw[1], b->d_w_down = x->dw[2];
+    for (int r = 0; r < dl_layout_count(); r++) {
+        const dl_layout_row_t *row = dl_layout_row(r);
+        int span;
+        if (row->group == DL_LAYOUT_INPUTS || !computed(x, r, passes, &span) ||
+            span == DL_SPAN_ALL || ((out >> r) & 1))
+            continue;
+        if (rows_array(row) || slab(row)) {
+            need(x, r, 1);
+            *dl_golden_slot(&g, dl_golden_dataset(r)) = *at(x, r, 1);
+        } else {
+            allgather(x, *at(x, r, 0), x->Ts, dl_layout_numel_rows(row, &x->c->config, 1),
+                      mpi_type(row), whole(x, &g, r));
+            mine |= UINT64_C(1) << r;
+        }
+    }
+    for (int i = 0; i < dl_schedule_count(); i++)
+        if (dl_schedule_producer(i)->span == DL_SPAN_ALL && !(dl_schedule_producer(i)->writes & out))
+            mine |= dl_schedule_producer(i)->writes;
+    run_all(x, &g, passes, out);
     char err[512] = "";
     int rc = go->n_ep_ranks > 0 ? dl_golden_add_ep_layouts(&g, go, err, sizeof err) : 0;
     if (!rc)
@@ -525,10 +536,9 @@ static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *g
                                    sizeof err);
     if (rc)
         fprintf(stderr, "dropless gen: rank %d: %s\n", x->me, err[0] ? err : dl_strerror(rc));
-    void *mine[] = {f->router_logits, f->router_scores, f->tie_margin, f->sort_perm, f->inv_perm,
-                    f->group_sizes, f->group_offsets};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
-        free(mine[i]);
+    for (int r = 0; r < dl_layout_count(); r++)
+        if ((mine >> r) & 1)
+            free(*dl_golden_slot(&g, dl_golden_dataset(r)));
     for (int i = 0; i < g.n_ep; i++)
         dl_ep_layout_free(&g.ep[i]);
     int worst = rc ? 1 : 0, any;
@@ -539,13 +549,13 @@ static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *g
 static void run_free(run_t *x)
 {
     dl_golden_inputs_free(&x->in);
-    dl_moe_forward_free(&x->fs);
-    dl_moe_backward_free(&x->bs);
+    dl_moe_forward_free(&x->sf);
+    dl_moe_forward_free(&x->ef);
+    dl_moe_backward_free(&x->sb);
+    dl_moe_backward_free(&x->eb);
     dl_ep_layout_free(&x->L);
-    void *p[] = {x->w[0], x->w[1], x->w[2], x->ids, x->wts, x->inv, x->y_ret, x->dy_ret,
-                 x->dxs_ret, x->loff, x->slot, x->xs, x->hg, x->hu, x->ha, x->ys, x->dys,
-                 x->dha, x->dhg, x->dhu, x->dxs, x->dw[0], x->dw[1], x->dw[2], x->tc, x->td,
-                 x->trc, x->trd, x->sc, x->sd, x->src_, x->srd};
+    void *p[] = {x->w[0], x->w[1], x->w[2], x->ids, x->wts, x->inv, x->loff, x->slot, x->tc,
+                 x->td, x->trc, x->trd, x->sc, x->sd, x->src_, x->srd};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
 }
@@ -595,26 +605,23 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
     const double t0 = MPI_Wtime();
     const dl_moe_config_t *k = &c->config;
     x->T = k->tokens, x->d = k->hidden, x->f = k->ffn, x->E = k->route.experts;
-    x->k = k->route.top_k, x->per = x->E / x->R, x->dt = k->dtype;
-    x->swiglu = k->ffn_kind == DL_FFN_SWIGLU;
+    x->k = k->route.top_k, x->per = x->E / x->R;
+    const int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
     dl_ep_source_range(x->T, x->R, x->me, &x->tb, &x->te);
     x->Ts = x->te - x->tb;
     TRY("drawing the inputs", dl_case_inputs_tokens(c, &x->in));
     const int64_t df = x->d * x->f;
-    for (int i = x->swiglu ? 0 : 2; i < 3; i++) {
+    for (int i = swiglu ? 0 : 2; i < 3; i++) {
         if (!ALLOC(x->w[i], x->per * df))
             fail_all(x, "expert weights", DL_ENOMEM);
         for (int64_t e = 0; e < x->per; e++)
             TRY("expert weights", dl_case_expert_weight(c, i, x->me * x->per + e, x->w[i] + e * df));
     }
     x->t[0] = MPI_Wtime();
-    route(x);
-    plan(x);
-    x->t[1] = MPI_Wtime();
-    forward(x);
+    TRY("forward pass", dl_schedule_exec(k, DL_SCHEDULE_FORWARD, NULL, -1, &placement, x));
     x->t[2] = MPI_Wtime();
     if (!go->no_backward)
-        backward(x);
+        TRY("backward pass", dl_schedule_exec(k, DL_SCHEDULE_BACKWARD, NULL, -1, &placement, x));
     x->t[3] = MPI_Wtime();
     rc = slice_dir ? write_slice(x, written, go) : write_file(x, path, go);
     x->t[4] = MPI_Wtime();

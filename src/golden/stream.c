@@ -5,9 +5,10 @@
  * one expert at a time. What stays in memory is the token-sized inputs,
  * the routing, the sorted-row activations of the experts written, and one
  * expert's weights: for mixtral-layer about 4 GB instead of the file's
- * 13 GiB. The stages are the layer's own (the same calls as
- * dl_moe_forward/backward, per expert), and every value is the exact
- * result rounded once, so the bytes are those of the in-memory generator.
+ * 13 GiB. It is the schedule's per-expert placement (dropless/schedule.h):
+ * the producers of dl_moe_forward/backward, the EXPERTS ones one expert at
+ * a time, and every value is the exact result rounded once, so the bytes
+ * are those of the in-memory generator.
  *
  * A slice (experts [A, B)) keeps the global routing and writes only those
  * experts' weights, sorted rows and weight gradients: the expert-parallel
@@ -25,11 +26,16 @@ typedef struct {
     int64_t A, B, r0, r1; /* experts [A, B), their sorted rows [r0, r1) */
     int full, swiglu;
     dl_golden_inputs_t in; /* every input but the expert weights */
-    dl_moe_forward_t f;    /* router stages and x_sorted whole; the rest rows [r0, r1) */
+    dl_moe_forward_t f;    /* per-token values and the permutations whole; "M?" rows [r0, r1) */
     dl_moe_backward_t b;
     dl_golden_file_t *hdr; /* the file's header: the layouts go there */
     float *wbuf[2];        /* one expert's weights */
     float *dw;             /* one expert's weight gradient */
+    int64_t off1[2];       /* an EXPERTS window's one group: {0, its rows} */
+    int next;              /* the schedule's next producer */
+    uint64_t written;      /* layout rows in the file */
+    dl__golden_sink_t *sink; /* the dataset being written, and its row */
+    int sink_row;
     dl_tier_stats_t stats;
     double work_done, work_total;
     char *err;
@@ -37,21 +43,19 @@ typedef struct {
 } stream_t;
 
 /* Datasets that need every expert's rows, so are not in a slice: the
- * values downstream of the experts' outputs (past y_sorted, through the
- * combine) that are not themselves per-expert rows (M) or per-expert
- * weights (E): out, d_topk_weights, the router gradients, d_x. */
-static int needs_all_experts(const dl_golden_dataset_t *ds)
+ * schedule's (dl_schedule_needs_experts). */
+static int needs_all_experts(const dl_golden_dataset_t *ds, const dl_moe_config_t *c)
 {
-    dl_value_t v;
-    if (dl_value_parse(ds->name, &v) || v <= DL_VALUE_Y_SORTED)
-        return 0;
-    return !strchr("ME", dl_value_dims(v)[0]);
+    for (int r = 0; r < dl_golden_dataset_count(); r++)
+        if (dl_golden_dataset(r) == ds)
+            return (int)((dl_schedule_needs_experts(c) >> r) & 1);
+    return 0;
 }
 
 int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_config_t *c, int full,
                                int64_t n_experts, int64_t n_rows, int64_t dims[3])
 {
-    if (!full && needs_all_experts(ds))
+    if (!full && needs_all_experts(ds, c))
         return -1;
     int64_t n = dl_golden_dataset_shape(ds, c, dims);
     if (n < 0 || full)
@@ -93,65 +97,142 @@ static void *alloc0(int64_t n, size_t size)
     return calloc(n > 0 ? (size_t)n : 1, size);
 }
 
-/* The router stages, the sort and x_sorted: dl_moe_route, as dl_moe_forward runs it. */
-static int route(stream_t *s)
+/* ------------------------------------------------- the stream placement */
+
+/* A sorted-row array of rank 2 ("M?"): held for the slice's rows only. */
+static int rows_array(const dl_layout_row_t *r)
+{
+    return r->dims[0] == 'M' && r->dims[1];
+}
+
+/* An expert array of rank 3 ("E??": weights, weight gradients): drawn or
+ * written one expert at a time. */
+static int slab(const dl_layout_row_t *r)
+{
+    return r->dims[0] == 'E' && r->dims[1] && r->dims[2];
+}
+
+/* The producer writes a dataset of this file (a slice leaves out what
+ * needs every expert: out, the router gradients, d_x). */
+static int in_file(const stream_t *s, const dl_producer_t *p)
+{
+    int64_t dims[3];
+    for (int r = 0; r < dl_layout_count(); r++)
+        if (((p->writes >> r) & 1) && shape_of((void *)(uintptr_t)s, dl_golden_dataset(r), dims) >= 0)
+            return 1;
+    return 0;
+}
+
+/* The first expert weight row the producer reads, after `after`, and which
+ * weight it is (DL__W_*); -1 when none. */
+static int weight_read(const stream_t *s, const dl_producer_t *p, int after, int *which)
+{
+    static const int rows[3] = {DL__ROW_IN_W_GATE, DL__ROW_IN_W_UP, DL__ROW_IN_W_DOWN};
+    const uint64_t reads = dl_schedule_reads(p, &s->c->config);
+    for (int i = 0; i < 3; i++)
+        if (rows[i] > after && ((reads >> rows[i]) & 1)) {
+            *which = i;
+            return rows[i];
+        }
+    return -1;
+}
+
+/* The outputs of producer p that are not there yet: whole, the slice's
+ * rows for "M?" arrays; an expert array is one expert's slab in s->dw. */
+static int alloc_outputs(stream_t *s, const dl_producer_t *p)
 {
     const dl_moe_config_t *c = &s->c->config;
-    dl_moe_forward_t *f = &s->f;
-    /* the values up to x_sorted by the table, and the margins (no value) */
-    uint64_t upto = 0;
-    for (int v = 0; v <= DL_VALUE_X_SORTED; v++)
-        upto |= UINT64_C(1) << v;
-    f->tie_margin = alloc0(c->tokens, sizeof(float));
-    if (dl__values_alloc(c, f, NULL, upto) || !f->tie_margin)
-        return DL_ENOMEM;
-    dl_moe_inputs_t view = dl_golden_inputs_view(&s->in);
-    int rc = dl_moe_route(c, &view, f);
-    s->stats = f->stats;
-    if (rc)
-        return rc;
-    s->r0 = f->group_offsets[s->A];
-    s->r1 = f->group_offsets[s->B];
-    /* written after every other group, by then from the header */
-    return dl__golden_ep_layouts(c, f->topk_ids, f->topk_weights, s->o, s->hdr);
-}
-
-/* Rows of expert e relative to the slice's first row, and their count. */
-static int64_t rows_of(const stream_t *s, int64_t e, int64_t *n)
-{
-    *n = s->f.group_offsets[e + 1] - s->f.group_offsets[e];
-    return s->f.group_offsets[e] - s->r0;
-}
-
-/* out[rows of e, N] = sum over terms of lhs[rows of e, K] x w (one expert's
- * weights), for every expert of the slice; weights drawn per expert. */
-typedef struct {
-    const float *lhs;  /* slice-relative rows, K columns */
-    int64_t K;
-    int which;         /* DL__W_GATE, DL__W_UP, DL__W_DOWN */
-    dl_rhs_layout_t layout;
-} term_spec_t;
-
-static int per_expert_gemm(stream_t *s, const term_spec_t *ts, int nterms, int64_t N,
-                           float *out, const char *phase, double work)
-{
-    for (int64_t e = s->A; e < s->B; e++) {
-        int64_t n, r = rows_of(s, e, &n);
-        progress(s, phase, work / (double)(s->B - s->A));
-        if (n == 0)
+    for (int r = 0; r < dl_layout_count(); r++) {
+        const dl_layout_row_t *row = dl_layout_row(r);
+        void **slot = dl_layout_slot(row, NULL, &s->f, &s->b);
+        if (!((p->writes >> r) & 1) || !slot || *slot || slab(row))
             continue;
-        dl_gemm_term_t terms[2];
-        for (int i = 0; i < nterms; i++) {
-            dl__case_expert_weight(s->c, ts[i].which, e, s->wbuf[i]);
-            terms[i] = (dl_gemm_term_t){ts[i].lhs + r * ts[i].K, ts[i].K, s->wbuf[i], ts[i].layout};
-        }
-        const int64_t off[2] = {0, n};
-        int rc = dl_gemm_grouped(terms, nterms, N, off, 1, s->c->config.dtype, out + r * N,
-                                 &s->stats);
-        if (rc)
-            return rc;
+        int64_t n = dl_layout_numel_rows(row, c, rows_array(row) ? s->r1 - s->r0 : -1);
+        if (!(*slot = alloc0(n, row->store == DL_STORE_I64 ? 8 : 4)))
+            return DL_ENOMEM;
     }
     return 0;
+}
+
+/* The window: every token; sorted rows [row0, row0 + rows) of the slice's
+ * buffers; an EXPERTS producer one expert (A + w) at a time, its weights
+ * drawn into s->wbuf, its weight gradient into s->dw. */
+static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
+{
+    stream_t *s = ctx;
+    const dl_producer_t *p = dl_schedule_producer(i);
+    const int experts = p->span == DL_SPAN_EXPERTS;
+    if ((w > 0 && !experts) || s->A + w >= s->B || !in_file(s, p))
+        return DL_SCHEDULE_END;
+    int rc = w == 0 ? alloc_outputs(s, p) : 0;
+    if (rc)
+        return rc;
+    const int64_t e = s->A + w;
+    int64_t row0 = s->r0, n = s->r1 - s->r0;
+    if (experts) {
+        row0 = s->f.group_offsets[e];
+        n = s->f.group_offsets[e + 1] - row0;
+    }
+    *v = (dl_stage_view_t){.c = s->c->config, .in = dl_golden_inputs_view(&s->in), .f = s->f,
+                           .b = s->b, .row0 = row0, .rows = n, .off = s->off1, .ne = 1,
+                           .stats = &s->stats};
+    s->off1[1] = n;
+    for (int r = 0; r < dl_layout_count(); r++) {
+        const dl_layout_row_t *row = dl_layout_row(r);
+        void **slot = dl_layout_slot(row, NULL, &v->f, &v->b);
+        if (slot && *slot && rows_array(row))
+            *slot = (float *)*slot + (row0 - s->r0) * (row->dims[1] == 'd' ? s->c->config.hidden
+                                                                             : s->c->config.ffn);
+        else if (slot && slab(row) && ((p->writes >> r) & 1))
+            *slot = s->dw;
+    }
+    int which, at = -1;
+    for (int k = 0; experts && (at = weight_read(s, p, at, &which)) >= 0; k++) {
+        dl__case_expert_weight(s->c, which, e, s->wbuf[k]);
+        *dl_layout_slot(dl_layout_row(at), &v->in, NULL, NULL) = s->wbuf[k];
+    }
+    return 0;
+}
+
+/* After a window: an expert's weight gradient goes to the file; the sort
+ * gives the slice's rows and the expert-parallel layouts. */
+static int done(void *ctx, int i, int w, const dl_stage_view_t *v)
+{
+    stream_t *s = ctx;
+    const dl_producer_t *p = dl_schedule_producer(i);
+    progress(s, p->name, p->span == DL_SPAN_EXPERTS ? 1.0 / (double)(s->B - s->A) : 0.02);
+    if ((p->writes >> DL__ROW_GROUP_OFFSETS) & 1) {
+        s->r0 = s->f.group_offsets[s->A];
+        s->r1 = s->f.group_offsets[s->B];
+        /* written after every other group, by then from the header */
+        return dl__golden_ep_layouts(&s->c->config, s->f.topk_ids, s->f.topk_weights, s->o, s->hdr);
+    }
+    for (int r = 0; r < dl_layout_count(); r++)
+        if (((p->writes >> r) & 1) && slab(dl_layout_row(r)))
+            return r == s->sink_row ? dl__golden_sink_put(s->sink, w, 1, s->dw) : DL_EINTERNAL;
+    return 0;
+}
+
+static const dl_placement_t stream_placement = {bind, done};
+
+/* Frees every value written to the file that no producer still to run
+ * reads, so the peak stays at a few [M, f]. */
+static void release(stream_t *s)
+{
+    const int passes = DL_SCHEDULE_FORWARD | (s->o->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
+    uint64_t pending = 0;
+    for (int i = s->next; i < dl_schedule_count(); i++) {
+        const dl_producer_t *p = dl_schedule_producer(i);
+        if (((passes >> p->backward) & 1) && dl_cond_applies(p->cond, &s->c->config) && in_file(s, p))
+            pending |= dl_schedule_reads(p, &s->c->config);
+    }
+    for (int r = 0; r < dl_layout_count(); r++) {
+        void **slot = dl_layout_slot(dl_layout_row(r), NULL, &s->f, &s->b);
+        if (slot && *slot && ((s->written >> r) & 1) && !((pending >> r) & 1)) {
+            free(*slot);
+            *slot = NULL;
+        }
+    }
 }
 
 /* One expert weight written expert by expert. */
@@ -167,184 +248,64 @@ static int put_weights(stream_t *s, int which, dl__golden_sink_t *sink, const ch
     return 0;
 }
 
-/* dW[e] = a_e^T b_e (fp32) per expert, written as computed: ragged-K GEMMs. */
-static int put_dw(stream_t *s, const float *a, int64_t I, const float *b, int64_t J,
-                  dl__golden_sink_t *sink, const char *phase)
-{
-    for (int64_t e = s->A; e < s->B; e++) {
-        int64_t n, r = rows_of(s, e, &n);
-        const int64_t off[2] = {0, n};
-        int rc = dl_gemm_ragged_k(a + r * I, I, b + r * J, J, off, 1, DL_F32, s->dw, &s->stats);
-        if (rc || (rc = dl__golden_sink_put(sink, e - s->A, 1, s->dw)))
-            return rc;
-        progress(s, phase, 1.0 / (double)(s->B - s->A));
-    }
-    return 0;
-}
-
-static int forward_rows(stream_t *s, const char *name)
-{
-    const dl_moe_config_t *c = &s->c->config;
-    const int64_t d = c->hidden, ff = c->ffn, Ms = s->r1 - s->r0;
-    dl_moe_forward_t *f = &s->f;
-    const float *xs = f->x_sorted + s->r0 * d;
-    int rc;
-    if (!strcmp(name, "h_gate")) {
-        f->h_gate = alloc0(Ms * ff, sizeof(float));
-        f->h_up = alloc0(Ms * ff, sizeof(float));
-        f->h_act = alloc0(Ms * ff, sizeof(float));
-        if (!f->h_gate || !f->h_up || !f->h_act)
-            return DL_ENOMEM;
-        term_spec_t g = {xs, d, DL__W_GATE, DL_RHS_KN}, u = {xs, d, DL__W_UP, DL_RHS_KN};
-        if ((rc = per_expert_gemm(s, &g, 1, ff, f->h_gate, "h_gate", 1.0)) ||
-            (rc = per_expert_gemm(s, &u, 1, ff, f->h_up, "h_up", 1.0)))
-            return rc;
-        return dl_swiglu(f->h_gate, f->h_up, Ms * ff, c->dtype, f->h_act);
-    }
-    if (!strcmp(name, "y_sorted")) {
-        f->y_sorted = alloc0(Ms * d, sizeof(float));
-        if (!f->y_sorted)
-            return DL_ENOMEM;
-        term_spec_t t = s->swiglu ? (term_spec_t){f->h_act, ff, DL__W_DOWN, DL_RHS_KN}
-                                  : (term_spec_t){xs, d, DL__W_DOWN, DL_RHS_KN};
-        if ((rc = per_expert_gemm(s, &t, 1, d, f->y_sorted, "y_sorted", 1.0)))
-            return rc;
-        if (!s->full)
-            return 0;
-        f->out = alloc0(c->tokens * d, sizeof(float));
-        if (!f->out)
-            return DL_ENOMEM;
-        return dl_combine(f->y_sorted, f->topk_weights, f->inv_perm, c->tokens,
-                          c->route.top_k, d, c->dtype, f->out);
-    }
-    return 0;
-}
-
-static int backward_rows(stream_t *s, const char *name)
-{
-    const dl_moe_config_t *c = &s->c->config;
-    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn,
-                  k = c->route.top_k, Ms = s->r1 - s->r0;
-    dl_moe_forward_t *f = &s->f;
-    dl_moe_backward_t *b = &s->b;
-    int rc;
-    /* d_topk_weights comes first in a whole file, d_y_sorted in a slice */
-    if (!strcmp(name, s->full ? "d_topk_weights" : "d_y_sorted")) {
-        b->d_y_sorted = alloc0(Ms * d, sizeof(float));
-        b->d_topk_weights = s->full ? alloc0(T * k, sizeof(float)) : NULL;
-        if (!b->d_y_sorted || (s->full && !b->d_topk_weights))
-            return DL_ENOMEM;
-        return dl__combine_backward(f->y_sorted, f->topk_weights, f->inv_perm, s->in.d_out, T,
-                                    k, d, c->dtype, s->r0, s->r1, b->d_topk_weights,
-                                    b->d_y_sorted);
-    }
-    if (!strcmp(name, s->swiglu ? "d_h_act" : "d_x_sorted")) {
-        int64_t N = s->swiglu ? ff : d;
-        float **dst = s->swiglu ? &b->d_h_act : &b->d_x_sorted;
-        if (!(*dst = alloc0(Ms * N, sizeof(float))))
-            return DL_ENOMEM;
-        term_spec_t t = {b->d_y_sorted, d, DL__W_DOWN, DL_RHS_NK};
-        if ((rc = per_expert_gemm(s, &t, 1, N, *dst, name, 1.0)) || !s->swiglu)
-            return rc;
-        return 0;
-    }
-    if (s->swiglu && !strcmp(name, "d_h_gate")) {
-        b->d_h_gate = alloc0(Ms * ff, sizeof(float));
-        b->d_h_up = alloc0(Ms * ff, sizeof(float));
-        if (!b->d_h_gate || !b->d_h_up)
-            return DL_ENOMEM;
-        return dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, Ms * ff, c->dtype, b->d_h_gate,
-                                  b->d_h_up);
-    }
-    if (s->swiglu && !strcmp(name, "d_x_sorted")) {
-        if (!(b->d_x_sorted = alloc0(Ms * d, sizeof(float))))
-            return DL_ENOMEM;
-        term_spec_t t[2] = {{b->d_h_gate, ff, DL__W_GATE, DL_RHS_NK},
-                            {b->d_h_up, ff, DL__W_UP, DL_RHS_NK}};
-        return per_expert_gemm(s, t, 2, d, b->d_x_sorted, name, 2.0);
-    }
-    if (!strcmp(name, "d_router_scores")) {
-        const uint64_t tail = UINT64_C(1) << DL_VALUE_D_ROUTER_SCORES |
-                              UINT64_C(1) << DL_VALUE_D_ROUTER_LOGITS |
-                              UINT64_C(1) << DL_VALUE_D_ROUTER_WEIGHT | UINT64_C(1) << DL_VALUE_D_X;
-        if (dl__values_alloc(c, NULL, b, tail))
-            return DL_ENOMEM;
-        dl_moe_inputs_t view = dl_golden_inputs_view(&s->in);
-        return dl_moe_route_backward(c, &view, f, b);
-    }
-    return 0;
-}
-
-/* Frees what no later dataset needs, so the peak stays at a few [M, f]. */
-static void release_after(stream_t *s, const char *name)
-{
-    if (!strcmp(name, "d_w_down")) {
-        free(s->f.h_act);
-        s->f.h_act = NULL;
-    } else if (!strcmp(name, "d_h_up")) {
-        free(s->b.d_h_act);
-        free(s->f.h_gate);
-        free(s->f.h_up);
-        s->b.d_h_act = s->f.h_gate = s->f.h_up = NULL;
-    } else if (!strcmp(name, "d_w_gate")) {
-        free(s->b.d_h_gate);
-        s->b.d_h_gate = NULL;
-    }
-}
-
-/* The array that holds dataset ds (rows [r0, r1) for sorted-row ones). */
-static const void *array_of(stream_t *s, const dl_golden_dataset_t *ds)
-{
-    dl_golden_file_t view;
-    memset(&view, 0, sizeof view);
-    view.in = s->in;
-    view.fwd = s->f;
-    view.bwd = s->b;
-    const void *p = *dl_golden_slot(&view, ds);
-    if (p && !strcmp(ds->name, "x_sorted"))
-        p = s->f.x_sorted + s->r0 * s->c->config.hidden;
-    return p;
-}
-
+/* Dataset ds: its producer (and any before it) run by the schedule, then
+ * its array written (an expert array was, expert by expert). */
 static int produce(void *vctx, const dl_golden_dataset_t *ds, dl__golden_sink_t *sink)
 {
     stream_t *s = vctx;
-    const dl_moe_config_t *c = &s->c->config;
-    const int64_t d = c->hidden, ff = c->ffn;
-    const char *nm = ds->name;
+    int row = -1;
+    for (int r = 0; r < dl_layout_count(); r++)
+        if (dl_golden_dataset(r) == ds)
+            row = r;
+    const dl_layout_row_t *lr = dl_layout_row(row);
+    if (!lr)
+        FAILMSG(DL_EINTERNAL, "case %s: %s: not a row of the table", s->c->name, ds->path);
+    if (lr->group == DL_LAYOUT_INPUTS && slab(lr)) {
+        int which = row == DL__ROW_IN_W_GATE ? DL__W_GATE : row == DL__ROW_IN_W_UP ? DL__W_UP : DL__W_DOWN;
+        return put_weights(s, which, sink, ds->name);
+    }
     int rc = 0;
-    if (!strcmp(nm, "w_gate") || !strcmp(nm, "w_up") || !strcmp(nm, "w_down"))
-        return put_weights(s, nm[2] == 'g' ? DL__W_GATE : nm[2] == 'u' ? DL__W_UP : DL__W_DOWN,
-                           sink, nm);
-    if (!strcmp(nm, "router_logits"))
-        rc = route(s);
-    else if (ds->group == DL_GOLDEN_FORWARD)
-        rc = forward_rows(s, nm);
-    else if (!strcmp(nm, "d_w_down"))
-        rc = s->swiglu ? put_dw(s, s->f.h_act, ff, s->b.d_y_sorted, d, sink, nm)
-                       : put_dw(s, s->f.x_sorted + s->r0 * d, d, s->b.d_y_sorted, d, sink, nm);
-    else if (!strcmp(nm, "d_w_gate") || !strcmp(nm, "d_w_up"))
-        rc = put_dw(s, s->f.x_sorted + s->r0 * d, d, nm[4] == 'g' ? s->b.d_h_gate : s->b.d_h_up,
-                    ff, sink, nm);
-    else if (ds->group == DL_GOLDEN_BACKWARD)
-        rc = backward_rows(s, nm);
+    if (lr->group != DL_LAYOUT_INPUTS) {
+        s->sink = sink;
+        s->sink_row = row;
+        const int passes = DL_SCHEDULE_FORWARD | (s->o->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
+        rc = dl_schedule_exec(&s->c->config, passes, &s->next, dl_schedule_writer(row),
+                              &stream_placement, s);
+    }
     if (rc) {
         if (rc == DL_ENOMEM)
             FAILMSG(rc, "case %s: %s: out of memory", s->c->name, ds->path);
         FAILMSG(rc, "case %s: computing %s: %s", s->c->name, ds->path, dl_strerror(rc));
     }
-    if (ds->rank == 3 && ds->dims[0] == 'E') { /* written expert by expert above */
-        release_after(s, nm);
-        return 0;
+    s->written |= UINT64_C(1) << row;
+    if (!slab(lr)) {
+        dl_golden_file_t view;
+        memset(&view, 0, sizeof view);
+        view.in = s->in;
+        view.fwd = s->f;
+        view.bwd = s->b;
+        const void *p = *dl_golden_slot(&view, ds);
+        int64_t dims[3];
+        if (!p || shape_of(s, ds, dims) < 0)
+            FAILMSG(DL_EINTERNAL, "case %s: %s: nothing computed", s->c->name, ds->path);
+        rc = dl__golden_sink_put(sink, 0, dims[0], p);
+        progress(s, ds->name, 0.02);
     }
-    const void *p = array_of(s, ds);
-    int64_t dims[3];
-    if (!p || shape_of(s, ds, dims) < 0)
-        FAILMSG(DL_EINTERNAL, "case %s: %s: nothing computed", s->c->name, ds->path);
-    rc = dl__golden_sink_put(sink, 0, dims[0], p);
-    progress(s, nm, 0.02);
-    release_after(s, nm);
+    release(s);
     return rc;
+}
+
+/* The progress bar's whole: a share per expert producer, less for the rest. */
+static double work_total(const stream_t *s)
+{
+    const int passes = DL_SCHEDULE_FORWARD | (s->o->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
+    double w = 0.0;
+    for (int i = 0; i < dl_schedule_count(); i++) {
+        const dl_producer_t *p = dl_schedule_producer(i);
+        if (((passes >> p->backward) & 1) && dl_cond_applies(p->cond, &s->c->config))
+            w += p->span == DL_SPAN_EXPERTS ? 1.0 : 0.04;
+    }
+    return w + (s->swiglu ? 0.6 : 0.2);
 }
 
 static void stream_free(stream_t *s)
@@ -419,7 +380,7 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     s.swiglu = k->ffn_kind == DL_FFN_SWIGLU;
     s.err = err;
     s.errlen = errlen;
-    s.work_total = 0.6 + (s.swiglu ? 3.0 : 1.0) + (opts->no_backward ? 0 : (s.swiglu ? 6.0 : 3.0)) + 0.5;
+    s.work_total = work_total(&s);
     int64_t df = k->hidden * k->ffn;
     s.wbuf[0] = malloc((size_t)df * sizeof(float));
     s.wbuf[1] = malloc((size_t)df * sizeof(float));

@@ -54,9 +54,15 @@ int dl_permute(const float *x, int64_t T, int64_t d, int64_t k,
     for (int64_t p = 0; p < M; p++)
         if (sort_perm[p] < 0 || sort_perm[p] >= M)
             return DL_ERANGE;
+    return dl__permute_rows(x, d, k, sort_perm, 0, M, x_sorted);
+}
+
+int dl__permute_rows(const float *x, int64_t d, int64_t k, const int32_t *sort_perm, int64_t r0,
+                     int64_t r1, float *out)
+{
 #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < M; p++)
-        memcpy(x_sorted + p * d, x + (sort_perm[p] / k) * d, (size_t)d * sizeof *x);
+    for (int64_t p = r0; p < r1; p++)
+        memcpy(out + (p - r0) * d, x + (sort_perm[p] / k) * d, (size_t)d * sizeof *x);
     return 0;
 }
 

@@ -1,6 +1,7 @@
-/* The whole layer: the stages in order, forward and backward. Each stage is
- * an exact function of the stored values before it, rounded once; this file
- * only wires them and owns the memory. */
+/* The whole layer, forward and backward: the placement of the schedule
+ * (schedule.c) on the whole layer at once. Each stage is an exact function
+ * of the stored values before it, rounded once; this file only validates,
+ * owns the memory and places the producers. */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
@@ -88,13 +89,49 @@ void dl_moe_forward_free(dl_moe_forward_t *f)
     memset(f, 0, sizeof *f);
 }
 
-/* One grouped GEMM term over the sorted rows. */
-static int grouped(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_t layout,
-                   int64_t N, const int64_t *offsets, int64_t E, dl_dtype_t t, float *out,
-                   dl_tier_stats_t *st)
+/* The whole placement: one window, the whole layer, on the caller's
+ * arrays; the producers that write a row of `want` run. */
+typedef struct {
+    dl_stage_view_t v;
+    uint64_t want;
+} whole_t;
+
+static int whole_bind(void *ctx, int i, int w, dl_stage_view_t *v)
 {
-    dl_gemm_term_t term = {lhs, K, rhs, layout};
-    return dl_gemm_grouped(&term, 1, N, offsets, E, t, out, st);
+    const whole_t *x = ctx;
+    if (w > 0)
+        return DL_SCHEDULE_END;
+    if (!(dl_schedule_producer(i)->writes & x->want))
+        return DL_SCHEDULE_SKIP;
+    *v = x->v;
+    return 0;
+}
+
+static const dl_placement_t whole_placement = {whole_bind, NULL};
+
+/* The schedule's producers of `want` from producer `from` on, on the whole
+ * layer (c validated by the caller). */
+static int run_whole(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const dl_moe_forward_t *f,
+                     const dl_moe_backward_t *b, dl_tier_stats_t *st, int passes, int from,
+                     uint64_t want)
+{
+    whole_t x = {{.c = *c, .in = *in, .f = *f, .rows = c->tokens * c->route.top_k,
+                  .off = f->group_offsets, .ne = c->route.experts, .stats = st}, want};
+    if (b)
+        x.v.b = *b;
+    return dl_schedule_exec(c, passes, &from, -1, &whole_placement, &x);
+}
+
+/* The rows of the arrays present in *f (or *b). */
+static uint64_t present(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b)
+{
+    uint64_t m = 0;
+    for (int r = 0; r < dl_layout_count(); r++) {
+        void **p = dl_layout_slot(dl_layout_row(r), NULL, f, b);
+        if (p && *p)
+            m |= UINT64_C(1) << r;
+    }
+    return m;
 }
 
 int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
@@ -104,20 +141,11 @@ int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_for
         return rc;
     if (!in || !f || !f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights)
         return DL_EINVAL;
-    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
-    const int64_t all_rows[2] = {0, T};
-    if ((rc = grouped(in->x, d, in->router_weight, DL_RHS_KN, E, all_rows, 1, DL_F32,
-                      f->router_logits, &f->stats)) ||
-        (rc = dl_route_scores(&c->route, f->router_logits, T, f->router_scores)) ||
-        (rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, f->topk_ids,
-                            f->topk_weights, f->tie_margin)))
-        return rc;
+    /* the router, then the sort when sort_perm is there, x_sorted when it is too */
+    uint64_t want = present(c, f, NULL) & ((UINT64_C(1) << (DL__ROW_X_SORTED + 1)) - 1);
     if (!f->sort_perm)
-        return 0;
-    if ((rc = dl_sort_assignments(f->topk_ids, T, k, E, f->sort_perm, f->inv_perm,
-                                  f->group_sizes, f->group_offsets)))
-        return rc;
-    return f->x_sorted ? dl_permute(in->x, T, d, k, f->sort_perm, f->x_sorted) : 0;
+        want &= ~(UINT64_C(1) << DL__ROW_X_SORTED);
+    return run_whole(c, in, f, NULL, &f->stats, DL_SCHEDULE_FORWARD, 0, want);
 }
 
 int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f)
@@ -128,28 +156,9 @@ int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     int rc = dl_moe_inputs_validate(c, in, 0);
     if (rc)
         return rc;
-    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
-                  k = c->route.top_k, M = T * k;
-    const dl_dtype_t t = c->dtype;
-    const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
-
     if (dl__moe_arrays_alloc(c, f, NULL))
         return DL_ENOMEM;
-
-    if ((rc = dl_moe_route(c, in, f)))
-        return rc;
-    const int64_t *off = f->group_offsets;
-    if (swiglu) {
-        if ((rc = grouped(f->x_sorted, d, in->w_gate, DL_RHS_KN, ff, off, E, t, f->h_gate, &f->stats)) ||
-            (rc = grouped(f->x_sorted, d, in->w_up, DL_RHS_KN, ff, off, E, t, f->h_up, &f->stats)) ||
-            (rc = dl_swiglu(f->h_gate, f->h_up, M * ff, t, f->h_act)) ||
-            (rc = grouped(f->h_act, ff, in->w_down, DL_RHS_KN, d, off, E, t, f->y_sorted, &f->stats)))
-            return rc;
-    } else if ((rc = grouped(f->x_sorted, d, in->w_down, DL_RHS_KN, d, off, E, t, f->y_sorted,
-                             &f->stats))) {
-        return rc;
-    }
-    return dl_combine(f->y_sorted, f->topk_weights, f->inv_perm, T, k, d, t, f->out);
+    return run_whole(c, in, f, NULL, &f->stats, DL_SCHEDULE_FORWARD, 0, ~UINT64_C(0));
 }
 
 void dl_moe_backward_free(dl_moe_backward_t *b)
@@ -169,37 +178,9 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     int rc = dl_moe_inputs_validate(c, in, 1);
     if (rc)
         return rc;
-    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
-                  k = c->route.top_k, M = T * k;
-    const dl_dtype_t t = c->dtype;
-    const int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
-    const int64_t *off = f->group_offsets;
-
     if (dl__moe_arrays_alloc(c, NULL, b))
         return DL_ENOMEM;
-
-    if ((rc = dl_combine_backward(in->d_out, f->y_sorted, f->topk_weights, f->inv_perm, T, k,
-                                  d, t, b->d_topk_weights, b->d_y_sorted)))
-        return rc;
-
-    if (swiglu) {
-        /* y = h_act Wd: d_h_act = d_y Wd^T, d_Wd = h_act^T d_y */
-        if ((rc = grouped(b->d_y_sorted, d, in->w_down, DL_RHS_NK, ff, off, E, t, b->d_h_act, &b->stats)) ||
-            (rc = dl_gemm_ragged_k(f->h_act, ff, b->d_y_sorted, d, off, E, DL_F32, b->d_w_down, &b->stats)) ||
-            (rc = dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, M * ff, t, b->d_h_gate, b->d_h_up)))
-            return rc;
-        dl_gemm_term_t terms[2] = {{b->d_h_gate, ff, in->w_gate, DL_RHS_NK},
-                                   {b->d_h_up, ff, in->w_up, DL_RHS_NK}};
-        if ((rc = dl_gemm_grouped(terms, 2, d, off, E, t, b->d_x_sorted, &b->stats)) ||
-            (rc = dl_gemm_ragged_k(f->x_sorted, d, b->d_h_gate, ff, off, E, DL_F32, b->d_w_gate, &b->stats)) ||
-            (rc = dl_gemm_ragged_k(f->x_sorted, d, b->d_h_up, ff, off, E, DL_F32, b->d_w_up, &b->stats)))
-            return rc;
-    } else if ((rc = grouped(b->d_y_sorted, d, in->w_down, DL_RHS_NK, d, off, E, t, b->d_x_sorted, &b->stats)) ||
-               (rc = dl_gemm_ragged_k(f->x_sorted, d, b->d_y_sorted, d, off, E, DL_F32, b->d_w_down, &b->stats))) {
-        return rc;
-    }
-
-    return dl_moe_route_backward(c, in, f, b);
+    return run_whole(c, in, f, b, &b->stats, DL_SCHEDULE_BACKWARD, 0, ~UINT64_C(0));
 }
 
 int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
@@ -211,13 +192,9 @@ int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     if (!in || !f || !b || !b->d_router_scores || !b->d_router_logits || !b->d_router_weight ||
         !b->d_x)
         return DL_EINVAL;
-    const int64_t T = c->tokens, d = c->hidden, E = c->route.experts, k = c->route.top_k;
-    const int64_t all_rows[2] = {0, T};
-    if ((rc = dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
-                                b->d_router_scores, b->d_router_logits)) ||
-        (rc = dl_gemm_ragged_k(in->x, d, b->d_router_logits, E, all_rows, 1, DL_F32,
-                               b->d_router_weight, &b->stats)))
-        return rc;
-    return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight, T,
-                             k, d, E, c->dtype, b->d_x);
+    const uint64_t tail = UINT64_C(1) << DL__ROW_D_ROUTER_SCORES |
+                          UINT64_C(1) << DL__ROW_D_ROUTER_LOGITS |
+                          UINT64_C(1) << DL__ROW_D_ROUTER_WEIGHT | UINT64_C(1) << DL__ROW_D_X;
+    return run_whole(c, in, f, b, &b->stats, DL_SCHEDULE_BACKWARD,
+                     dl_schedule_writer(DL__ROW_D_ROUTER_SCORES), tail);
 }

@@ -9,6 +9,14 @@
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
 #include "dropless/values.h"
+#include "dropless/schedule.h"
+
+/* The position of each row in DL_VALUE_MAP (dl_layout_row's index):
+ * DL__ROW_X, DL__ROW_ROUTER_LOGITS, ... (the schedule's read and write
+ * sets are bits of these). */
+#define DL__ROW_POS(g, E, n, st, dims, cond) DL__ROW_##E,
+enum { DL_VALUE_MAP(DL__ROW_POS) DL__ROW_COUNT };
+_Static_assert(DL__ROW_COUNT <= 64, "the schedule's row sets are 64-bit masks");
 
 /* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
 #define DL__MAX_TOPK 1024
@@ -34,6 +42,10 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
 int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *inv_perm,
                          const float *d_out, int64_t T, int64_t k, int64_t d, dl_dtype_t t,
                          int64_t r0, int64_t r1, float *d_w, float *d_y);
+/* x_sorted rows [r0, r1) of dl_permute into out (row r0 first). sort_perm
+ * is checked by the caller (dl_permute) or comes from dl_sort_assignments. */
+int dl__permute_rows(const float *x, int64_t d, int64_t k, const int32_t *sort_perm, int64_t r0,
+                     int64_t r1, float *out);
 /* Bit tests of one float: 2 = NaN or infinity, 1 = finite but off the
  * grid of t, 0 = fine. The same verdicts as isfinite and dl_on_grid, on the
  * bits and branch-free so that the loop over a tensor vectorises (input

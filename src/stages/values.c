@@ -80,6 +80,24 @@ const void *dl_layout_data(const dl_layout_row_t *r, const dl_moe_inputs_t *in,
     return p ? *p : NULL;
 }
 
+void **dl_layout_slot(const dl_layout_row_t *r, dl_moe_inputs_t *in, dl_moe_forward_t *f,
+                      dl_moe_backward_t *b)
+{
+    return r ? slot((const row_t *)(const void *)r, in, f, b) : NULL;
+}
+
+int64_t dl_layout_numel_rows(const dl_layout_row_t *r, const dl_moe_config_t *c, int64_t first)
+{
+    int64_t n = dl_layout_numel(r, c), dims[3];
+    if (n <= 0 || first < 0)
+        return n;
+    int rank = dl_layout_shape(r, c, dims);
+    n = first;
+    for (int i = 1; i < rank; i++)
+        n *= dims[i];
+    return n;
+}
+
 int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
 {
     switch (cond) {

@@ -1,0 +1,55 @@
+#!/bin/sh
+# The extra-value configuration of CI (doc/architecture.md, "Adding a stage
+# value"): a clean copy of the sources (`make distdir`, so the main build is
+# left alone) configured with --enable-extra-value, which adds the synthetic
+# value y_half through the tables alone, built, and its `make check` run:
+# the mpirun and Python/JAX tests included. Its golden files carry one more
+# dataset, so the copy's vectors (and the one kernel-tier digest make check
+# compares, kernel-sizes-bf16) are regenerated first, the way the checklist's
+# last step does for a real value; the tests then hold that build to them.
+# Usage: tools/check_extra_value.sh [WORKDIR]   (from a configured tree)
+set -u
+cd "$(dirname "$0")/.."
+keep=${1:-}
+if [ -n "$keep" ]; then
+    work=$keep
+    rm -rf "$work" && mkdir -p "$work" || exit 1
+else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/dl_extra.XXXXXX") || exit 1
+    trap 'rm -rf "$work"' EXIT
+fi
+make -s distdir distdir="$work/src" >/dev/null || { echo "extra value: make distdir failed" >&2; exit 1; }
+start=$(date +%s)
+cd "$work/src" || exit 1
+fail() {
+    echo "extra value: $1" >&2
+    [ -f "$2" ] && tail -30 "$2" >&2
+    exit 1
+}
+./configure -q --enable-extra-value >"$work/configure.log" 2>&1 || fail "configure failed" "$work/configure.log"
+grep -q '^#define DL_EXTRA_VALUE 1' include/dropless/features.h || fail "features.h does not say DL_EXTRA_VALUE 1" ""
+make -s -j"$(nproc)" >"$work/build.log" 2>&1 || fail "build failed" "$work/build.log"
+./dropless info --layout | grep -q -E '^forward +y_half ' || fail "the layout has no y_half" ""
+# the vectors of this build: every committed case, and the kernel digest
+names=$(sed -n 's/^[0-9a-f]\{64\}  *\*\{0,1\}\(.*\)\.h5$/\1/p' vectors/SHA256SUMS)
+# shellcheck disable=SC2086
+./dropless gen -q --force -d vectors $names >"$work/gen.log" 2>&1 || fail "regenerating the vectors failed" "$work/gen.log"
+(cd vectors && sha256sum $(for n in $names; do echo "$n.h5"; done) >SHA256SUMS)
+./dropless gen -q --force -o "$work/kernel-sizes-bf16.h5" kernel-sizes-bf16 >>"$work/gen.log" 2>&1 ||
+    fail "generating kernel-sizes-bf16 failed" "$work/gen.log"
+sum=$(sha256sum "$work/kernel-sizes-bf16.h5" | cut -d' ' -f1)
+rm -f "$work/kernel-sizes-bf16.h5"
+sed -i "s/^[0-9a-f]\{64\}  kernel-sizes-bf16\.h5\$/$sum  kernel-sizes-bf16.h5/" vectors/KERNEL_SHA256SUMS
+make -s -j"$(nproc)" check >"$work/check.log" 2>&1
+status=$?
+grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$work/check.log"
+grep -E '^(ok|not ok) .*extra build' tests/test_extra_value.sh.log 2>/dev/null
+if [ "$status" -ne 0 ]; then
+    grep -E '^(FAIL|ERROR):' "$work/check.log"
+    for l in $(grep -l -E '^(not ok|FAIL|ERROR)' tests/*.log 2>/dev/null); do
+        echo "--- $l"
+        grep -E -B2 -A12 '^(not ok|FAIL|ERROR)' "$l" | head -60
+    done
+fi
+echo "extra value: make check with --enable-extra-value: exit $status in $(( $(date +%s) - start )) s"
+exit $status
