@@ -105,7 +105,7 @@ DL_EXTERN unsigned dl_layout_dataset_kinds(int i);
 DL_EXTERN int dl_layout_dataset_i64(int i);
 DL_EXTERN int dl_layout_dataset_is_float(int i);
 /* The address of dataset i's array pointer in L, or NULL. */
-DL_EXTERN void **dl_layout_slot(dl_layout_t *L, int i);
+DL_EXTERN void **dl_layout_dataset_slot(dl_layout_t *L, int i);
 /* Fills dims[0..1] of dataset i of L's shape; returns its rank (1, 2), or
  * -1. */
 DL_EXTERN int dl_layout_dataset_shape(const dl_layout_t *L, int i, int64_t dims[2]);

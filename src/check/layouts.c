@@ -125,14 +125,14 @@ static int index_arrays(lc_t *c)
     const dl_layout_t *L = c->L, *R = &c->ref;
     int any = 0;
     for (int i = 0; i < DL_LAYOUT_DATASET_COUNT; i++)
-        any |= !dl_layout_dataset_is_float(i) && *dl_layout_slot((dl_layout_t *)L, i) != NULL;
+        any |= !dl_layout_dataset_is_float(i) && *dl_layout_dataset_slot((dl_layout_t *)L, i) != NULL;
     if (!any)
         return 0;
     if (open_row(c, "layout_index"))
         return DL_ENOMEM;
     for (int i = 0; i < DL_LAYOUT_DATASET_COUNT; i++) {
-        const void *got = *dl_layout_slot((dl_layout_t *)L, i);
-        const void *want = *dl_layout_slot((dl_layout_t *)R, i);
+        const void *got = *dl_layout_dataset_slot((dl_layout_t *)L, i);
+        const void *want = *dl_layout_dataset_slot((dl_layout_t *)R, i);
         if (dl_layout_dataset_is_float(i) || !got || !want)
             continue;
         int64_t dims[2];
@@ -238,7 +238,7 @@ static int data_rows(lc_t *c)
 {
     for (int is_x = 1; is_x >= 0; is_x--) {
         const int i = is_x ? DL_LAYOUT_DS_ACT_X : DL_LAYOUT_DS_ACT_Y;
-        const float *got = *dl_layout_slot((dl_layout_t *)c->L, i);
+        const float *got = *dl_layout_dataset_slot((dl_layout_t *)c->L, i);
         if (!got)
             continue;
         const int64_t want_n = is_x ? c->ref.n_x : c->ref.n_y;

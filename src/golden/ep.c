@@ -94,29 +94,6 @@ static const char *dtype_attr(int elem)
            : elem == DL_EP_BOOL ? "bool" : "fp32";
 }
 
-/* A scalar attribute: fixed-length string (as the other groups') or int64. */
-int dl__golden_attr_put(hid_t obj, const char *name, const char *s, int64_t v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR), t = -1, a = -1;
-    int ok = sp >= 0;
-    if (ok && s) {
-        ok = (t = H5Tcopy(H5T_C_S1)) >= 0 && H5Tset_size(t, strlen(s) ? strlen(s) : 1) >= 0 &&
-             H5Tset_strpad(t, H5T_STR_NULLPAD) >= 0 && H5Tset_cset(t, H5T_CSET_ASCII) >= 0;
-        ok = ok && (a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-             H5Awrite(a, t, s) >= 0;
-    } else if (ok) {
-        ok = (a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-             H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0;
-    }
-    if (a >= 0 && H5Aclose(a) < 0)
-        ok = 0;
-    if (t >= 0 && H5Tclose(t) < 0)
-        ok = 0;
-    if (sp >= 0 && H5Sclose(sp) < 0)
-        ok = 0;
-    return ok ? 0 : DL_EIO;
-}
-
 static int write_one(hid_t grp, hid_t dcpl, const dl_ep_layout_t *L, int i)
 {
     const void *data = *dl_ep_slot((dl_ep_layout_t *)L, i);

@@ -2,6 +2,7 @@
  * else of the library). */
 #include "config.h"
 #include <stdio.h>
+#include <string.h>
 #include <hdf5.h>
 #include "golden/golden_priv.h"
 
@@ -58,4 +59,27 @@ int dl__h5_member_name(int64_t grp, uint64_t i, char *buf, size_t n)
     ssize_t len = H5Lget_name_by_idx(grp, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, buf, n,
                                      H5P_DEFAULT);
     return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+/* A scalar attribute: fixed-length string (as the other groups') or int64. */
+int dl__golden_attr_put(hid_t obj, const char *name, const char *s, int64_t v)
+{
+    hid_t sp = H5Screate(H5S_SCALAR), t = -1, a = -1;
+    int ok = sp >= 0;
+    if (ok && s) {
+        ok = (t = H5Tcopy(H5T_C_S1)) >= 0 && H5Tset_size(t, strlen(s) ? strlen(s) : 1) >= 0 &&
+             H5Tset_strpad(t, H5T_STR_NULLPAD) >= 0 && H5Tset_cset(t, H5T_CSET_ASCII) >= 0;
+        ok = ok && (a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
+             H5Awrite(a, t, s) >= 0;
+    } else if (ok) {
+        ok = (a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
+             H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0;
+    }
+    if (a >= 0 && H5Aclose(a) < 0)
+        ok = 0;
+    if (t >= 0 && H5Tclose(t) < 0)
+        ok = 0;
+    if (sp >= 0 && H5Sclose(sp) < 0)
+        ok = 0;
+    return ok ? 0 : DL_EIO;
 }

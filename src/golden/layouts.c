@@ -113,7 +113,7 @@ int dl__golden_layouts_build(dl_golden_file_t *g, const dl_golden_gen_opts_t *o,
 
 static int write_one(hid_t grp, hid_t dcpl, const dl_layout_t *L, int i, const char *act)
 {
-    const void *data = *dl_layout_slot((dl_layout_t *)L, i);
+    const void *data = *dl_layout_dataset_slot((dl_layout_t *)L, i);
     if (!data)
         return 0;
     int64_t dims[2];

@@ -95,7 +95,7 @@ static int read_one(lctx_t *x, hid_t grp, dl_layout_t *L, int i, int64_t bound)
                 w[q] = (int32_t)v[q];
     }
     if (rc == 1) {
-        *dl_layout_slot(L, i) = buf;
+        *dl_layout_dataset_slot(L, i) = buf;
         L->len[i] = (int64_t)have[0];
         buf = NULL;
         rc = 0;
@@ -149,7 +149,7 @@ static int same_as_stage(lctx_t *x, dl_golden_file_t *g, dl_layout_t *L)
         const int nd = dl_layout_dataset_shape(&ref, i, dims);
         const int64_t n = dims[0] * (nd == 2 ? dims[1] : 1);
         const size_t es = dl_layout_dataset_i64(i) ? 8 : 4;
-        const void *got = *dl_layout_slot(L, i), *want = *dl_layout_slot(&ref, i);
+        const void *got = *dl_layout_dataset_slot(L, i), *want = *dl_layout_dataset_slot(&ref, i);
         if (!got)
             rc = DL_EFORMAT, dl__golden_msg(x->err, x->errlen, "%s: %s/%s is missing", x->path,
                                             x->where, dl_layout_dataset_name(i));

@@ -73,7 +73,7 @@ int dl_layout_dataset_is_float(int i)
     return i == DL_LAYOUT_DS_ACT_X || i == DL_LAYOUT_DS_ACT_Y;
 }
 
-void **dl_layout_slot(dl_layout_t *L, int i)
+void **dl_layout_dataset_slot(dl_layout_t *L, int i)
 {
     if (!L)
         return NULL;
@@ -125,7 +125,7 @@ void dl_layout_free(dl_layout_t *L)
     if (!L)
         return;
     for (int i = 0; i < DL_LAYOUT_DATASET_COUNT; i++)
-        free(*dl_layout_slot(L, i));
+        free(*dl_layout_dataset_slot(L, i));
     free(L->x_src);
     free(L->y_src);
     memset(L, 0, sizeof *L);
