@@ -10,7 +10,7 @@ package converts arrays and wraps errors as dropless.Error. See doc/python.md.
 """
 
 from ._lib import Error
-from .golden import Golden, cases, generate, layout, load, stage_names
+from .golden import Golden, cases, generate, layout, load, memory, progress_bar, stage_names
 from .check import Report, check, write_candidate
 from . import testing
 from ._arrays import to_numpy
@@ -18,7 +18,8 @@ from ._arrays import to_numpy
 __version__ = "0.1.0"
 
 __all__ = ["Error", "Golden", "Report", "cases", "check", "generate", "layout", "load",
-           "stage_names", "testing", "to_numpy", "write_candidate", "library_path"]
+           "stage_names", "testing", "to_numpy", "write_candidate", "library_path", "memory",
+           "progress_bar"]
 
 
 def library_path():

@@ -22,6 +22,10 @@ _lib = None
 ERRLEN = 1024
 
 
+# dl_api_golden_generate_ex's progress callback: (ctx, phase, done in [0, 1])
+PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_double)
+
+
 class Error(Exception):
     """An error of the C library: .code is its negative DL_E* code, .name
     the symbolic name ("DL_ESHAPE"), str(e) its one-line message."""
@@ -66,7 +70,11 @@ def _declare(lib):
         "dl_api_layout_json": (c_void_p, []),
         "dl_api_golden_generate": (c_int, [c_char_p, c_int, ctypes.c_uint64, c_int, P(c_void_p),
                                            c_char_p, c_size_t]),
-        "dl_api_golden_load": (c_int, [c_char_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_golden_generate_ex": (c_int, [c_char_p, c_int, ctypes.c_uint64, c_int, c_int,
+                                              PROGRESS, c_void_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_golden_memory": (c_int, [c_char_p, c_int, P(ctypes.c_int64), P(ctypes.c_int64),
+                                         c_char_p, c_size_t]),
+        "dl_api_golden_open": (c_int, [c_char_p, ctypes.c_uint, P(c_void_p), c_char_p, c_size_t]),
         "dl_api_golden_save": (c_int, [c_void_p, c_char_p, c_int, c_char_p, c_size_t]),
         "dl_api_golden_free": (None, [c_void_p]),
         "dl_api_golden_info_json": (c_void_p, [c_void_p]),
@@ -77,7 +85,8 @@ def _declare(lib):
         "dl_api_candidate_set_attr": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_size_t]),
         "dl_api_candidate_set": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int,
                                          P(ctypes.c_int64), c_char_p, c_size_t]),
-        "dl_api_candidate_load": (c_int, [c_void_p, c_char_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_candidate_open": (c_int, [c_void_p, c_char_p, ctypes.c_uint, P(c_void_p), c_char_p,
+                                          c_size_t]),
         "dl_api_candidate_save": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_char_p, c_size_t]),
         "dl_api_candidate_free": (None, [c_void_p]),
         "dl_api_check": (c_int, [c_void_p, c_void_p, c_char_p, P(c_void_p), c_char_p, c_size_t]),
