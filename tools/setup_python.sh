@@ -20,9 +20,11 @@ if [ ! -x "$dir/bin/python3" ]; then
         "$py" -m venv "$dir" || { echo "setup_python: cannot make a venv with $py" >&2; exit 1; }
     fi
 fi
-"$dir/bin/python3" -m pip install -q --disable-pip-version-check numpy h5py 'jax[cpu]' pytest ||
+"$dir/bin/python3" -m pip install -q --disable-pip-version-check numpy h5py 'jax[cpu]' pytest setuptools wheel ||
     { echo "setup_python: pip install failed" >&2; exit 1; }
-# the package (pure Python: it finds libdropless at run time, doc/python.md)
+# the package, with libdropless and the JAX FFI handler built into it from
+# this tree (python/setup.py: `make libdropless.la` where the tree is
+# configured, else configure and compile in the build; doc/python.md)
 "$dir/bin/python3" -m pip install -q --disable-pip-version-check "$(dirname "$0")/../python" ||
     { echo "setup_python: pip install ./python failed" >&2; exit 1; }
 "$dir/bin/python3" -c 'import jax, h5py, numpy, pytest, dropless; print("setup_python: %s: jax %s, h5py %s, numpy %s, pytest %s, dropless %s" % (__import__("sys").executable, jax.__version__, h5py.__version__, numpy.__version__, pytest.__version__, dropless.__version__))'

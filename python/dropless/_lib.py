@@ -3,9 +3,10 @@ package calls. Nothing else of the C library is mirrored here: everything
 crosses as handles, strings, flat arrays and scalars.
 
 Where the library comes from, in order: the DROPLESS_LIB environment
-variable (a path to libdropless.so); the installed library (ctypes.util,
-then pkg-config's libdir for dropless); the build tree when the package is
-imported from a checkout (python/dropless -> ../../.libs). The library is
+variable (a path to libdropless.so); the package's own (dropless/_native/,
+built or taken at install by python/setup.py); the installed library
+(ctypes.util, then pkg-config's libdir for dropless); the build tree when
+the package is imported from a checkout (python/dropless -> ../../.libs). The library is
 loaded on first use, so `import dropless` and the pytest plugin never fail
 for want of it.
 """
@@ -44,7 +45,11 @@ def _candidates():
     env = os.environ.get("DROPLESS_LIB")
     if env:
         return [("DROPLESS_LIB", env)]
+    here = os.path.dirname(os.path.abspath(__file__))
     out = []
+    packaged = os.path.join(here, "_native", "libdropless.so")
+    if os.path.isfile(packaged):
+        out.append(("package", packaged))
     found = ctypes.util.find_library("dropless")
     if found:
         out.append(("installed", found))
@@ -55,7 +60,6 @@ def _candidates():
         libdir = ""
     if libdir:
         out.append(("pkg-config", os.path.join(libdir, "libdropless.so")))
-    here = os.path.dirname(os.path.abspath(__file__))
     out.append(("build tree", os.path.join(here, "..", "..", ".libs", "libdropless.so")))
     return out
 
@@ -123,8 +127,10 @@ def lib():
                 continue
             _lib = cand
             _lib.dropless_path = path
+            _lib.dropless_how = how
             return _lib
-        raise Error("libdropless not found (set DROPLESS_LIB to the path of libdropless.so); tried: "
+        raise Error("libdropless not found (reinstall the package from the dropless sources, or "
+                    "set DROPLESS_LIB to the path of libdropless.so); tried: "
                     + "; ".join(tried), None, None)
 
 
