@@ -254,6 +254,55 @@ class Report:
             rest = rest // n if n else 0
         return "%s[%s]" % (row["stage"], ", ".join(str(i) for i in reversed(idx)))
 
+    def plot(self, path=None, title=None):
+        """A picture of the report: each numerics row's error in units of
+        its PASS bound (err_pass, log scale; 1 is the PASS bound), coloured
+        by verdict, the element's expert named where the stage is indexed
+        by expert first (weights and their gradients: [E, ...]). Needs
+        matplotlib (pip install 'dropless[plot]'; ImportError saying so
+        otherwise). Writes a PNG to path when given (temporary name, then
+        rename) and returns the matplotlib Figure."""
+        try:
+            import matplotlib
+            if path is not None:
+                matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            raise ImportError("Report.plot needs matplotlib (pip install matplotlib): %s" % e) from e
+        rows = [c for c in self.checks if c.get("err_pass") is not None]
+        colours = {"PASS": "tab:green", "WARN": "tab:orange", "FAIL": "tab:red"}
+        fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows) + 2), 4))
+        floor = 1e-3  # an exact stage (err_pass 0) still gets a visible bar
+        ax.bar(range(len(rows)), [max(c.err_pass, floor) for c in rows],
+               color=[colours.get(c.verdict, "tab:gray") for c in rows])
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="PASS bound")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(rows)))
+        labels = []
+        for c in rows:
+            where = self.locate(c)
+            shape = self._shapes.get(c.stage) or ()
+            expert = (" (expert %s)" % where.split("[")[1].split(",")[0]
+                      if where and len(shape) == 3 else "")
+            labels.append(c.stage + expert)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+        ax.set_ylabel("worst error / PASS bound")
+        ax.set_title(title or "%s, %s, profile %s: %s" % (self.case, self.backend, self.profile,
+                                                          self.verdict))
+        ax.legend(loc="upper left", fontsize=8)
+        fig.tight_layout()
+        if path is not None:
+            from ._args import path as _p
+            dest = os.fsdecode(_p(path))
+            tmp = "%s.tmp-%d.png" % (dest, os.getpid())
+            try:
+                fig.savefig(tmp, format="png", dpi=100)
+                os.replace(tmp, dest)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        return fig
+
     def explain(self):
         """The failing rows and their worst elements, one line each."""
         lines = ["%s: case %s, backend %s, profile %s: %d FAIL, %d WARN, %d PASS" % (
