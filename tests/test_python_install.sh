@@ -40,7 +40,7 @@ fi
 # the new venv: its own site-packages first, the project venv's after (deps)
 "$py" -m venv "$tmp/venv" >"$tmp/log" 2>&1 &&
 site=$("$tmp/venv/bin/python3" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
-"$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/zz_dropless_deps.pth" &&
+"$py" -c 'import os, sys; print("\n".join(p for p in sys.path if p and os.path.isdir(p) and not p.startswith(sys.base_prefix)))' >"$site/zz_dropless_deps.pth" &&
 "$tmp/venv/bin/python3" -m pip install -q --no-index --no-deps --ignore-installed --disable-pip-version-check "$tmp/wheels"/*.whl \
     >>"$tmp/log" 2>&1
 rc=$?
