@@ -49,7 +49,7 @@ def moe_layer(g):
     their storage types."""
     cfg, act = g.config, STORE[g.config["dtype"]]
     T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
-    inp = {n: torch.from_numpy(a).to(F64) for n, a in g.inputs.items()}
+    inp = {n: t.to(F64) for n, t in g.inputs.as_storage("torch").items()}  # exact widening
     leaves = {n: inp[n].requires_grad_() for n in ("x", "router_weight", "w_gate", "w_up", "w_down")
               if n in inp}
     grads, fw = {}, {}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU adapters (tools/adapters) on the CPU: the shared pieces (fp32
+"""The GPU adapters (python/dropless/gpu/adapters) on the CPU: the shared pieces (fp32
 probe, profiles, stage-isolated groups, candidate files through the package
 `dropless`), and the JAX (and, where installed, PyTorch) adapters end to end
 on small golden cases, every candidate checked for layout, attributes,
@@ -38,7 +38,7 @@ top_srcdir = os.environ.get("top_srcdir", os.path.join(os.path.dirname(__file__)
 top_builddir = os.environ.get("top_builddir", top_srcdir)
 sys.path.insert(0, os.path.abspath(top_srcdir))
 
-from tools.adapters import common  # noqa: E402
+from dropless.gpu.adapters import common  # noqa: E402
 
 results = []
 
@@ -144,7 +144,7 @@ def t_emit():
 def t_h5io():
     # the stand-in for a machine where the library cannot load: its reader
     # agrees with the package's, and its files are the package's to the runner
-    from tools.adapters import h5io
+    from dropless.gpu.adapters import h5io
     out = os.path.join(TMP, "h5io")
     os.makedirs(out)
     path = GOLDEN["mixtral-small-bf16"]
@@ -248,14 +248,14 @@ def run_adapter(module, name, expect_backends):
 
 
 def t_jax():
-    from tools.adapters import jax_adapter
+    from dropless.gpu.adapters import jax_adapter
     run_adapter(jax_adapter, "jax", lambda g: ["jax-ragged_dot[default]", "jax-ragged_dot[highest]",
                                                "jax-moe[default]", "jax-moe[highest]",
                                                "jax-moe[default][fused]", "jax-moe[highest][fused]"])
 
 
 def t_torch():
-    from tools.adapters import torch_adapter
+    from dropless.gpu.adapters import torch_adapter
     run_adapter(torch_adapter, "torch",
                 lambda g: [b + f for b in ["torch-moe" if g.dims["d"] % 8 == 0 else "torch-moe[mm_loop]"]
                            for f in ("", "[fused]")])
@@ -306,7 +306,7 @@ def t_gpu_report():
 
 
 def t_report_table():
-    from tools.adapters import report
+    from dropless.gpu.adapters import report
     files = sorted(glob.glob(os.path.join(TMP, "jax", "*.h5")))
     reps = []
     for p in files:

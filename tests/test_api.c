@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "tap.h"
 #include "dropless.h"
@@ -359,6 +360,54 @@ START_TEST(config_text)
 }
 END_TEST
 
+/* Untrusted files through the bindings' loaders: a file that crashes HDF5
+ * and one that hangs it are parsed in a child first, so each is DL_EFORMAT
+ * naming the file, and this process lives on (the hang within its limit). */
+START_TEST(untrusted)
+{
+    const char *top = getenv("top_srcdir");
+    const char *files[] = {"crash-segv-H5HG_read-4d98accd.h5", "hang-golden-H5HG_protect-93777a74.h5"};
+    dl_api_golden_t *g = gen("tiny"), *bad = NULL;
+    for (int i = 0; i < 2; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/tests/fuzz/corpus/%s", top ? top : ".", files[i]);
+        ck_assert_int_eq(dl_api_golden_open(p, 2, &bad, err, sizeof err), DL_EFORMAT);
+        ck_assert_ptr_null(bad);
+        ck_assert_ptr_nonnull(strstr(err, p));
+        dl_api_candidate_t *c = NULL;
+        int rc = dl_api_candidate_open(g, p, 2, &c, err, sizeof err);
+        ck_assert_int_lt(rc, 0);
+        ck_assert_ptr_null(c);
+        ck_assert_ptr_nonnull(strstr(err, p));
+    }
+    dl_api_golden_free(g);
+}
+END_TEST
+
+/* generate refuses a case that does not fit before allocating: under an
+ * 8 GiB address-space limit (this test's own process) deepseek-v3-layer's
+ * ~90 GiB is DL_ENOMEM with both figures named. */
+START_TEST(memory_first)
+{
+    int64_t need = 0, avail = 0;
+    ck_assert_int_eq(dl_api_golden_memory("deepseek-v3-layer", 0, &need, &avail, err, sizeof err), 0);
+    ck_assert_int_gt(need, (int64_t)80 << 30);
+    struct rlimit rl = {(rlim_t)8 << 30, (rlim_t)8 << 30};
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+    ck_assert_int_eq(dl_api_golden_memory("tiny", 0, &need, &avail, err, sizeof err), 0);
+    ck_assert(avail > 0 && avail <= (int64_t)8 << 30);
+    dl_api_golden_t *g = NULL;
+    ck_assert_int_eq(dl_api_golden_generate_ex("deepseek-v3-layer", 0, 0, 0, 0, NULL, NULL, &g, err,
+                                               sizeof err), DL_ENOMEM);
+    ck_assert_ptr_null(g);
+    ck_assert_ptr_nonnull(strstr(err, "deepseek-v3-layer"));
+    ck_assert_ptr_nonnull(strstr(err, "MiB available"));
+    /* what fits is generated */
+    ck_assert_int_eq(dl_api_golden_generate_ex("tiny", 1, 9, 0, 0, NULL, NULL, &g, err, sizeof err), 0);
+    dl_api_golden_free(g);
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -369,6 +418,8 @@ int main(void)
         DL_TEST("api", "storage", storage, 0),
         DL_TEST("api", "files", files, 120),
         DL_TEST("api", "config", config_text, 0),
+        DL_TEST("api", "untrusted", untrusted, 60),
+        DL_TEST("api", "memory", memory_first, 0),
     };
     return dl_test_main(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The expert-parallel tools on the CPU: tools/adapters/ep_layout.py (the
+"""The expert-parallel tools on the CPU: python/dropless/gpu/adapters/ep_layout.py (the
 DeepEP dispatch layout with PyTorch tensor operations) against an
 independent numpy reference of the `/ep/ranks_R` spec written from the
-spec's words (loops over tokens and slots), and tools/ep_dispatch.py over 1,
+spec's words (loops over tokens and slots), and python/dropless/gpu/ep_dispatch.py over 1,
 2 and 4 gloo processes: every rank's received layout equals the reference,
 the whole candidate's layout too, and `dropless check` finds its out and
 expert stages CONFORMANT with zero drops; a candidate with a dropped slot
@@ -34,7 +34,7 @@ top_srcdir = os.path.abspath(os.environ.get("top_srcdir", os.path.join(os.path.d
 top_builddir = os.path.abspath(os.environ.get("top_builddir", top_srcdir))
 sys.path.insert(0, top_srcdir)
 
-from tools.adapters import ep_layout  # noqa: E402
+from dropless.gpu.adapters import ep_layout  # noqa: E402
 
 DROPLESS = os.path.join(top_builddir, "dropless")
 TMP = tempfile.mkdtemp(prefix="dl-ep-")
@@ -247,7 +247,7 @@ def dispatch(cases, R):
     os.makedirs(out, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([top_srcdir, os.path.join(top_srcdir, "python"),
                                                        os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, os.path.join(top_srcdir, "tools", "ep_dispatch.py")] +
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.ep_dispatch"] +
                        [GOLDEN[c] for c in cases] +
                        ["--ranks", str(R), "--device", "cpu", "-o", out, "--iters", "2"],
                        capture_output=True, text=True, timeout=300, env=env)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # TAP wrapper for tests/test_ep.py (the expert-parallel layout and the gloo
-# dispatch, tools/adapters/ep_layout.py and tools/ep_dispatch.py), with the
+# dispatch, python/dropless/gpu/adapters/ep_layout.py and python/dropless/gpu/ep_dispatch.py), with the
 # first Python that has numpy, h5py and PyTorch (tests/py_lib.sh). PyTorch
 # is not in CI (its wheels weigh gigabytes): without it the one line is a
 # SKIP saying so.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The reference layer (tools/reference_layer) on PyTorch's CPU backend,
+"""The reference layer (python/dropless/gpu/reference_layer) on PyTorch's CPU backend,
 judged by the runner: CONFORMANT under the strict bf16 profile (fp32
 weight gradients) and under fp32, chained and as a fused-out candidate; a
 defective variant (one slot dropped) NOT CONFORMANT; its dispatch and tie
@@ -98,7 +98,7 @@ def worst(rep):
 
 
 def run_ref(outdir, files, *extra, env=None):
-    r = subprocess.run([sys.executable, "-m", "tools.reference_layer", "-o", outdir,
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.reference_layer", "-o", outdir,
                         "--device", "cpu"] + list(extra) + files, capture_output=True, text=True,
                        cwd=top_srcdir, env=env or ENV, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -144,7 +144,7 @@ def t_defect():
 
 
 def t_dispatch_and_ties():
-    from tools.reference_layer.layer import dispatch, select
+    from dropless.gpu.reference_layer.layer import dispatch, select
     g = torch.Generator().manual_seed(3)
     for T, k, E in ((37, 2, 8), (16, 8, 32), (1, 2, 4), (0, 2, 4)):
         # experts E-2 and E-1 stay empty
@@ -185,7 +185,7 @@ def t_dense():
 def t_triton_sm90():
     import triton
     from triton.backends.compiler import GPUTarget
-    from tools.reference_layer import gemm
+    from dropless.gpu.reference_layer import gemm
     tgt = GPUTarget("cuda", 90, 64)
     for dt, prec, bl in (("*bf16", "tf32", gemm._blocks(torch.bfloat16)),
                          ("*fp16", "tf32", gemm._blocks(torch.float16)),
@@ -209,9 +209,15 @@ def t_triton_sm90():
 
 def t_no_library():
     # where libdropless does not load (the GPU machine): goldens read and
-    # candidates written with h5py (tools/adapters/h5io.py), still CONFORMANT
+    # candidates written with h5py (python/dropless/gpu/adapters/h5io.py), still CONFORMANT
     out = os.path.join(TMP, "nolib")
     env = dict(ENV, DROPLESS_LIB=os.path.join(TMP, "no-such-lib.so"))
+    # the fallback is explicit: without it the run stops, saying why
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.reference_layer", "-o", out, "--no-repeat",
+                        "--device", "cpu", golden("deepseek-v3-small-bf16")], capture_output=True,
+                       text=True, cwd=top_srcdir, env=env, timeout=300)
+    assert r.returncode != 0 and "DROPLESS_H5PY_FALLBACK=1" in r.stdout + r.stderr, r
+    env["DROPLESS_H5PY_FALLBACK"] = "1"
     cands = run_ref(out, [golden("deepseek-v3-small-bf16")], "--no-repeat", env=env)
     assert len(cands) == 2, cands
     for c in cands:
@@ -225,7 +231,7 @@ def t_pipeline():
         [golden(c) for c in REPLAY]
     for be in ("reference-moe", "torch-moe"):
         js = os.path.join(out, be + ".json")
-        r = subprocess.run([sys.executable, os.path.join(top_srcdir, "tools", "pipeline_checks.py"),
+        r = subprocess.run([sys.executable, "-m", "dropless.gpu.pipeline_checks",
                             be, "--out", js, "--cand", os.path.join(out, "cand"), "--device", "cpu"]
                            + files, capture_output=True, text=True, env=ENV, timeout=600)
         assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
@@ -242,7 +248,7 @@ def t_pipeline():
                 assert rp["equals_eager"], rp
                 rc, rep = verdict(rp["case"][:-3], os.path.join(out, "cand", rp["candidate"]))
                 assert rc == 0, rp
-    from pipeline_checks import kind_of  # noqa: E402 (tools/ on the path below)
+    from dropless.gpu.pipeline_checks import kind_of
     assert kind_of("sizes = [int(n) for n in sizes_t.cpu()]") == ".cpu()"
     assert kind_of("sizes_t = torch.bincount(flat, minlength=E)").startswith("bincount")
 
@@ -251,7 +257,7 @@ def t_sync_counter():
     # count_syncs' hook, where and kinds on the CPU: torch.cuda's sync debug
     # mode stood in for by a fake that warns (or raises) as CUDA's does
     import warnings
-    import pipeline_checks as pc
+    from dropless.gpu import pipeline_checks as pc
     mode = {"m": "default"}
     saved = torch.cuda.synchronize, torch.cuda.set_sync_debug_mode
     torch.cuda.synchronize = lambda *a: None
@@ -304,7 +310,7 @@ def t_gpu_report():
     with tarfile.open(os.path.join(out, "candidates.tar.xz.00"), "r:xz") as t:
         got = t.getnames()
     assert "pipeline.json" in got and sum(n.endswith(".h5") for n in got) >= 4 + 4, got
-    r = subprocess.run([sys.executable, os.path.join(top_srcdir, "tools", "pipeline_report.py"),
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.pipeline_report",
                         os.path.join(out, "pipeline.json")], capture_output=True, text=True, env=ENV)
     assert r.returncode == 0 and "| reference-moe | skipped" in r.stdout, r.stdout + r.stderr
     assert "| mixtral | 64 |" in r.stdout, r.stdout
@@ -329,7 +335,6 @@ if not tri:
         sm90 = "Triton has no NVIDIA backend here (%s)" % e
 check("Triton kernels compile for sm_90 ahead of time", t_triton_sm90, sm90)
 check("without libdropless (h5py reads and writes): CONFORMANT candidates", t_no_library)
-sys.path.insert(0, os.path.join(top_srcdir, "tools"))
 check("pipeline checks on the CPU: deterministic, replays on new routing CONFORMANT", t_pipeline)
 check("host-sync counter: every synchronising call counted and placed, the first raised in error "
       "mode (a fake sync debug mode)", t_sync_counter)

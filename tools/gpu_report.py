@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs, in one invocation on the GPU machine, every GPU adapter (PyTorch,
-JAX) over every golden file given, the reference layer (tools/reference_layer)
-on them, the pipeline checks (tools/pipeline_checks.py: host syncs, CUDA graph
+JAX) over every golden file given, the reference layer (python/dropless/gpu/reference_layer)
+on them, the pipeline checks (python/dropless/gpu/pipeline_checks.py: host syncs, CUDA graph
 capture with replays on new routing, determinism, JAX compile counts) and
 the timing of the reference layer against the typical one, and writes the
 candidate files, for `dropless check` to judge afterwards.
@@ -178,21 +178,21 @@ def steps(a, files, replay, cand, summary, out):
     else:
         torch_backends = ("reference-moe", "torch-moe")
     if "reference" in a.steps:
-        st.append(("reference layer", [py, "-m", "tools.reference_layer", "-o", cand, "--summary",
+        st.append(("reference layer", [py, "-m", "dropless.gpu.reference_layer", "-o", cand, "--summary",
                                        summary] + dev + files, 150, None))
     pc = files + replay
     for be in torch_backends + ("jax-moe",):
         if "pipeline" in a.steps:
             js = os.path.join(work, "pipeline-%s.json" % be)
-            st.append(("pipeline checks %s" % be, [py, os.path.join(HERE, "pipeline_checks.py"), be,
+            st.append(("pipeline checks %s" % be, [py, "-m", "dropless.gpu.pipeline_checks", be,
                                                    "--out", js, "--cand", cand] + dev + pc, 150, js))
     if "timing" in a.steps:
         js = os.path.join(work, "timing.json")
-        st.append(("timing", [py, "-m", "tools.reference_layer.timing", "--out", js]
+        st.append(("timing", [py, "-m", "dropless.gpu.reference_layer.timing", "--out", js]
                    + (["--quick"] if a.quick else []) + dev, 150, js))
     for ad in [x for x in a.adapters.split(",") if x]:
         st.append(("%s adapter on %d files" % (ad, len(files)),
-                   [py, "-m", "tools.adapters.%s_adapter" % ad, "-o", cand, "--summary", summary]
+                   [py, "-m", "dropless.gpu.adapters.%s_adapter" % ad, "-o", cand, "--summary", summary]
                    + dev + files, a.timeout, None))
     return st
 
@@ -235,7 +235,10 @@ def main(argv=None):
         json.dump(info, fh, indent=1)
     print(json.dumps(info, indent=1), flush=True)
     rc = 0
+    # DROPLESS_H5PY_FALLBACK: the GPU image may lack libdropless's shared
+    # libraries; the adapters then read and write with h5py (h5io.py)
     env = dict(os.environ, PYTHONUNBUFFERED="1", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+               DROPLESS_H5PY_FALLBACK="1",
                PYTHONPATH=ROOT + os.pathsep + os.path.join(ROOT, "python") + os.pathsep
                + os.environ.get("PYTHONPATH", ""))
     report = {"steps": []}

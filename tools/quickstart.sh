@@ -21,13 +21,14 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-# Python for the package's pytest suites and the GPU adapters' CPU test (JAX);
-# optional: without it that test SKIPs, saying so.
-tools/setup_python.sh || echo "quickstart: no JAX venv; the adapter tests will SKIP" >&2
-
 [ -x configure ] || autoreconf -fi
 [ -f Makefile ] || ./configure -q
 make -j"$(nproc)" >/dev/null
+
+# Python for the package's pytest suites and the GPU tools' CPU tests (JAX,
+# PyTorch), after the build: `pip install ./python` there takes the library
+# just built; optional: without it those tests SKIP, saying so.
+tools/setup_python.sh || echo "quickstart: no JAX venv; the adapter tests will SKIP" >&2
 
 # The main job: generate the default case, then run the conformance runner
 # over the bundled example backends. Three must conform (plain fp32, the

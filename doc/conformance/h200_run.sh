@@ -42,9 +42,9 @@ ep-jax)
     for c in mixtral-d512 mixtral-d512-bf16; do $DL gen -q -d $g --ep-ranks 1,2,4,8 --config $CASES/$c.case; done
     echo "== goldens $(ls $g | wc -l), $(( $(date +%s) - t0 )) s"
     mkdir -p $W/layout $W/dispatch
-    timeout 150 $PY -m tools.adapters.ep_layout $g/*.h5 -o $W/layout --ranks 2,4,8,32 \
+    timeout 150 $PY -m dropless.gpu.adapters.ep_layout $g/*.h5 -o $W/layout --ranks 2,4,8,32 \
         --summary $R/layout.jsonl > $R/layout-log.txt 2>&1; echo "== ep_layout rc=$? $(( $(date +%s) - t0 )) s"
-    timeout 200 $PY tools/ep_dispatch.py $g/skewed-ep.h5 $g/deepseek-v3-ep.h5 $g/mixtral-d512.h5 \
+    timeout 200 $PY -m dropless.gpu.ep_dispatch $g/skewed-ep.h5 $g/deepseek-v3-ep.h5 $g/mixtral-d512.h5 \
         $g/mixtral-d512-bf16.h5 $g/mixtral-small.h5 $g/mixtral-small-bf16.h5 $g/deepseek-v3-small.h5 \
         --ranks 1 --device cuda -o $W/dispatch --summary $R/dispatch.jsonl --timeout 120 \
         > $R/dispatch-log.txt 2>&1; echo "== ep_dispatch rc=$? $(( $(date +%s) - t0 )) s"
@@ -87,7 +87,7 @@ jax-rest)
     $DL gen -q -d $g odd-shapes-bf16 plain-ffn plain-ffn-bf16 ties ties-bf16 ties-grouped \
         ties-grouped-bf16 zipf-bf16
     for f in mixtral-d512 mixtral-d512-bf16; do $DL gen -q -d $g --config $CASES/$f.case; done
-    timeout 330 $PY -m tools.adapters.jax_adapter -o $c --summary $R/summary.jsonl $g/*.h5 \
+    timeout 330 $PY -m dropless.gpu.adapters.jax_adapter -o $c --summary $R/summary.jsonl $g/*.h5 \
         > $R/jax-log.txt 2>&1; echo "== jax adapter rc=$? $(( $(date +%s) - t0 )) s"
     ls $c/*.h5 | xargs -r -P 12 -n 1 sh doc/conformance/check_all.sh --one $DL $g $R
     for f in $c/mixtral-d512-bf16--*fused*.h5 $c/mixtral-d512-bf16--*chained*.h5; do
@@ -108,18 +108,18 @@ reflayer)
         ties-grouped-bf16 zipf-bf16 no-tokens-bf16 ${REFLAYER_BIG:-kernel-sizes-bf16}
     for f in $CASES/replay/*.case; do $DL gen -q -d $rp --config "$f"; done
     echo "== goldens $(ls $g | wc -l) + $(ls $rp | wc -l) replays, $(( $(date +%s) - t0 )) s"
-    timeout 200 $PY -m tools.reference_layer -o $c --summary $R/summary.jsonl --device cuda $g/*.h5 \
+    timeout 200 $PY -m dropless.gpu.reference_layer -o $c --summary $R/summary.jsonl --device cuda $g/*.h5 \
         > $R/reference-log.txt 2>&1; echo "== reference layer rc=$? $(( $(date +%s) - t0 )) s"
-    timeout 150 $PY tools/pipeline_checks.py reference-moe --out $R/pipeline-reference.json \
+    timeout 150 $PY -m dropless.gpu.pipeline_checks reference-moe --out $R/pipeline-reference.json \
         --cand $c --device cuda $g/mixtral-small-bf16.h5 $g/deepseek-v3-small-bf16.h5 $rp/*.h5 \
         > $R/pipeline-log.txt 2>&1; echo "== pipeline checks rc=$? $(( $(date +%s) - t0 )) s"
     ln -s $rp/*.h5 $g/ 2>/dev/null
     check_dir $g $c $R/checks
     echo "== checks: $(grep -l '^CONFORMANT' $R/checks/*.txt | wc -l) CONFORMANT of $(ls $R/checks/*.txt | wc -l), $(( $(date +%s) - t0 )) s"
     grep -L '^CONFORMANT' $R/checks/*.txt | head -5 | xargs -r tail -n 4
-    timeout 150 $PY -m tools.reference_layer.timing --out $R/timing.json --iters 10 \
+    timeout 150 $PY -m dropless.gpu.reference_layer.timing --out $R/timing.json --iters 10 \
         > $R/timing-log.txt 2>&1; echo "== timing rc=$? $(( $(date +%s) - t0 )) s"; cat $R/timing-log.txt
-    timeout 150 $PY -m tools.reference_layer.profile --out $R/profile.json ${PROFILE_ARGS:-} \
+    timeout 150 $PY -m dropless.gpu.reference_layer.profile --out $R/profile.json ${PROFILE_ARGS:-} \
         > $R/profile-log.txt 2>&1; echo "== profile rc=$? $(( $(date +%s) - t0 )) s"
     cp $R/timing.json $R/profile.json $OUT/ 2>/dev/null
     ;;
@@ -135,7 +135,7 @@ d512-probe)
         $DL gen -q -d $g --config $W/s$seed.case
     done
     $DL gen -q -d $g --config $CASES/mixtral-d512-bf16.case
-    timeout 300 $PY -m tools.adapters.jax_adapter --mode fused --no-repeat -o $c $g/*.h5 \
+    timeout 300 $PY -m dropless.gpu.adapters.jax_adapter --mode fused --no-repeat -o $c $g/*.h5 \
         > $R/jax-log.txt 2>&1; echo "== jax adapter rc=$? $(( $(date +%s) - t0 )) s"
     for f in $c/*.h5; do
         b=$(basename $f .h5); gg=$g/${b%%--*}.h5

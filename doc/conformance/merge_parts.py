@@ -20,7 +20,7 @@ import h5py
 import dropless  # the package (python/; doc/python.md)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from tools.adapters import common  # noqa: E402
+from dropless.gpu.adapters import common  # noqa: E402
 
 
 def _text(v):

@@ -84,8 +84,31 @@ DL_EXTERN int dl_api_config_parse(const char *text, dl_moe_config_t *out, char *
  * error here (the golden would be incomplete). */
 DL_EXTERN int dl_api_golden_generate(const char *spec, int has_seed, uint64_t seed, int no_backward,
                                      dl_api_golden_t **out, char *err, size_t errlen);
-/* Loads a golden file (dl_golden_load: seal, types, shapes and grids
- * verified); it must have /inputs and /forward (else DL_EFORMAT). */
+/* As dl_api_golden_generate, and: unless ignore_memory, the case's memory
+ * estimate (dl_case_memory_bytes, in memory) is compared with the memory
+ * this process may still use (MemAvailable, or RLIMIT_AS if lower) before
+ * anything is allocated, and a case that does not fit is DL_ENOMEM with
+ * both figures named; progress (may be NULL) is called with ctx as
+ * generation goes (dl_golden_gen_opts_t.progress). */
+DL_EXTERN int dl_api_golden_generate_ex(const char *spec, int has_seed, uint64_t seed,
+                                        int no_backward, int ignore_memory,
+                                        void (*progress)(void *ctx, const char *phase, double done),
+                                        void *ctx,
+                                        dl_api_golden_t **out, char *err, size_t errlen);
+/* The memory estimate for generating spec (a catalogue name or a case
+ * file) in memory, and the memory available (-1: unknown), in bytes. */
+DL_EXTERN int dl_api_golden_memory(const char *spec, int no_backward, int64_t *need, int64_t *avail,
+                                   char *err, size_t errlen);
+/* Loads a golden file (seal, types, shapes and grids verified); it must
+ * have /inputs and /forward (else DL_EFORMAT). The file is untrusted: unless
+ * its seal verifies it is first parsed in a child process
+ * (dl_golden_load_isolated) with a limit of timeout_s seconds (0: none), so
+ * a file that crashes or hangs HDF5 is DL_EFORMAT with a message naming the
+ * file, never a crash of the caller. */
+DL_EXTERN int dl_api_golden_open(const char *path, unsigned timeout_s, dl_api_golden_t **out,
+                                 char *err, size_t errlen);
+/* dl_api_golden_open with DL_API_PREFLIGHT_SECONDS. */
+#define DL_API_PREFLIGHT_SECONDS 120
 DL_EXTERN int dl_api_golden_load(const char *path, dl_api_golden_t **out, char *err, size_t errlen);
 /* Writes the golden to path (dl_golden_write: byte-reproducible, sealed,
  * temporary name then rename, an existing path kept unless force). */
@@ -138,10 +161,13 @@ DL_EXTERN int dl_api_candidate_set_attr(dl_api_candidate_t *c, const char *name,
 DL_EXTERN int dl_api_candidate_set(dl_api_candidate_t *c, const char *name, const void *data,
                                    int elem, int rank, const int64_t *dims, char *err, size_t errlen);
 /* Loads a candidate file against g's configuration
- * (dl_golden_load_candidate in this process: see its warning about hostile
- * files); its backend, compute_mode and isolated_groups attributes come
- * along, and datasets the loader set aside FAIL as "shape", as in
- * `dropless check`. */
+ * (dl_golden_load_candidate, after the same child-process preflight as
+ * dl_api_golden_open, limited to timeout_s seconds, 0: none); its backend,
+ * compute_mode and isolated_groups attributes come along, and datasets the
+ * loader set aside FAIL as "shape", as in `dropless check`. */
+DL_EXTERN int dl_api_candidate_open(const dl_api_golden_t *g, const char *path, unsigned timeout_s,
+                                    dl_api_candidate_t **out, char *err, size_t errlen);
+/* dl_api_candidate_open with DL_API_PREFLIGHT_SECONDS. */
 DL_EXTERN int dl_api_candidate_load(const dl_api_golden_t *g, const char *path,
                                     dl_api_candidate_t **out, char *err, size_t errlen);
 /* Writes the candidate file (dl_golden_write_candidate) with the golden's

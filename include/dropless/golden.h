@@ -386,6 +386,10 @@ DL_EXTERN int dl_golden_gen_stream(const dl_case_t *c, const char *path,
  * refusing early, not a bound proven to the byte. Negative DL_EOVERFLOW
  * if it does not fit int64, DL_EINVAL. */
 DL_EXTERN int64_t dl_case_memory_bytes(const dl_case_t *c, const dl_golden_gen_opts_t *opts);
+/* The bytes this process may still use, to compare dl_case_memory_bytes
+ * with: MemAvailable of /proc/meminfo, or the address-space limit
+ * (RLIMIT_AS) if lower; -1 if neither is known. */
+DL_EXTERN int64_t dl_memory_available(void);
 
 /* The HDF5 library version in use ("1.10.8"): byte-identity of files is
  * pinned for one HDF5 version (doc/format.md). */

@@ -10,7 +10,7 @@ package converts arrays and wraps errors as dropless.Error. See doc/python.md.
 """
 
 from ._lib import Error
-from .golden import Golden, cases, generate, layout, load, stage_names
+from .golden import Golden, cases, generate, layout, load, memory, progress_bar, stage_names
 from .check import Report, check, write_candidate
 from . import testing
 from . import layouts
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = ["Error", "Golden", "Report", "cases", "check", "generate", "layout", "load",
            "stage_names", "testing", "layouts", "mutate", "mutant_check", "to_numpy", "write_candidate",
-           "library_path"]
+           "library_path", "memory", "progress_bar"]
 
 
 def library_path():

@@ -3,9 +3,10 @@ package calls. Nothing else of the C library is mirrored here: everything
 crosses as handles, strings, flat arrays and scalars.
 
 Where the library comes from, in order: the DROPLESS_LIB environment
-variable (a path to libdropless.so); the installed library (ctypes.util,
-then pkg-config's libdir for dropless); the build tree when the package is
-imported from a checkout (python/dropless -> ../../.libs). The library is
+variable (a path to libdropless.so); the package's own (dropless/_native/,
+built or taken at install by python/setup.py); the installed library
+(ctypes.util, then pkg-config's libdir for dropless); the build tree when
+the package is imported from a checkout (python/dropless -> ../../.libs). The library is
 loaded on first use, so `import dropless` and the pytest plugin never fail
 for want of it.
 """
@@ -20,6 +21,10 @@ API_VERSION = 1
 _lock = threading.Lock()
 _lib = None
 ERRLEN = 1024
+
+
+# dl_api_golden_generate_ex's progress callback: (ctx, phase, done in [0, 1])
+PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_double)
 
 
 class Error(Exception):
@@ -40,7 +45,11 @@ def _candidates():
     env = os.environ.get("DROPLESS_LIB")
     if env:
         return [("DROPLESS_LIB", env)]
+    here = os.path.dirname(os.path.abspath(__file__))
     out = []
+    packaged = os.path.join(here, "_native", "libdropless.so")
+    if os.path.isfile(packaged):
+        out.append(("package", packaged))
     found = ctypes.util.find_library("dropless")
     if found:
         out.append(("installed", found))
@@ -51,7 +60,6 @@ def _candidates():
         libdir = ""
     if libdir:
         out.append(("pkg-config", os.path.join(libdir, "libdropless.so")))
-    here = os.path.dirname(os.path.abspath(__file__))
     out.append(("build tree", os.path.join(here, "..", "..", ".libs", "libdropless.so")))
     return out
 
@@ -66,7 +74,11 @@ def _declare(lib):
         "dl_api_layout_json": (c_void_p, []),
         "dl_api_golden_generate": (c_int, [c_char_p, c_int, ctypes.c_uint64, c_int, P(c_void_p),
                                            c_char_p, c_size_t]),
-        "dl_api_golden_load": (c_int, [c_char_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_golden_generate_ex": (c_int, [c_char_p, c_int, ctypes.c_uint64, c_int, c_int,
+                                              PROGRESS, c_void_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_golden_memory": (c_int, [c_char_p, c_int, P(ctypes.c_int64), P(ctypes.c_int64),
+                                         c_char_p, c_size_t]),
+        "dl_api_golden_open": (c_int, [c_char_p, ctypes.c_uint, P(c_void_p), c_char_p, c_size_t]),
         "dl_api_golden_save": (c_int, [c_void_p, c_char_p, c_int, c_char_p, c_size_t]),
         "dl_api_golden_free": (None, [c_void_p]),
         "dl_api_golden_info_json": (c_void_p, [c_void_p]),
@@ -77,7 +89,8 @@ def _declare(lib):
         "dl_api_candidate_set_attr": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_size_t]),
         "dl_api_candidate_set": (c_int, [c_void_p, c_char_p, c_void_p, c_int, c_int,
                                          P(ctypes.c_int64), c_char_p, c_size_t]),
-        "dl_api_candidate_load": (c_int, [c_void_p, c_char_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_candidate_open": (c_int, [c_void_p, c_char_p, ctypes.c_uint, P(c_void_p), c_char_p,
+                                          c_size_t]),
         "dl_api_candidate_save": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_char_p, c_size_t]),
         "dl_api_candidate_free": (None, [c_void_p]),
         "dl_api_check": (c_int, [c_void_p, c_void_p, c_char_p, P(c_void_p), c_char_p, c_size_t]),
@@ -114,8 +127,10 @@ def lib():
                 continue
             _lib = cand
             _lib.dropless_path = path
+            _lib.dropless_how = how
             return _lib
-        raise Error("libdropless not found (set DROPLESS_LIB to the path of libdropless.so); tried: "
+        raise Error("libdropless not found (reinstall the package from the dropless sources, or "
+                    "set DROPLESS_LIB to the path of libdropless.so); tried: "
                     + "; ".join(tried), None, None)
 
 

@@ -7,34 +7,76 @@ import json
 import os
 from collections.abc import Mapping
 
-from . import _arrays, _lib
+from . import _args, _arrays, _lib
 from .golden import Golden, Record, _fspath
 
 
-def _name(key):
-    # "forward/out" and "/backward/d_x" (dataset paths) name stages too
-    return str(key).strip("/").split("/")[-1]
+def _stage_paths():
+    """{accepted key: stage name}: each stage value's name and its dataset
+    path with and without the leading '/' ("out", "forward/out",
+    "/forward/out"); nothing else names a stage."""
+    from .golden import layout
+    out = {}
+    for r in layout()["arrays"]:
+        if r["value"] is not None:
+            for key in (r["name"], r["path"], r["path"].lstrip("/")):
+                out[key] = r["name"]
+    return out
+
+
+def _name(key, known=None):
+    """The stage a candidate key names: exactly a stage name or its dataset
+    path; anything else (another group's path, a NUL, a stray '/') raises
+    Error naming the key."""
+    if not isinstance(key, str):
+        raise _lib.error("DL_EINVAL", "candidate key %r is not a str" % (key,))
+    known = known if known is not None else _stage_paths()
+    if key in known:
+        return known[key]
+    base = key.strip("/").split("/")[-1].split("\0")[0]
+    path = [k for k in known if k.startswith("/") and known[k] == base]
+    hint = (" (did you mean %r, or its dataset path %s?)" % (base, path[0]) if path else "")
+    raise _lib.error("DL_ENOTFOUND", "candidate key %r is not a stage value%s" % (key, hint))
+
+
+def _stages(outputs):
+    """[(stage name, array)] for a candidate mapping; two keys naming one
+    stage ('out' and 'forward/out') raise Error naming both."""
+    known = _stage_paths()
+    seen = {}
+    out = []
+    for key, x in outputs.items():
+        name = _name(key, known)
+        if name in seen:
+            raise _lib.error("DL_EINVAL", "candidate keys %r and %r both name stage %s"
+                             % (seen[name], key, name))
+        seen[name] = key
+        out.append((name, x))
+    return out
 
 
 class _Candidate:
     """A candidate handle (owned; freed on close)."""
 
-    def __init__(self, golden, outputs, backend, compute_mode, **attrs):
+    def __init__(self, golden, outputs, backend, compute_mode, timeout=None, **attrs):
         self.h = ctypes.c_void_p()
         gh = golden._handle()
         if isinstance(outputs, (str, bytes, os.PathLike)):
-            _lib.call("dl_api_candidate_load", gh, _fspath(outputs), ctypes.byref(self.h))
+            # an untrusted file: parsed in a child process first (golden.load)
+            _lib.call("dl_api_candidate_open", gh, _fspath(outputs), _args.timeout(timeout),
+                      ctypes.byref(self.h))
             return
         if not isinstance(outputs, Mapping):
             raise TypeError("outputs must map stage names to arrays, or be a candidate file's path")
-        _lib.call("dl_api_candidate_new", gh, backend.encode() if backend else None,
-                  compute_mode.encode() if compute_mode else None, ctypes.byref(self.h))
+        stages = _stages(outputs)
+        _lib.call("dl_api_candidate_new", gh, _args.text(backend, "backend") if backend else None,
+                  _args.text(compute_mode, "compute_mode") if compute_mode else None,
+                  ctypes.byref(self.h))
         try:
             for k, v in attrs.items():
                 if v is not None:
-                    _lib.call("dl_api_candidate_set_attr", self.h, k.encode(), str(v).encode())
-            for key, x in outputs.items():
-                name = _name(key)
+                    _lib.call("dl_api_candidate_set_attr", self.h, k.encode(), _args.text(str(v), k))
+            for name, x in stages:
                 code, a = _arrays.prepare(name, x)
                 dims = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
                 _lib.call("dl_api_candidate_set", self.h, name.encode(),
@@ -68,7 +110,8 @@ def isolation_spec(isolated):
         return ""
     if isinstance(isolated, str):
         return isolated
-    return ";".join(",".join(_name(n) for n in grp) for grp in isolated)
+    known = _stage_paths()
+    return ";".join(",".join(_name(n, known) for n in grp) for grp in isolated)
 
 
 def _options(profile, isolated, strict_storage, options):
@@ -89,11 +132,23 @@ def _options(profile, isolated, strict_storage, options):
     for ln in lines:
         if "\n" in ln:
             raise _lib.error("DL_EINVAL", "check option %r holds a newline" % ln)
-    return "\n".join(lines).encode()
+    return _args.text("\n".join(lines), "check options")
+
+
+# The profile a case's storage type implies when neither profile nor
+# compute_mode is given (doc/python.md): GEMM operands on the storage grid,
+# fp32 accumulation (the profile named as the dtype).
+CASE_PROFILES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def default_profile(golden):
+    """The profile check() uses for golden when none is named: the case's
+    own (CASE_PROFILES by its dtype; fp32 for a type not listed)."""
+    return CASE_PROFILES.get(golden.config.get("dtype"), "fp32")
 
 
 def check(golden, outputs, profile=None, isolated=None, strict_storage=False, backend="python",
-          compute_mode=None, backend_version=None, **options):
+          compute_mode=None, backend_version=None, timeout=None, **options):
     """Checks a kernel's outputs against golden and returns a Report.
 
     outputs maps stage names ("out", "d_x", "router_logits", ...) to arrays
@@ -101,7 +156,11 @@ def check(golden, outputs, profile=None, isolated=None, strict_storage=False, ba
     __array__) in fp32, bf16, fp16 or fp64, integers for the integer
     stages; or it is the path of a candidate file (backend, compute_mode and
     backend_version then come from the file). profile names the
-    compute profile (default: compute_mode, else fp32); isolated: see
+    compute profile (default: compute_mode, else the case's own,
+    default_profile(golden): fp32, bf16 or fp16 by the case's dtype;
+    a candidate file without profile: its compute_mode, else fp32, as
+    `dropless check`); timeout: the limit on parsing a candidate file in a
+    child process first (see load); isolated: see
     isolation_spec; strict_storage: a float stage off its storage grid FAILs
     instead of being judged numerically. Further keyword options go to the
     library unchanged (dropless/api.h: stages, diagnose_drops, max_listed,
@@ -109,8 +168,11 @@ def check(golden, outputs, profile=None, isolated=None, strict_storage=False, ba
     bad input (unknown stage, wrong shape or dtype) raises Error."""
     if not isinstance(golden, Golden):
         raise TypeError("golden must be a dropless.Golden (dropless.generate or dropless.load)")
+    if profile is None and compute_mode is None and isinstance(outputs, Mapping):
+        profile = default_profile(golden)
     opts = _options(profile, isolated, strict_storage, options)
-    with _Candidate(golden, outputs, backend, compute_mode, backend_version=backend_version) as cand:
+    with _Candidate(golden, outputs, backend, compute_mode, timeout,
+                    backend_version=backend_version) as cand:
         r = ctypes.c_void_p()
         _lib.call("dl_api_check", golden._handle(), cand.h, opts, ctypes.byref(r))
     try:
@@ -191,6 +253,55 @@ class Report:
             idx.append(rest % n if n else 0)
             rest = rest // n if n else 0
         return "%s[%s]" % (row["stage"], ", ".join(str(i) for i in reversed(idx)))
+
+    def plot(self, path=None, title=None):
+        """A picture of the report: each numerics row's error in units of
+        its PASS bound (err_pass, log scale; 1 is the PASS bound), coloured
+        by verdict, the element's expert named where the stage is indexed
+        by expert first (weights and their gradients: [E, ...]). Needs
+        matplotlib (pip install 'dropless[plot]'; ImportError saying so
+        otherwise). Writes a PNG to path when given (temporary name, then
+        rename) and returns the matplotlib Figure."""
+        try:
+            import matplotlib
+            if path is not None:
+                matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            raise ImportError("Report.plot needs matplotlib (pip install matplotlib): %s" % e) from e
+        rows = [c for c in self.checks if c.get("err_pass") is not None]
+        colours = {"PASS": "tab:green", "WARN": "tab:orange", "FAIL": "tab:red"}
+        fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows) + 2), 4))
+        floor = 1e-3  # an exact stage (err_pass 0) still gets a visible bar
+        ax.bar(range(len(rows)), [max(c.err_pass, floor) for c in rows],
+               color=[colours.get(c.verdict, "tab:gray") for c in rows])
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="PASS bound")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(rows)))
+        labels = []
+        for c in rows:
+            where = self.locate(c)
+            shape = self._shapes.get(c.stage) or ()
+            expert = (" (expert %s)" % where.split("[")[1].split(",")[0]
+                      if where and len(shape) == 3 else "")
+            labels.append(c.stage + expert)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
+        ax.set_ylabel("worst error / PASS bound")
+        ax.set_title(title or "%s, %s, profile %s: %s" % (self.case, self.backend, self.profile,
+                                                          self.verdict))
+        ax.legend(loc="upper left", fontsize=8)
+        fig.tight_layout()
+        if path is not None:
+            from ._args import path as _p
+            dest = os.fsdecode(_p(path))
+            tmp = "%s.tmp-%d.png" % (dest, os.getpid())
+            try:
+                fig.savefig(tmp, format="png", dpi=100)
+                os.replace(tmp, dest)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        return fig
 
     def explain(self):
         """The failing rows and their worst elements, one line each."""

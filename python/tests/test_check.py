@@ -230,3 +230,20 @@ def test_to_numpy(goldens):
     jnp = pytest.importorskip("jax.numpy", reason="JAX is not installed")
     b = dropless.to_numpy(jnp.asarray(a))
     assert b.dtype.name == "bfloat16" and np.array_equal(b.astype(np.float32), g.forward["out"])
+
+
+def test_report_plot(goldens, tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot", reason="matplotlib is not installed")
+    g = goldens("mixtral-small")
+    vals = stage_values(g)
+    vals["d_w_up"] = vals["d_w_up"].copy()
+    vals["d_w_up"][5, 2, 7] += 3.0
+    r = dropless.check(g, vals)
+    fig = r.plot(tmp_path / "r.png")
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert "d_w_up (expert 5)" in labels  # the failing element's expert
+    bars = {lab: p for lab, p in zip(labels, fig.axes[0].patches)}
+    assert bars["d_w_up (expert 5)"].get_height() > 1  # over the PASS bound
+    plt.close(fig)

@@ -27,13 +27,15 @@ def test_generate_arrays(goldens):
     assert g.case == "mixtral-small-bf16" and g.config["dtype"] == "bf16" and g.has_backward
     assert set(g.inputs) == {"x", "router_weight", "w_gate", "w_up", "w_down", "d_out"}
     assert "out" in g.forward and "d_x" in g.backward
-    x = g.inputs["x"]
+    # inputs in their storage type (the router weight is fp32 in every case);
+    # .fp32 the same values held exactly in float32
+    x = g.inputs.fp32["x"]
     assert x.dtype == np.float32 and x.shape == (g.dims["T"], g.dims["d"])
     assert g.forward["topk_ids"].dtype == np.int32 and g.forward["group_sizes"].dtype == np.int64
-    # bf16 values held exactly in float32; ml_dtypes on request, same values
-    st = g.inputs.as_storage("ml_dtypes")
-    assert st["x"].dtype.name == "bfloat16" and st["router_weight"].dtype == np.float32
-    assert np.array_equal(st["x"].astype(np.float32), x)
+    assert g.forward["out"].dtype == np.float32  # stage values: exact float32
+    for st in (g.inputs, g.inputs.as_storage("ml_dtypes")):
+        assert st["x"].dtype.name == "bfloat16" and st["router_weight"].dtype == np.float32
+        assert np.array_equal(st["x"].astype(np.float32), x)
     assert g.dtype_of("h_gate") == "bf16" and g.dtype_of("topk_weights") == "fp32"
     # arrays are copies: writing one does not touch the golden
     x[0, 0] = 1e9

@@ -5,7 +5,7 @@ import pytest
 
 import dropless
 from dropless.testing import assert_conformant
-from conftest import stage_values
+from conftest import plugin_args, stage_values
 
 
 def fused_out(g, drop=None, dtype=np.float64):
@@ -66,11 +66,7 @@ def test_plugin(pytester):
             out[0, 0] += 10
             assert_conformant(dropless_golden, {"out": out})
     """)
-    from importlib.metadata import entry_points
-    eps = entry_points()
-    eps = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
-    # from a checkout the plugin is not installed: name it
-    args = [] if any(e.name == "dropless" for e in eps) else ["-p", "dropless.pytest_plugin"]
+    args = plugin_args()
     res = pytester.runpytest_inprocess(*args, "--dropless-cases=tiny,mixtral-small-bf16",
                                        "--junitxml=out.xml", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=2, failed=2)
@@ -84,3 +80,45 @@ def test_plugin(pytester):
     kernel_tier = [c.name for c in dropless.cases() if c.tier == "kernel"]
     assert kernel_tier and all("test_out[%s]" % n in names for n in kernel_tier)
     assert "test_out[mixtral-small]" not in names
+
+
+def test_case_selection():
+    from dropless.pytest_plugin import case_names
+    small = case_names("small")
+    bf16_swiglu = case_names("small:bf16,swiglu")
+    assert bf16_swiglu and all(n in small and n.endswith("-bf16") and "plain" not in n
+                               for n in bf16_swiglu)
+    assert set(case_names("small:plain")) == {"plain-ffn", "plain-ffn-bf16", "plain-ffn-fp16"}
+    # two words of one kind: either; of two kinds: both
+    assert set(case_names("small:bf16,fp16,plain")) == {"plain-ffn-bf16", "plain-ffn-fp16"}
+    assert "deepseek-v3-small" in case_names("small:sigmoid")
+    assert "mixtral-small" not in case_names("small:sigmoid")
+    assert case_names("tiny,mixtral-small-bf16:bf16") == ["mixtral-small-bf16"]
+    with pytest.raises(pytest.UsageError, match="unknown filter bf61"):
+        case_names("small:bf61")
+
+
+def test_markers_and_dtype_fixture(pytester):
+    pytester.makepyfile(test_k="""
+        import pytest
+
+        @pytest.mark.dropless_cases("swiglu")
+        def test_swiglu(dropless_golden):
+            assert dropless_golden.config["ffn_kind"] == "swiglu"
+
+        @pytest.mark.dropless_cases("plain,fp16")
+        def test_plain(dropless_golden):
+            assert dropless_golden.case == "plain-ffn-fp16"
+
+        def test_dtypes(dropless_golden_dtype):
+            g = dropless_golden_dtype
+            x = g.inputs["x"]
+            assert str(x.dtype) == {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[g.config["dtype"]]
+            assert str(g.inputs.fp32["x"].dtype) == "float32"
+    """)
+    r = pytester.runpytest_inprocess(*plugin_args(), "--dropless-cases=tiny,plain-ffn,plain-ffn-fp16",
+                                     "-v", "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=5)
+    out = r.stdout.str()
+    assert "test_swiglu[tiny]" in out and "test_plain[plain-ffn-fp16]" in out
+    assert "test_dtypes[bf16]" in out and "test_dtypes[fp16]" in out

@@ -199,6 +199,12 @@ int dl_api_candidate_set(dl_api_candidate_t *c, const char *name, const void *da
 int dl_api_candidate_load(const dl_api_golden_t *g, const char *path, dl_api_candidate_t **out,
                           char *err, size_t errlen)
 {
+    return dl_api_candidate_open(g, path, DL_API_PREFLIGHT_SECONDS, out, err, errlen);
+}
+
+int dl_api_candidate_open(const dl_api_golden_t *g, const char *path, unsigned timeout_s,
+                          dl_api_candidate_t **out, char *err, size_t errlen)
+{
     const dl_golden_file_t *gf = dl__api_golden_file(g);
     if (out)
         *out = NULL;
@@ -208,7 +214,7 @@ int dl_api_candidate_load(const dl_api_golden_t *g, const char *path, dl_api_can
     if (rc)
         return rc;
     dl_api_candidate_t *h = *out;
-    if ((rc = dl_golden_load_candidate(path, &gf->config, &h->f, err, errlen))) {
+    if ((rc = dl_golden_load_isolated(path, &gf->config, timeout_s, &h->f, err, errlen))) {
         free(h);
         *out = NULL;
         return rc;

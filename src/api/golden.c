@@ -84,8 +84,37 @@ static int find_case(const char *spec, dl_case_t *c, char *err, size_t n)
     return dl_case_parse_file(spec, c, err, n);
 }
 
-int dl_api_golden_generate(const char *spec, int has_seed, uint64_t seed, int no_backward,
-                           dl_api_golden_t **out, char *err, size_t errlen)
+int dl_api_golden_memory(const char *spec, int no_backward, int64_t *need, int64_t *avail,
+                         char *err, size_t errlen)
+{
+    if (!spec || !need || !avail)
+        return dl__api_fail(err, errlen, DL_EINVAL, "no case given, or a NULL argument");
+    dl_case_t c;
+    int rc = find_case(spec, &c, err, errlen);
+    if (rc)
+        return rc;
+    dl_golden_gen_opts_t o = {0};
+    o.no_backward = no_backward != 0;
+    *need = dl_case_memory_bytes(&c, &o);
+    *avail = dl_memory_available();
+    return 0;
+}
+
+/* DL_ENOMEM, naming both figures, when c does not fit in memory. */
+static int fits(const dl_case_t *c, const dl_golden_gen_opts_t *o, char *err, size_t n)
+{
+    int64_t need = dl_case_memory_bytes(c, o), avail = dl_memory_available();
+    if (avail < 0 || (need >= 0 && need <= avail))
+        return 0;
+    return dl__api_fail(err, n, DL_ENOMEM, "case %s: generating it in memory needs about %.3g MiB, "
+                        "%.3g MiB available; refusing (ignore_memory to try anyway, or `dropless "
+                        "gen --stream` to a file)", c->name, need < 0 ? 8e12 : need / 1048576.0,
+                        avail / 1048576.0);
+}
+
+int dl_api_golden_generate_ex(const char *spec, int has_seed, uint64_t seed, int no_backward,
+                              int ignore_memory, void (*progress)(void *, const char *, double),
+                              void *ctx, dl_api_golden_t **out, char *err, size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -97,10 +126,12 @@ int dl_api_golden_generate(const char *spec, int has_seed, uint64_t seed, int no
         return rc;
     if (has_seed)
         c.seed = seed;
-    if ((rc = new_golden(out, err, errlen)))
-        return rc;
     dl_golden_gen_opts_t o = {0};
     o.no_backward = no_backward != 0;
+    o.progress = progress;
+    o.progress_ctx = ctx;
+    if ((!ignore_memory && (rc = fits(&c, &o, err, errlen))) || (rc = new_golden(out, err, errlen)))
+        return rc;
     int bwd = 0;
     rc = dl_golden_generate(&c, &o, &(*out)->g, &bwd, err, errlen);
     if (!rc && bwd)
@@ -112,7 +143,15 @@ int dl_api_golden_generate(const char *spec, int has_seed, uint64_t seed, int no
     return rc;
 }
 
-int dl_api_golden_load(const char *path, dl_api_golden_t **out, char *err, size_t errlen)
+int dl_api_golden_generate(const char *spec, int has_seed, uint64_t seed, int no_backward,
+                           dl_api_golden_t **out, char *err, size_t errlen)
+{
+    return dl_api_golden_generate_ex(spec, has_seed, seed, no_backward, 1, NULL, NULL, out, err,
+                                     errlen);
+}
+
+int dl_api_golden_open(const char *path, unsigned timeout_s, dl_api_golden_t **out, char *err,
+                       size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -121,7 +160,7 @@ int dl_api_golden_load(const char *path, dl_api_golden_t **out, char *err, size_
     int rc = new_golden(out, err, errlen);
     if (rc)
         return rc;
-    rc = dl_golden_load(path, &(*out)->g, err, errlen);
+    rc = dl_golden_load_isolated(path, NULL, timeout_s, &(*out)->g, err, errlen);
     if (!rc && (!(*out)->g.has_inputs || !(*out)->g.has_forward))
         rc = dl__api_fail(err, errlen, DL_EFORMAT, "%s: not a golden file (no /inputs or /forward)",
                           path);
@@ -130,6 +169,11 @@ int dl_api_golden_load(const char *path, dl_api_golden_t **out, char *err, size_
         *out = NULL;
     }
     return rc;
+}
+
+int dl_api_golden_load(const char *path, dl_api_golden_t **out, char *err, size_t errlen)
+{
+    return dl_api_golden_open(path, DL_API_PREFLIGHT_SECONDS, out, err, errlen);
 }
 
 int dl_api_golden_save(const dl_api_golden_t *g, const char *path, int force, char *err,

@@ -126,32 +126,11 @@ static void progress_cb(void *ctx, const char *phase, double done)
     p->shown = 1;
 }
 
-/* Bytes this process may still use: MemAvailable, or the address-space
- * limit if lower; -1 if neither is known. */
-static int64_t memory_available(void)
-{
-    int64_t avail = -1;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f)) {
-        long long kb;
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
-            avail = (int64_t)kb * 1024;
-    }
-    if (f)
-        fclose(f);
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        (avail < 0 || (int64_t)rl.rlim_cur < avail))
-        avail = (int64_t)rl.rlim_cur;
-    return avail;
-}
-
 /* Chooses in-memory or streamed generation for c and checks the estimate
  * against the memory available: 0, or 1 after printing the refusal. */
 static int plan_memory(const dl_case_t *c, dl_golden_gen_opts_t *o, int ignore)
 {
-    int64_t avail = memory_available();
+    int64_t avail = dl_memory_available();
     if (c->tier == DL_TIER_LAYER)
         o->stream = 1;
     int64_t need = dl_case_memory_bytes(c, o);

@@ -2,6 +2,8 @@
 
 Where the handler comes from, in order:
   DROPLESS_JAX_FFI   the path of a prebuilt handler library (no compiler needed);
+  the package's      libdropless_jax_ffi.so beside this file, built at install
+                     (python/setup.py) against the shipped headers;
   the cache          ${DROPLESS_JAX_CACHE:-${XDG_CACHE_HOME:-~/.cache}/dropless/jax-ffi}/<key>/,
                      compiled on first use with $CC (default cc), the key a hash of
                      ffi.c, the dropless headers, XLA's FFI header, the jax version
@@ -35,7 +37,8 @@ def _error(msg):
 def _include_dirs():
     """Directories holding dropless.h: DROPLESS_INCLUDE, the checkout the
     package sits in, the installed headers (pkg-config, beside the library)."""
-    cands = [os.environ.get("DROPLESS_INCLUDE", ""), os.path.join(HERE, "..", "..", "..", "include")]
+    cands = [os.environ.get("DROPLESS_INCLUDE", ""), os.path.join(HERE, "..", "_native", "include"),
+             os.path.join(HERE, "..", "..", "..", "include")]
     try:
         cands.append(subprocess.run(["pkg-config", "--variable=includedir", "dropless"],
                                     capture_output=True, text=True, timeout=10).stdout.strip())
@@ -101,8 +104,16 @@ def _compile():
 
 
 def handler_path():
-    """The handler library in use: DROPLESS_JAX_FFI, else the cached build."""
-    return os.environ.get("DROPLESS_JAX_FFI") or _compile()
+    """The handler library in use: DROPLESS_JAX_FFI, else the one built at
+    install (when it exists and the library loaded is the package's own),
+    else the cached build."""
+    env = os.environ.get("DROPLESS_JAX_FFI")
+    if env:
+        return env
+    shipped = os.path.join(HERE, NAME)
+    if os.path.isfile(shipped) and _lib.lib().dropless_how == "package":
+        return shipped
+    return _compile()
 
 
 def load():

@@ -5,7 +5,7 @@ warm-up), the reference layer's kernels bucketed by stage (its
 record_function ranges), and a sweep of the weight-gradient Triton kernel's
 tile configurations on the layer's own shapes.
 
-    python3 -m tools.reference_layer.profile --out profile.json [--shapes mixtral,deepseek-v3]
+    python3 -m dropless.gpu.reference_layer.profile --out profile.json [--shapes mixtral,deepseek-v3]
 
 Figures: ms per step; a stage's FLOPs and the bytes it must move at least
 (operands read once, results written once), and from them the time the
@@ -20,7 +20,7 @@ import traceback
 
 import torch
 
-from tools.reference_layer import timing
+from . import timing
 
 # H200 SXM peaks (NVIDIA's datasheet): dense bf16 tensor-core FLOP/s, FP32
 # (CUDA cores) FLOP/s, FP64 FLOP/s, HBM3e bandwidth in bytes/s.
@@ -79,7 +79,7 @@ def sweep_wgrad(s, dev, reps=5):
     """ms of _wgrad_kernel per tile configuration, on both weight-gradient
     GEMMs of the shape, uniform random routing."""
     import triton
-    from tools.reference_layer import gemm as G
+    from . import gemm as G
     T, d, f, E, k = s["T"], s["d"], s["f"], s["E"], s["k"]
     M = T * k
     gen = torch.Generator(device=dev).manual_seed(1)
@@ -140,8 +140,8 @@ def sweep_wgrad(s, dev, reps=5):
 
 def _profile_reference(cfg, inp, steps, warmup):
     """The reference layer's profile; the layer is freed on return."""
-    from tools.reference_layer.layer import ReferenceMoE
-    from tools.reference_layer.run import step
+    from .layer import ReferenceMoE
+    from .run import step
     layer = ReferenceMoE(cfg, inp["wr"].detach(), inp["bias"], inp["wd"].detach(),
                          inp["wg"].detach(), inp["wu"].detach())
     for n in ("wg", "wu", "wd"):
@@ -157,7 +157,7 @@ def _profile_reference(cfg, inp, steps, warmup):
 
 
 def profile_shape(name, s, dev, steps, warmup, sweep=True):
-    from tools.adapters import torch_adapter as ta
+    from dropless.gpu.adapters import torch_adapter as ta
     dt = torch.bfloat16
     cfg = timing.cfg_of(s)
     res = {"model": stage_model(s)}

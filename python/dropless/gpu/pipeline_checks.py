@@ -3,8 +3,8 @@
 capture with replays on new routing, determinism; for JAX, compilations
 across routings. One JSON file per backend.
 
-    python3 tools/pipeline_checks.py torch-moe|reference-moe --out F.json [--cand DIR] GOLDEN...
-    python3 tools/pipeline_checks.py jax-moe --out F.json GOLDEN...
+    python3 -m dropless.gpu.pipeline_checks torch-moe|reference-moe --out F.json [--cand DIR] GOLDEN...
+    python3 -m dropless.gpu.pipeline_checks jax-moe --out F.json GOLDEN...
 
 Per golden file (torch backends):
   host_syncs     the layer's forward + backward under
@@ -25,7 +25,7 @@ tokens):
                  replay) for `dropless check` against that file's golden;
                  whether each replay equals an eager run bit for bit. Or why
                  it cannot be captured (the exception and where).
-jax-moe: the chained layer of tools/adapters/jax_adapter.py under jit, called
+jax-moe: the chained layer of python/dropless/gpu/adapters/jax_adapter.py under jit, called
 on every file of a set: compilations (traces of the layer, and the jitted
 function's cache size) across routings; and twice on the set's first file:
 the stages whose bits differ.
@@ -44,10 +44,9 @@ import time
 import traceback
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
 
+# places in tracebacks are shown relative to the checkout (python/dropless/gpu/x.py: 4 up)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SHAPE_KEYS = ("dtype", "tokens", "hidden", "ffn", "experts", "top_k", "score_function", "n_group",
               "topk_group", "group_score", "renormalize", "scaling", "has_bias", "ffn_kind")
 
@@ -146,28 +145,28 @@ class TorchBackend:
 
     # reference-moe
     def _prep_ref(self, g):
-        from tools.reference_layer import run
+        from .reference_layer import run
         layer, x, d_out = run.make_layer(g, self.dev)
         layer.taps = {}
         return {"layer": layer, "x": x, "d_out": d_out}
 
     def _run_ref(self, st):
-        from tools.reference_layer import run
+        from .reference_layer import run
         run.step(st["layer"], st["x"], st["d_out"])
         return run.stage_tensors(st["layer"], st["x"])
 
     def _load_ref(self, st, g):
         import torch
-        from tools.reference_layer import run
+        from .reference_layer import run
         x, d_out, p = run.golden_tensors(g, self.dev)
         with torch.no_grad():
             st["x"].copy_(x)
             st["d_out"].copy_(d_out)
         st["layer"].load(p["w_r"], p["bias"], p["w_down"], p.get("w_gate"), p.get("w_up"))
 
-    # torch-moe (tools/adapters/torch_adapter.typical_layer)
+    # torch-moe (python/dropless/gpu/adapters/torch_adapter.typical_layer)
     def _prep_typ(self, g):
-        from tools.adapters import torch_adapter as ta
+        from .adapters import torch_adapter as ta
         import torch
         dev, dt, A = ta._common_setup(g, str(self.dev))
         inp = {"x": A("x"), "wr": A("router_weight", torch.float32), "wd": A("w_down"),
@@ -182,7 +181,7 @@ class TorchBackend:
         return {"inp": inp, "gm": gm, "dt": dt, "cfg": g.config, "dims": g.dims}
 
     def _run_typ(self, st):
-        from tools.adapters import torch_adapter as ta
+        from .adapters import torch_adapter as ta
         inp, dm = st["inp"], st["dims"]
         for n in ("x", "wr", "wd", "wg", "wu"):
             if n in inp:
@@ -208,7 +207,7 @@ class TorchBackend:
 
 
 def bits(stages):
-    from tools.reference_layer.run import to_np
+    from .reference_layer.run import to_np
     return {n: to_np(n, t).tobytes() for n, t in stages.items() if t is not None}
 
 
@@ -236,7 +235,7 @@ def per_case(be, g, cuda):
 def graph_set(be, paths, open_golden, cand, cuda):
     """Capture on paths[0], replay on every path; candidates into cand."""
     import torch
-    from tools.reference_layer import run
+    from .reference_layer import run
     out = {"capture_on": os.path.basename(paths[0]), "replays": []}
     with open_golden(paths[0]) as g0:
         st = be.prepare(g0)
@@ -298,7 +297,7 @@ def graph_set(be, paths, open_golden, cand, cuda):
 
 def torch_checks(name, goldens, cand, device):
     import torch
-    from tools.reference_layer import run
+    from .reference_layer import run
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = dev.type == "cuda"
     be = TorchBackend(name, dev)
@@ -346,8 +345,8 @@ def summarise(res):
 # -------------------------------------------------------------------- jax
 
 def jax_checks(goldens, device):
-    from tools.adapters import jax_adapter as ja
-    from tools.reference_layer import golden_io as run
+    from .adapters import jax_adapter as ja
+    from .reference_layer import golden_io as run
     res = {"backend": "jax-moe", "sets": []}
     if ja.jax is None:
         res["skipped"] = "JAX is not installed"

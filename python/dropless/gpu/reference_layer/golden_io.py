@@ -1,8 +1,8 @@
 """Golden files without torch: through the package `dropless` (the C
-library) where it loads, else with h5py alone (tools/adapters/h5io.py: a
+library) where it loads, else with h5py alone (python/dropless/gpu/adapters/h5io.py: a
 GPU machine without the library)."""
 
-from tools.adapters import h5io
+from ..adapters import h5io
 
 
 def have_dropless():

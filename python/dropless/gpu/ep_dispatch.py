@@ -3,12 +3,12 @@
 processes with gloo), on a golden file's inputs: DeepEP's contract with
 torch.distributed.all_to_all_single in place of DeepEP's kernels.
 
-    python3 tools/ep_dispatch.py GOLDEN.h5 --ranks R -o DIR [--device cuda|cpu]
+    python3 -m dropless.gpu.ep_dispatch GOLDEN.h5 --ranks R -o DIR [--device cuda|cpu]
 
 Rank r holds the weights of experts [r E/R, (r+1) E/R) and the tokens
 [floor(r T/R), floor((r+1) T/R)) (the even split of doc/format.md's
 `/ep/ranks_R`). Each rank:
-  1. computes its dispatch layout on the device (tools/adapters/ep_layout:
+  1. computes its dispatch layout on the device (python/dropless/gpu/adapters/ep_layout:
      is_token_in_rank, tokens per rank and per expert, its send buffer in
      the canonical order);
   2. exchanges the counts (rows per destination and pairs per local expert)
@@ -47,12 +47,7 @@ import traceback
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "python"))
-
-from tools.adapters import ep_layout  # noqa: E402
+from .adapters import ep_layout
 
 try:
     import torch
@@ -137,7 +132,7 @@ class Rank:
         """Every received (row, slot) pair through its local expert, in
         expert order (stable in row, slot): (pair rows [M], pair slots [M],
         {stage: [M, .]})."""
-        from tools.adapters.torch_adapter import GMM
+        from .adapters.torch_adapter import GMM
         N, k = ridx.shape
         key = torch.where(ridx >= 0, ridx.long(), torch.full_like(ridx, self.El, dtype=torch.long))
         order = torch.argsort(key.reshape(-1), stable=True)

@@ -1,9 +1,10 @@
 """Golden files read and candidate files written with h5py alone: the
-stand-in for the package's C library where it cannot load (a GPU machine
-without a dropless build: libdropless needs HDF5, OpenBLAS and MPFR shared
-libraries the GPU image may not have). load() and write_candidate() use
-the package whenever its library loads; only otherwise these readers and
-writers, which follow the golden file's own structure (a stage is written
+explicit stand-in for the package's C library where it cannot load (a GPU
+machine without a dropless build: libdropless needs HDF5, OpenBLAS and MPFR
+shared libraries the GPU image may not have). load() and write_candidate()
+use the package whenever its library loads; only otherwise, and only when
+asked (DROPLESS_H5PY_FALLBACK=1, which tools/gpu_report.py sets, or
+load(path, fallback=True)), these readers and writers, which follow the golden file's own structure (a stage is written
 into the group the golden holds it in, labelled with the golden's type for
 it, as the package does) and doc/format.md's candidate rules (float32
 containers with a `dtype` attribute), so `dropless check` reads their
@@ -75,11 +76,21 @@ def library_error():
         return "%s: %s" % (type(e).__name__, e)
 
 
-def load(path):
-    """(golden, how): dropless.load where the library loads, else Golden."""
+FALLBACK_ENV = "DROPLESS_H5PY_FALLBACK"
+
+
+def load(path, fallback=None):
+    """(golden, how): dropless.load where the library loads; else, when
+    fallback (default: DROPLESS_H5PY_FALLBACK=1), Golden read with h5py;
+    else dropless.Error saying why the library did not load."""
     why = library_error()
     if why is None:
         return dropless.load(path), "dropless.load"
+    if fallback is None:
+        fallback = os.environ.get(FALLBACK_ENV) == "1"
+    if not fallback:
+        raise dropless.Error("%s: the package's library does not load (%s); set %s=1 to read it "
+                             "with h5py instead" % (path, why, FALLBACK_ENV))
     return Golden(path), "h5py (package library unavailable: %s)" % why
 
 

@@ -3,7 +3,7 @@ tables: one row per backend x dtype x stage, the worst verdict and the
 largest error in units of the PASS bound over all cases, and the case where
 it occurred.
 
-    python3 -m tools.adapters.report REPORT.json... > table.md
+    python3 -m dropless.gpu.adapters.report REPORT.json... > table.md
 """
 
 import json

@@ -1,6 +1,6 @@
 """The reference layer on golden files: candidate files for `dropless check`.
 
-    python3 -m tools.reference_layer GOLDEN.h5... -o DIR [--device cuda] [--summary F]
+    python3 -m dropless.gpu.reference_layer GOLDEN.h5... -o DIR [--device cuda] [--summary F]
 
 Per golden file, two candidates (backend names):
   reference-moe             chained: every stage (27) of one forward + backward
@@ -16,7 +16,7 @@ fp32 accumulation, every short sum in fp32 and rounded once: the strict
 profile, not -acc), `fp32` for fp32 cases.
 
 Golden files are read and candidates written through the package `dropless`
-(the C library) where it loads, else with h5py alone (tools/adapters/h5io.py,
+(the C library) where it loads, else with h5py alone (python/dropless/gpu/adapters/h5io.py,
 common.emit), as the adapters do.
 """
 
@@ -35,7 +35,7 @@ from .layer import ReferenceMoE
 TDT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BACKEND = "reference-moe"
 FUSED = "reference-moe[fused_out]"
-FUSED_STAGES = ("out", "d_x", "d_w_gate", "d_w_up", "d_w_down", "d_router_weight")
+from ..adapters.common import FUSED_STAGES  # noqa: E402 (one list for every backend)
 INT32 = ("topk_ids", "sort_perm", "inv_perm")
 INT64 = ("group_sizes", "group_offsets")
 
@@ -121,9 +121,9 @@ def device_name(dev):
 
 
 def write(g, outdir, backend, outputs, notes, mode, dev, seconds, log=print):
-    """A candidate file (tools/adapters/common.emit: through the package, or
+    """A candidate file (python/dropless/gpu/adapters/common.emit: through the package, or
     h5py where its library does not load). Returns (path, summary)."""
-    from tools.adapters import common
+    from dropless.gpu.adapters import common
     res = common.Result(backend, outputs, notes, profile(g.config["dtype"]))
     return common.emit(g, outdir, res, mode, "torch %s" % torch.__version__, device_name(dev),
                        seconds, log)

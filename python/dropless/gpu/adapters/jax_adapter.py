@@ -14,7 +14,7 @@ every matrix product):
   jax-moe[P][fused]  the same layer as a fused kernel exposes it (mode fused):
                      out, d_x and the weight gradients only
 
-Usage: python3 -m tools.adapters.jax_adapter GOLDEN... -o DIR [--device cpu]
+Usage: python3 -m dropless.gpu.adapters.jax_adapter GOLDEN... -o DIR [--device cpu]
 """
 
 import functools
@@ -135,7 +135,7 @@ def isolated(g, dev, precision):
 
 
 # Traces of the chained layer (each is one compilation of its jit):
-# tools/pipeline_checks.py counts them across calls with different routing.
+# python/dropless/gpu/pipeline_checks.py counts them across calls with different routing.
 TRACES = {"n": 0}
 _LAST = {}
 

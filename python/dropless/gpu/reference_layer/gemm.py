@@ -149,7 +149,7 @@ def _wgrad_blocks(dtype):
     """The weight-gradient kernel's tiles: 128 x 128 outputs, 32 rows a step.
     For bf16/fp16, 4 warps and 4 stages were the fastest of nine
     configurations on both layer shapes of an H200
-    (tools/reference_layer/profile.py: Mixtral's d_w_gate|up 4.4 ms against
+    (dropless/gpu/reference_layer/profile.py: Mixtral's d_w_gate|up 4.4 ms against
     5.1 ms for 64 rows, 8 warps; DeepSeek-V3's 9.6 against 11.4)."""
     if dtype == torch.float32:
         return dict(BKA=64, BN=64, BM=32, warps=4, stages=3)

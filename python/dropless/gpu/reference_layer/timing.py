@@ -1,8 +1,8 @@
 """Forward + backward time of the reference layer against the typical PyTorch
-MoE layer of the adapters (tools/adapters/torch_adapter.typical_layer), in
+MoE layer of the adapters (python/dropless/gpu/adapters/torch_adapter.typical_layer), in
 one run, on random inputs drawn on the device (no golden file), bf16.
 
-    python3 -m tools.reference_layer.timing --out timing.json [--quick] [--iters 20]
+    python3 -m dropless.gpu.reference_layer.timing --out timing.json [--quick] [--iters 20]
 
 Shapes: Mixtral-8x7B (d 4096, f 14336, E 8, top-2, softmax) and DeepSeek-V3
 (d 7168, f 2048, E 256, top-8, sigmoid + bias, 8 groups keep 4 by top2_sum,
@@ -94,8 +94,8 @@ def soft(res, key, fn):
 
 
 def time_shape(name, s, dev, iters, warmup):
-    from tools.adapters import torch_adapter as ta
-    from tools.reference_layer.layer import ReferenceMoE
+    from dropless.gpu.adapters import torch_adapter as ta
+    from dropless.gpu.reference_layer.layer import ReferenceMoE
     dt = torch.bfloat16
     cfg = cfg_of(s)
     res = {"shape": {k: s[k] for k in "TdfEk"}, "config": cfg}
@@ -127,7 +127,7 @@ def time_shape(name, s, dev, iters, warmup):
     soft(res, "reference_kernel", build)
     if "layer" not in st:
         return res
-    from tools.reference_layer.run import step
+    from dropless.gpu.reference_layer.run import step
     ref = lambda: step(st["layer"], st["x"], inp["d_out"])
     soft(res, "reference_eager", lambda: fig(timer(dev, ref, iters, warmup)))
     if dev.type == "cuda":

@@ -37,7 +37,7 @@ MASK = torch.iinfo(torch.int64).min
 
 
 def _rf(name):
-    """A profiler range per stage (tools/reference_layer/profile.py buckets
+    """A profiler range per stage (dropless/gpu/reference_layer/profile.py buckets
     the kernels by it); host-side only, nothing on the device."""
     return record_function("ref:" + name)
 

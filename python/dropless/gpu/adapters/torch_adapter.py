@@ -20,7 +20,7 @@ Where the grouped GEMM cannot take the shapes (rows not 16-byte aligned), a
 per-expert torch.mm loop stands in and the backend name says so
 ("torch-mm_loop" / "torch-moe[mm_loop]").
 
-Usage: python3 -m tools.adapters.torch_adapter GOLDEN... -o DIR [--device cuda]
+Usage: python3 -m dropless.gpu.adapters.torch_adapter GOLDEN... -o DIR [--device cuda]
 """
 
 import sys
@@ -223,7 +223,7 @@ def typical_layer(inp, cfg, T, d, k, E, gm, dt, dev):
     """The layer of run_chained on device tensors inp (x, wr, bias, wd, wg,
     wu, d_out; the weights and x leaves requiring grad), forward and
     backward: the stage tensors (intermediates keep their .grad). Apart from
-    run_chained, tools/pipeline_checks.py runs it (host syncs, graph capture,
+    run_chained, python/dropless/gpu/pipeline_checks.py runs it (host syncs, graph capture,
     timing)."""
     x, wr, bias, wd, wg, wu = (inp.get(n) for n in ("x", "wr", "bias", "wd", "wg", "wu"))
 

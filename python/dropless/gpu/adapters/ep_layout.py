@@ -8,7 +8,7 @@ whole form for every R in --ranks that divides E, and one "rank view"
 candidate per rank r (`/ep/ranks_R` with attribute `rank` = r for every R > r:
 what rank r's process holds), for `dropless check GOLDEN CANDIDATE`.
 
-Usage: python3 -m tools.adapters.ep_layout GOLDEN... -o DIR [--device cuda]
+Usage: python3 -m dropless.gpu.adapters.ep_layout GOLDEN... -o DIR [--device cuda]
            [--ranks 2,4,8,32] [--summary FILE]
 """
 

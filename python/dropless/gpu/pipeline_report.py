@@ -3,7 +3,7 @@
 (gpu_report.py's pipeline.json), with the runner's verdicts on the replay
 candidates where `dropless check --json` reports are given:
 
-    python3 tools/pipeline_report.py OUT/pipeline.json [REPORT.json ...] > pipeline.md
+    python3 -m dropless.gpu.pipeline_report OUT/pipeline.json [REPORT.json ...] > pipeline.md
 
 One row per backend: host syncs (largest count of a forward + backward over
 the cases, and their kinds), graph capture (captured or why not; replays,
