@@ -36,7 +36,7 @@ check "a function named in a comment makes no file cycle" \
      printf "int dl__planted_b(void);\nint dl__planted_b(void)\n{\n    return dl_permute(0, 0, 0, 0, 0, 0);\n}\n" >>"$T/t/src/stages/activation.c" &&
      "$L" "$T/t" >"$T/o"'
 check "a known file cycle that is gone must leave the allow-list" \
-    'plant && : >"$T/t/src/check/ties.c" && ! "$L" "$T/t" >"$T/o" && grep -q "is gone: remove it from KNOWN_FILE_CYCLES" "$T/o"'
+    'plant && : >"$T/t/src/check/chain.c" && ! "$L" "$T/t" >"$T/o" && grep -q "is gone: remove it from KNOWN_FILE_CYCLES" "$T/o"'
 check "a source file missing from doc/architecture.md's layer table is found" \
     'plant && : >"$T/t/src/stages/planted.c" && ! "$L" "$T/t" >"$T/o" && grep -q "src/stages/planted.c: not named in doc/architecture.md" "$T/o"'
 check "a file the layer table names that is not in the tree is found" \

@@ -499,14 +499,15 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
         const double B = dl__ck_bound(ck, &cmp, g, m, k, 1) + pr;
         if (fabs(c - g) > B)
             return 0;
-        /* a removed slot must be visible: its contribution beyond 2B
-         * somewhere in the row, else keeping it fits as well and naming it
-         * would be a guess (a wrong row that is no drop) */
+        /* a removed slot must be visible: its contribution beyond B
+         * somewhere in the row (the row without it fits there, the row with
+         * it cannot), else keeping it fits as well and naming it would be
+         * a guess (a wrong row that is no drop) */
         for (int64_t j = 0; j < k && j < 64; j++)
             if ((mask >> j) & 1) {
                 const double v = fabs((double)w[t * k + j] *
                                       (double)y[(int64_t)inv[t * k + j] * d + i]);
-                if (v > 2.0 * B)
+                if (v > B)
                     seen |= (uint64_t)1 << j;
             }
     }
