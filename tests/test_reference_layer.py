@@ -201,10 +201,38 @@ def t_triton_sm90():
         triton.compile(src, target=tgt, options={"num_warps": bl["warps"]})
         sig = dict({"a_ptr": dt, "b_ptr": dt, "c_ptr": "*fp32", "offs_ptr": "*i64", "s_ce": "i64"},
                    **ints(("KA", "N", "n_ka", "n_n", "s_am", "s_ak", "s_bm", "s_bn", "s_ck", "s_cn")))
-        sig.update({n: "constexpr" for n in ("ACC", "BM", "BKA", "BN", "PREC", "UPCAST")})
+        sig.update({n: "constexpr" for n in ("ACC", "BM", "BKA", "BN", "PREC", "UPCAST", "GROUP")})
+        wb = gemm._wgrad_blocks(torch.float32 if dt == "*fp32" else torch.bfloat16)
         src = triton.compiler.ASTSource(fn=gemm._wgrad_kernel, signature=sig, constexprs=dict(
-            common, ACC=True, BM=bl["BK"], BKA=bl["BN"], BN=bl["BN"]))
-        triton.compile(src, target=tgt, options={"num_warps": bl["warps"]})
+            common, ACC=True, BM=wb["BM"], BKA=wb["BKA"], BN=wb["BN"], GROUP=8))
+        triton.compile(src, target=tgt, options={"num_warps": wb["warps"],
+                                                 "num_stages": wb["stages"]})
+        fused_sm90(triton, tgt, dt)
+
+
+def fused_sm90(triton, tgt, dt):
+    """The memory-bound kernels of fused.py (CUDA only: the CPU runs their
+    PyTorch definitions), compiled for sm_90 with the element type dt."""
+    from dropless.gpu.reference_layer import fused
+    i32 = lambda names: {n: "i32" for n in names}
+    kernels = (
+        (fused._swiglu_kernel, dict({"hg_ptr": dt, "hu_ptr": dt, "o_ptr": dt},
+                                    **i32(("F", "s_g", "s_u", "s_o"))), {}),
+        (fused._swiglu_bw_kernel, dict({"hg_ptr": dt, "hu_ptr": dt, "dh_ptr": dt, "o_ptr": dt},
+                                       **i32(("F", "s_g", "s_u", "s_d", "s_o"))), {}),
+        (fused._gather_sum_kernel, dict({"src_ptr": dt, "idx_ptr": "*i64", "w_ptr": "*fp32",
+                                         "o_ptr": "*fp32"}, **i32(("N", "s_src", "s_o"))),
+         {"K": 2, "HAS_W": True}),
+        (fused._weighted_rows_kernel, dict({"d_ptr": dt, "w_ptr": "*fp32", "perm_ptr": "*i64",
+                                            "o_ptr": dt}, **i32(("N", "s_d", "s_o"))), {"K": 2}),
+        (fused._row_dots_kernel, dict({"y_ptr": dt, "idx_ptr": "*i64", "d_ptr": dt,
+                                       "o_ptr": "*fp32"}, **i32(("N", "s_y", "s_d"))), {"K": 2}),
+    )
+    for fn, sig, cx in kernels:
+        cx = dict(cx, BLOCK=1024)
+        sig = dict(sig, **{n: "constexpr" for n in cx})
+        triton.compile(triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=cx),
+                       target=tgt, options={"num_warps": 4})
 
 
 def t_no_library():
