@@ -389,6 +389,12 @@ END_TEST
  * ~90 GiB is DL_ENOMEM with both figures named. */
 START_TEST(memory_first)
 {
+#ifdef __SANITIZE_ADDRESS__
+    /* AddressSanitizer reserves terabytes of address space for its shadow
+     * memory: under an address-space limit its own mmap fails and the
+     * process ends ("Failed to mmap"). The uninstrumented build runs this. */
+    return;
+#endif
     int64_t need = 0, avail = 0;
     ck_assert_int_eq(dl_api_golden_memory("deepseek-v3-layer", 0, &need, &avail, err, sizeof err), 0);
     ck_assert_int_gt(need, (int64_t)80 << 30);
