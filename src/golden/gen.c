@@ -48,17 +48,8 @@ int dl_golden_generate(const dl_case_t *c, const dl_golden_gen_opts_t *opts,
     dl_golden_gen_opts_t o = {0};
     if (opts)
         o = *opts;
-    char why[200];
-    int rc = dl__golden_config_check(&c->config, why, sizeof why);
-    if (!rc && dl_moe_config_validate(&c->config)) {
-        rc = DL_EINVAL;
-        snprintf(why, sizeof why, "rejected by dl_moe_config_validate");
-    }
-    if (rc) {
-        dl__golden_msg(err, errlen, "case %s: invalid configuration: %s", c->name, why);
-        return rc;
-    }
-    if ((rc = dl__golden_ep_check_ranks(&c->config, &o, c->name, err, errlen)))
+    int rc = dl_golden_gen_check(c, &o, err, errlen); /* the command's own check (output.c) */
+    if (rc)
         return rc;
     dl_golden_header(c, g);
     if (o.progress)
