@@ -9,34 +9,18 @@ tests/test_ep.sh with a Python that has h5py. Speaks TAP."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import h5py
 import numpy as np
 
+from taplib import check, dl, finish  # noqa: E402 (tests/, beside this script)
+
 top_builddir = os.environ.get("top_builddir", ".")
 DL = os.path.join(top_builddir, "dropless")
 CASES = ["tiny", "mixtral-small", "deepseek-v3-small", "zipf", "ties-grouped", "one-hot",
          "empty-experts", "single-token", "odd-shapes", "no-tokens", "plain-ffn-bf16"]
-results = []
 
-
-def check(desc, fn):
-    try:
-        fn()
-        results.append((True, desc, ""))
-    except Exception as e:  # a failed check, reported and counted
-        results.append((False, desc, "%s: %s" % (type(e).__name__, e)))
-
-
-def dl(*args, want=0):
-    p = subprocess.run([DL] + list(args), capture_output=True, text=True)
-    if p.returncode != want:
-        raise AssertionError("exit %d, want %d: dropless %s\n%s%s" %
-                             (p.returncode, want, " ".join(args), p.stdout, p.stderr))
-    return p
 
 
 def reference(ids, w, E, R):
@@ -379,9 +363,4 @@ try:
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
-print("1..%d" % len(results))
-for i, (ok, desc, why) in enumerate(results, 1):
-    print("%s %d - %s" % ("ok" if ok else "not ok", i, desc))
-    for line in why.splitlines():
-        print("# " + line)
-sys.exit(0)
+finish()

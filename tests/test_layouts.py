@@ -15,11 +15,12 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import h5py
 import numpy as np
+
+from taplib import check, dl, finish  # noqa: E402 (tests/, beside this script)
 
 top_builddir = os.environ.get("top_builddir", ".")
 top_srcdir = os.environ.get("top_srcdir", ".")
@@ -40,24 +41,8 @@ K = _module(os.path.join(top_srcdir, "tests", "zoo", "layout_kernels.py"), "layo
 CASES = ["tiny", "ties", "ties-grouped", "empty-experts", "no-tokens", "one-hot", "single-token",
          "odd-shapes", "zipf", "mixtral-small", "deepseek-v3-small", "grouped-max", "plain-ffn",
          "mixtral-small-bf16", "ties-fp16"]
-results = []
 tmp = tempfile.mkdtemp(prefix="dl_layouts.")
 
-
-def check(desc, fn):
-    try:
-        fn()
-        results.append((True, desc, ""))
-    except Exception as e:  # a failed check, reported and counted
-        results.append((False, desc, "%s: %s" % (type(e).__name__, e)))
-
-
-def dl(*args, want=0):
-    p = subprocess.run([DL] + list(args), capture_output=True, text=True)
-    if p.returncode != want:
-        raise AssertionError("exit %d, want %d: dropless %s\n%s%s" %
-                             (p.returncode, want, " ".join(args), p.stdout, p.stderr))
-    return p
 
 
 def reference(kind, p, sizes, perm, k, e0, e1):
@@ -484,11 +469,5 @@ check("zoo: vllm-block, drops the last partial block, poisoned: NaN rows named",
       not_conformant(K.vllm_drops_last_block, "vllm-block:%d" % B, True, "layout_y",
                      "NaN/Inf", "(token "))
 
-print("1..%d" % len(results))
-for i, (ok, desc, why) in enumerate(results, 1):
-    print("%s %d - %s" % ("ok" if ok else "not ok", i, desc))
-    if not ok:
-        for line in why.splitlines():
-            print("# " + line)
 shutil.rmtree(tmp, ignore_errors=True)
-sys.exit(0)
+finish()

@@ -10,15 +10,8 @@
 # Usage: tools/check_extra_value.sh [WORKDIR]   (from a configured tree)
 set -u
 cd "$(dirname "$0")/.."
-keep=${1:-}
-if [ -n "$keep" ]; then
-    work=$keep
-    rm -rf "$work" && mkdir -p "$work" || exit 1
-else
-    work=$(mktemp -d "${TMPDIR:-/tmp}/dl_extra.XXXXXX") || exit 1
-    trap 'rm -rf "$work"' EXIT
-fi
-make -s distdir distdir="$work/src" >/dev/null || { echo "extra value: make distdir failed" >&2; exit 1; }
+. tools/clean_copy.sh
+clean_copy "extra value" extra "${1:-}"
 start=$(date +%s)
 cd "$work/src" || exit 1
 fail() {

@@ -7,15 +7,8 @@
 # build for a second look.
 set -u
 cd "$(dirname "$0")/.."
-keep=${1:-}
-if [ -n "$keep" ]; then
-    work=$keep
-    rm -rf "$work" && mkdir -p "$work" || exit 1
-else
-    work=$(mktemp -d "${TMPDIR:-/tmp}/dl_asan.XXXXXX") || exit 1
-    trap 'rm -rf "$work"' EXIT
-fi
-make -s distdir distdir="$work/src" >/dev/null || { echo "sanitizers: make distdir failed" >&2; exit 1; }
+. tools/clean_copy.sh
+clean_copy "sanitizers" asan "${1:-}"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 start=$(date +%s)
 cd "$work/src" || exit 1

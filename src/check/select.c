@@ -39,24 +39,41 @@ int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
     return 1;
 }
 
+/* Softmax's row terms of the score bound: the largest logit mx and
+ * zs = sum_j |s_j| |l_j - mx| (once per row: the bound of every expert
+ * of the row uses them). */
+static void softmax_row(int64_t E, const float *l, const float *s, double *mx, double *zs)
+{
+    *mx = -INFINITY;
+    *zs = 0.0;
+    for (int64_t j = 0; j < E; j++)
+        if (l[j] > *mx)
+            *mx = l[j];
+    for (int64_t j = 0; j < E; j++)
+        *zs += fabs((double)s[j]) * fabs((double)l[j] - *mx);
+}
+
+static double score_bound_at(const dl__ck_t *ck, const float *l, const float *s, int64_t e,
+                             double mx, double zs, int warn)
+{
+    const int soft = ck->c->route.score_fn == DL_SCORE_SOFTMAX;
+    double M = fabs((double)s[e]);
+    if (soft)
+        M *= 1.0 + fabs((double)l[e] - mx) + zs;
+    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
+                     .K = soft ? ck->E : 0};
+    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
+}
+
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
                           int64_t e, int warn)
 {
     const int64_t E = ck->E;
     const float *l = logits + t * E, *s = scores + t * E;
-    double M = fabs((double)s[e]);
-    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX) {
-        double mx = -INFINITY, zs = 0.0;
-        for (int64_t j = 0; j < E; j++)
-            if (l[j] > mx)
-                mx = l[j];
-        for (int64_t j = 0; j < E; j++)
-            zs += fabs((double)s[j]) * fabs((double)l[j] - mx);
-        M *= 1.0 + fabs((double)l[e] - mx) + zs;
-    }
-    dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
-                     .K = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? E : 0};
-    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
+    double mx = 0.0, zs = 0.0;
+    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX)
+        softmax_row(E, l, s, &mx, &zs);
+    return score_bound_at(ck, l, s, e, mx, zs, warn);
 }
 
 /* The worst-case error of token t's logits that a kernel's hidden router
@@ -105,8 +122,11 @@ void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
                                                               : se * (1.0 - se) * tol[e];
         }
     }
+    double mx = 0.0, zs = 0.0; /* the softmax row terms, once for the row's E bounds */
+    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX)
+        softmax_row(E, logits + t * E, s, &mx, &zs);
     for (int64_t e = 0; e < E; e++) {
-        tol[e] += dl__ck_score_bound(ck, logits, scores, t, e, 1);
+        tol[e] += score_bound_at(ck, logits + t * E, s, e, mx, zs, 1);
         if (ck->c->route.has_bias)
             tol[e] += 2.0 * 0x1p-24 * fabs(dl__ck_key(ck, s, e)); /* the key's own rounding */
     }

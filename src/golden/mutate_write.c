@@ -12,23 +12,6 @@
 #include <hdf5.h>
 #include "golden/mutate_priv.h"
 
-/* A fixed-length ASCII string attribute, as the writer stores strings. */
-static int attr_str(hid_t file, const char *name, const char *val)
-{
-    hid_t st = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR), a = -1;
-    int ok = st >= 0 && sp >= 0 && H5Tset_size(st, strlen(val) ? strlen(val) : 1) >= 0 &&
-             H5Tset_strpad(st, H5T_STR_NULLPAD) >= 0 &&
-             (a = H5Acreate2(file, name, st, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-             H5Awrite(a, st, val) >= 0;
-    if (a >= 0 && H5Aclose(a) < 0)
-        ok = 0;
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (st >= 0)
-        H5Tclose(st);
-    return ok ? 0 : DL_EIO;
-}
-
 typedef struct {
     const dl_golden_file_t *g;
     const dl_mutate_opts_t *o;
@@ -68,7 +51,7 @@ static int write_one(wctx_t *w, const dl_golden_file_t *view, const char *file, 
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     rc = f < 0 ? DL_EIO : 0;
     for (int i = 0; !rc && i < 5; i++)
-        rc = attr_str(f, attrs[i][0], attrs[i][1]);
+        rc = dl__golden_attr_put(f, attrs[i][0], attrs[i][1], 0);
     if (f >= 0 && H5Fclose(f) < 0)
         rc = DL_EIO;
     dl__h5_quiet_off(&q);

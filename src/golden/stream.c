@@ -344,32 +344,18 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     if (!c || !path || !opts)
         return DL_EINVAL;
     const dl_moe_config_t *k = &c->config;
-    char why[200];
-    int rc = dl__golden_config_check(k, why, sizeof why);
-    if (!rc && dl_moe_config_validate(k)) {
-        rc = DL_EINVAL;
-        snprintf(why, sizeof why, "rejected by dl_moe_config_validate");
-    }
-    if (rc) {
-        dl__golden_msg(err, errlen, "case %s: invalid configuration: %s", c->name, why);
+    /* the configuration, the expert range and the EP ranks (output.c), and
+     * the output: refused before the work, not after it */
+    int rc = dl_golden_gen_check(c, opts, err, errlen);
+    if (!rc)
+        rc = dl__out_check(path, opts->force, err, errlen);
+    if (rc)
         return rc;
-    }
     int64_t E = k->route.experts, A = 0, B = E;
     if (opts->expert_end > 0) {
         A = opts->expert_begin;
         B = opts->expert_end;
-        if (A < 0 || A >= B || B > E) {
-            dl__golden_msg(err, errlen, "case %s: expert range %lld:%lld is not within [0, %lld]",
-                           c->name, (long long)A, (long long)B, (long long)E);
-            return DL_EINVAL;
-        }
     }
-    /* refused before the work, not after it */
-    int orc = dl__out_check(path, opts->force, err, errlen);
-    if (!orc)
-        orc = dl__golden_ep_check_ranks(k, opts, c->name, err, errlen);
-    if (orc)
-        return orc;
     stream_t s;
     memset(&s, 0, sizeof s);
     s.c = c;

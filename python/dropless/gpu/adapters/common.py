@@ -225,6 +225,18 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
     return written, errors
 
 
+def append_summary(path, written, errors):
+    """One JSON line per candidate written ((path, summary) pairs) and per
+    error, appended to the --summary file path (nothing when None)."""
+    if not path:
+        return
+    with open(path, "a") as fh:
+        for _, s in written:
+            fh.write(json.dumps(s, default=str) + "\n")
+        for e in errors:
+            fh.write(json.dumps(e, default=str) + "\n")
+
+
 def adapter_main(argv, doc, available, run, modes_all):
     """The command line of every adapter."""
     import argparse
@@ -254,10 +266,5 @@ def adapter_main(argv, doc, available, run, modes_all):
             rc = 1
             continue
         rc = 1 if errors else rc
-        if a.summary:
-            with open(a.summary, "a") as fh:
-                for _, s in out:
-                    fh.write(json.dumps(s, default=str) + "\n")
-                for e in errors:
-                    fh.write(json.dumps(e, default=str) + "\n")
+        append_summary(a.summary, out, errors)
     return rc

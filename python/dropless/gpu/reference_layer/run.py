@@ -20,7 +20,6 @@ Golden files are read and candidates written through the package `dropless`
 common.emit), as the adapters do.
 """
 
-import json
 import os
 import sys
 import time
@@ -35,7 +34,7 @@ from .layer import ReferenceMoE
 TDT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BACKEND = "reference-moe"
 FUSED = "reference-moe[fused_out]"
-from ..adapters.common import FUSED_STAGES  # noqa: E402 (one list for every backend)
+from ..adapters.common import FUSED_STAGES, append_summary  # noqa: E402 (one list for every backend)
 INT32 = ("topk_ids", "sort_perm", "inv_perm")
 INT64 = ("group_sizes", "group_offsets")
 
@@ -176,12 +175,7 @@ def main(argv=None):
             written, errors = [], [{"case": os.path.basename(p), "backend": BACKEND,
                                     "error": "%s: %s" % (type(e).__name__, e)}]
         rc = 1 if errors else rc
-        if a.summary:
-            with open(a.summary, "a") as fh:
-                for _, s in written:
-                    fh.write(json.dumps(s, default=str) + "\n")
-                for e in errors:
-                    fh.write(json.dumps(e, default=str) + "\n")
+        append_summary(a.summary, written, errors)
     return rc
 
 
