@@ -15,7 +15,7 @@ void dl_check_options_default(dl_check_options_t *o)
     memset(o, 0, sizeof *o);
     o->diagnose_drops = 1;
     o->max_listed = 8;
-    o->false_alarm = 1e-6;
+    o->false_alarm = DL__FALSE_ALARM_DEFAULT;
 }
 
 /* ------------------------------------------------------------ the run */

@@ -5,6 +5,10 @@
 #include "util/util_priv.h"
 #include "dropless/check.h"
 
+/* The statistical tier's false-alarm probability per case unless the
+ * options say otherwise (tolerances.md). */
+#define DL__FALSE_ALARM_DEFAULT 1e-6
+
 /* How M = (|A||B|)_ij, the scale of the accumulation error, is obtained for
  * a stage: from |g| (no products), a precomputed array, or the GEMM of
  * absolute values, in bulk (OpenBLAS dgemm per group) or per element. */

@@ -513,7 +513,7 @@ int dl__ck_stages(dl__ck_t *ck)
     ck->n_stat = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++)
         ck->n_stat += ck->cand_arr[s] && dl_value_store((dl_value_t)s) <= DL_STORE_F32 ? ck->numel[s] : 0;
-    const double pfa = ck->opt.false_alarm == 0.0 ? 1e-6 : ck->opt.false_alarm;
+    const double pfa = ck->opt.false_alarm == 0.0 ? DL__FALSE_ALARM_DEFAULT : ck->opt.false_alarm;
     ck->lambda = pfa > 0 && pfa < 1 && ck->n_stat > 0
                      ? sqrt(2.0 * log(2.0 * (double)ck->n_stat / pfa)) : 0.0;
     /* the absent stages whose errors reach a provided one */

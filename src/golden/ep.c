@@ -15,9 +15,8 @@
 int dl__golden_ep_check_ranks(const dl_moe_config_t *c, const dl_golden_gen_opts_t *o,
                               const char *name, char *err, size_t errlen)
 {
-    int lrc = dl__golden_layouts_check(c, o, name, err, errlen); /* gen's one options check */
-    if (lrc || !o || o->n_ep_ranks <= 0)
-        return lrc;
+    if (!o || o->n_ep_ranks <= 0)
+        return 0;
     const int64_t E = c->route.experts;
     if (o->n_ep_ranks > DL_GOLDEN_EP_MAX) {
         dl__golden_msg(err, errlen, "case %s: at most %d expert-parallel rank counts", name,

@@ -90,7 +90,8 @@ int dl_golden_gen_check(const dl_case_t *c, const dl_golden_gen_opts_t *opts, ch
         dl__golden_msg(err, errlen, "case %s: invalid configuration: %s", c->name, why);
         return rc;
     }
-    if ((rc = dl__golden_ep_check_ranks(&c->config, opts, c->name, err, errlen)))
+    if ((rc = dl__golden_ep_check_ranks(&c->config, opts, c->name, err, errlen)) ||
+        (rc = dl__golden_layouts_check(&c->config, opts, c->name, err, errlen)))
         return rc;
     const int64_t E = c->config.route.experts;
     if (opts && opts->expert_end > 0 &&
