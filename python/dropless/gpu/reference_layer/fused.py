@@ -3,11 +3,14 @@ reads its operands once and writes its result once, where the plain
 PyTorch expressions (kept as the CPU path, and as the definition) make
 fp32 copies of [M, f] and [T, k, d] intermediates.
 
-Every kernel computes what its PyTorch twin computes, in the same order:
-fp32 arithmetic on the stored bf16/fp16 (or fp32) values, one rounding to
-the output type at the end, the k slots summed slot 0 first, every output
-element written by one program (no atomics, no split reductions):
-deterministic, sync-free and capturable.
+Every kernel computes what its PyTorch twin computes: fp32 arithmetic on
+the stored bf16/fp16 (or fp32) values, one rounding to the output type at
+the end, the k slots summed slot 0 first as the twin does; row_dots sums
+its d products in blocks of 1024 by tl.sum's tree, the blocks in order (a
+fixed order, not torch's). Every output element is written by one program
+(no atomics, no split reductions): deterministic, sync-free and
+capturable. Their conformance is measured on the device (h200_run.sh
+reflayer); the CPU runs the PyTorch definitions.
 
   swiglu(hg, hu)              silu(g) * u                       [M, f]
   swiglu_backward(hg, hu, dh) (d_gate | d_up) in one [M, 2f]    [M, 2f]
