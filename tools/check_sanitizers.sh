@@ -30,13 +30,6 @@ UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTION
 export LSAN_OPTIONS UBSAN_OPTIONS
 make -s -j"$(nproc)" check >"$work/check.log" 2>&1
 status=$?
-grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$work/check.log"
-if [ "$status" -ne 0 ]; then
-    grep -E '^(FAIL|ERROR):' "$work/check.log"
-    for l in $(grep -l -E '^(not ok|FAIL|ERROR)' tests/*.log 2>/dev/null); do
-        echo "--- $l"
-        grep -E -B2 -A12 '^(not ok|FAIL|ERROR)' "$l" | head -60
-    done
-fi
+check_failures "$status" "$work/check.log"
 echo "sanitizers: make check under ASan+UBSan: exit $status in $(( $(date +%s) - start )) s"
 exit $status

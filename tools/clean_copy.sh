@@ -15,3 +15,16 @@ clean_copy() {
     fi
     make -s distdir distdir="$work/src" >/dev/null || { echo "$1: make distdir failed" >&2; exit 1; }
 }
+
+# check_failures STATUS CHECKLOG: after the copy's `make check` (run in
+# $work/src) exited with STATUS, prints the summary counts and, on failure,
+# the failing tests and the lines around each failure in their logs.
+check_failures() {
+    grep -E '^# (TOTAL|PASS|SKIP|XFAIL|FAIL|XPASS|ERROR):' "$2"
+    [ "$1" -eq 0 ] && return 0
+    grep -E '^(FAIL|ERROR):' "$2"
+    for l in $(grep -l -E '^(not ok|FAIL|ERROR)' tests/*.log 2>/dev/null); do
+        echo "--- $l"
+        grep -E -B2 -A12 '^(not ok|FAIL|ERROR)' "$l" | head -60
+    done
+}
