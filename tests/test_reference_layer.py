@@ -174,6 +174,29 @@ def t_triton_interpreter():
     return ", ".join(figs)
 
 
+def t_fp8_interpreter():
+    # the FP8/MXFP4 grouped-GEMM candidates (reference_layer/fp8.py) on two
+    # lowp goldens under Triton's interpreter: every correct candidate
+    # CONFORMANT under its declared profile, the bf16-accumulator defect NOT
+    # CONFORMANT under fp32 (the run exits 0 only when all are as expected)
+    out = os.path.join(TMP, "fp8")
+    os.makedirs(out, exist_ok=True)
+    files = []
+    for fam in ("lowp-fp8-deepseek-v3-ue8m0", "lowp-mxfp4-gpt-oss"):
+        files.append(os.path.join(out, fam + ".h5"))
+        subprocess.run([DROPLESS, "lowp", fam, "-o", files[-1]], check=True)
+    env = dict(ENV, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.reference_layer.fp8"] + files +
+                       ["-o", out, "--device", "cpu"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(line) for line in open(os.path.join(out, "fp8.jsonl"))]
+    decl = [x for x in rows if x["declared"]]
+    assert len(decl) == 6 and all(x["as_expected"] for x in decl), decl
+    assert {x["candidate"] for x in decl} >= {"triton-fp8-block[bf16-acc]", "triton-mxfp4-dequant",
+                                              "torch._scaled_mm[promote]"}, decl
+    return "%d declared verdicts as expected" % len(decl)
+
+
 def t_dense():
     out = os.path.join(TMP, "dense")
     files = [golden(c) for c in ("mixtral-small-bf16", "deepseek-v3-small", "odd-shapes-bf16",
@@ -353,6 +376,9 @@ check("reference layer on the CPU: chained and fused-out candidates CONFORMANT (
 check("defective reference layer (a slot dropped): NOT CONFORMANT, the slot named", t_defect)
 tri = None if have("triton") else "Triton not installed"
 check("Triton kernels under the CPU interpreter: CONFORMANT", t_triton_interpreter, tri)
+check("FP8/MXFP4 grouped-GEMM candidates under the interpreter: correct CONFORMANT, the "
+      "bf16-accumulator defect NOT CONFORMANT", t_fp8_interpreter,
+      tri or (None if hasattr(__import__("dropless.quant").quant, "check_gemm") else "no quant.check_gemm"))
 check("the dense fallback (padded buffers, torch.bmm in fp32): CONFORMANT", t_dense)
 sm90 = tri
 if not tri:

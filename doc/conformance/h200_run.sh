@@ -10,6 +10,8 @@
 #   sh doc/conformance/h200_run.sh jax-rest # the JAX adapter on what report's budget left
 #   sh doc/conformance/h200_run.sh reflayer # the reference layer alone: candidates and their
 #                                           # checks, its pipeline checks, timing, profile
+#   sh doc/conformance/h200_run.sh fp8      # FP8/MXFP4 grouped GEMMs (reference_layer/fp8.py)
+#                                           # on the lowp goldens, judged by dl_qcheck_gemm
 # Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
 set -u
 part=${1:?usage: h200_run.sh ep-jax|report}
@@ -144,6 +146,16 @@ d512-probe)
         done
     done > $R/probe.txt 2>&1
     cat $R/probe.txt
+    ;;
+fp8)
+    g=$W/golden
+    for f in $($DL lowp --list); do $DL lowp "$f" -o "$g/$f.h5" || exit 1; done
+    echo "== lowp goldens $(ls $g | wc -l), $(( $(date +%s) - t0 )) s"
+    $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())" \
+        > $R/env.txt 2>&1
+    timeout 300 $PY -m dropless.gpu.reference_layer.fp8 $g/*.h5 -o $R --device cuda > $R/fp8.txt 2>&1
+    echo "== fp8 rc=$? $(( $(date +%s) - t0 )) s"; cat $R/env.txt $R/fp8.txt
+    cp $R/fp8.jsonl $R/fp8.txt $OUT/ 2>/dev/null
     ;;
 esac
 tar -C $W -cJf $OUT/$part.tar.xz res && ls -la $OUT
