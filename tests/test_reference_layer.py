@@ -197,6 +197,38 @@ def t_fp8_interpreter():
     return "%d declared verdicts as expected" % len(decl)
 
 
+def t_masked_interpreter():
+    # the masked-layout FFN (reference_layer/masked.py) on three routings of
+    # one shape and a poisoned twin, one MaskedFFN for all (as the CUDA graph
+    # is replayed on the device): every candidate CONFORMANT; the defect
+    # that writes padding rows NOT CONFORMANT on layout_y from the poisoned
+    # twin (on a zero twin it is caught only when the replayed buffers hold
+    # stale rows of an earlier routing: not asserted, reported)
+    out = os.path.join(TMP, "masked")
+    os.makedirs(out, exist_ok=True)
+    files = []
+    for name, extra in (("base", []), ("poison", ["--layout-poison"]), ("hot", ["--config", os.path.join(
+            top_srcdir, "doc/conformance/cases/replay/mixtral-small-bf16-hot.case")])):
+        files.append(os.path.join(out, name + ".h5"))
+        args = [DROPLESS, "gen", "-q", "-o", files[-1], "--layout", "masked:32"] + extra
+        subprocess.run(args + ([] if "--config" in extra else ["mixtral-small-bf16"]), check=True)
+    env = dict(ENV, TRITON_INTERPRET="1")
+    mod = [sys.executable, "-m", "dropless.gpu.reference_layer.masked"]
+    for extra in ([], ["--defect", "write-padding"]):
+        r = subprocess.run(mod + files + ["-o", out, "--device", "cpu"] + extra, capture_output=True,
+                           text=True, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    verdicts = []
+    for b in ("base", "poison", "hot"):
+        for suffix, want in (("--masked", 0), ("--masked-write-padding", 1 if b == "poison" else None)):
+            r = subprocess.run([DROPLESS, "check", os.path.join(out, b + ".h5"),
+                                os.path.join(out, b + suffix + ".h5")], capture_output=True, text=True)
+            assert r.returncode in (0, 1) and want in (None, r.returncode), (b, suffix, r.stdout[-2000:])
+            assert r.returncode == 0 or "padding written" in r.stdout, r.stdout[-2000:]
+            verdicts.append(r.returncode)
+    return "%d CONFORMANT, %d NOT CONFORMANT as expected" % (verdicts.count(0), verdicts.count(1))
+
+
 def t_dense():
     out = os.path.join(TMP, "dense")
     files = [golden(c) for c in ("mixtral-small-bf16", "deepseek-v3-small", "odd-shapes-bf16",
@@ -379,6 +411,8 @@ check("Triton kernels under the CPU interpreter: CONFORMANT", t_triton_interpret
 check("FP8/MXFP4 grouped-GEMM candidates under the interpreter: correct CONFORMANT, the "
       "bf16-accumulator defect NOT CONFORMANT", t_fp8_interpreter,
       tri or (None if hasattr(__import__("dropless.quant").quant, "check_gemm") else "no quant.check_gemm"))
+check("masked-layout FFN under the interpreter (the CUDA graph's step): CONFORMANT on three "
+      "routings and the poisoned twin; writing padding NOT CONFORMANT", t_masked_interpreter, tri)
 check("the dense fallback (padded buffers, torch.bmm in fp32): CONFORMANT", t_dense)
 sm90 = tri
 if not tri:

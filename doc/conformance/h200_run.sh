@@ -12,6 +12,8 @@
 #                                           # checks, its pipeline checks, timing, profile
 #   sh doc/conformance/h200_run.sh fp8      # FP8/MXFP4 grouped GEMMs (reference_layer/fp8.py)
 #                                           # on the lowp goldens, judged by dl_qcheck_gemm
+#   sh doc/conformance/h200_run.sh masked   # the masked-layout FFN as one CUDA graph replayed
+#                                           # on several routings (reference_layer/masked.py)
 # Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
 set -u
 part=${1:?usage: h200_run.sh ep-jax|report}
@@ -146,6 +148,30 @@ d512-probe)
         done
     done > $R/probe.txt 2>&1
     cat $R/probe.txt
+    ;;
+masked)
+    g=$W/golden; c=$W/cand; mkdir -p $c
+    for base in mixtral-small-bf16 deepseek-v3-small-bf16; do
+        cap=$($DL cases | awk -v n=$base '$1 == n {sub("T=", "", $2); print $2}')
+        $DL gen -q -o $g/$base.h5 --layout masked:$cap $base
+        $DL gen -q -o $g/$base-poison.h5 --layout masked:$cap --layout-poison $base
+        for f in $CASES/replay/$base-*.case; do
+            $DL gen -q -d $g --layout masked:$cap --config $f
+            n=$(basename $f .case); $DL gen -q -o $g/$n-poison.h5 --layout masked:$cap --layout-poison --config $f
+        done
+        timeout 120 $PY -m dropless.gpu.reference_layer.masked $(ls $g/$base*.h5) -o $c --device cuda \
+            > $R/masked-$base.txt 2>&1; echo "== masked $base rc=$? $(( $(date +%s) - t0 )) s"
+        timeout 60 $PY -m dropless.gpu.reference_layer.masked $g/$base-poison.h5 -o $c --device cuda \
+            --defect write-padding >> $R/masked-$base.txt 2>&1
+    done
+    for f in $c/*.h5; do
+        b=$(basename $f .h5); $DL check --force --json $c/$b.json $g/${b%%--*}.h5 $f > $c/$b.txt 2>&1
+        echo "$b: $(tail -n 1 $c/$b.txt)"
+    done > $R/masked-verdicts.txt; cp $c/*.txt $c/*.json $R/ 2>/dev/null
+    cat $R/masked-*.txt
+    $PY -c "import transformers; print('transformers', transformers.__version__)" > $R/transformers.txt 2>&1
+    cat $R/transformers.txt
+    cp $R/masked-verdicts.txt $R/transformers.txt $OUT/ 2>/dev/null
     ;;
 fp8)
     g=$W/golden
