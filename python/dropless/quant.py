@@ -51,6 +51,15 @@ class _Check(ctypes.Structure):
                 ("defect", ctypes.c_int)]
 
 
+class _GemmCheck(ctypes.Structure):
+    _fields_ = [("checked", ctypes.c_int64), ("failed", ctypes.c_int64),
+                ("first", ctypes.c_int64 * 2), ("worst_ratio", ctypes.c_double),
+                ("cand", ctypes.c_double), ("want", ctypes.c_double), ("tol", ctypes.c_double)]
+
+
+PROFILES = {"exact": 0, "fp32": 1, "hopper": 2}
+OUT_DTYPES = {"fp32": 0, "bf16": 1, "fp16": 2}
+
 _declared = None
 
 
@@ -79,6 +88,8 @@ def _L():
             "dl_qcheck_format": (ctypes.c_int, [P(_Check), ctypes.c_char_p, ctypes.c_size_t]),
             "dl_qvariant_name": (ctypes.c_char_p, [ctypes.c_int]),
             "dl_qdefect_name": (ctypes.c_char_p, [ctypes.c_int]),
+            "dl_qcheck_gemm": (ctypes.c_int, [P(_Mat), P(_Mat), i64, vp, ctypes.c_int, ctypes.c_int,
+                                              vp, P(_GemmCheck)]),
         }
         for name, (res, args) in sig.items():
             f = getattr(L, name)
@@ -280,3 +291,59 @@ def check(x, q, s, r):
                 variant=name.decode() if name else None, defect=defect.decode() if defect else None,
                 elements=res.elements, elem_diff=res.elem_diff, scale_diff=res.scale_diff,
                 first_elem=tuple(res.first_elem), first_block=tuple(res.first_block))
+
+
+def _golden_lowp(path):
+    """The /lowp group of a `dropless lowp` file as numpy arrays and attributes."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        if "lowp" not in f:
+            raise ValueError("%s: no /lowp group (not a `dropless lowp` golden)" % path)
+        g = f["lowp"]
+        d = {k: g[k][()] for k in g}
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in g.attrs.items()}
+    return d, attrs
+
+
+def check_gemm(golden, cand, profile="exact"):
+    """Checks a candidate's output cand [M, N] of a `dropless lowp` golden
+    file's block-scaled grouped GEMM (the path golden) under an accumulation
+    profile ("exact", "fp32": TOSA's per-block fp32 partial sums, "hopper":
+    14-bit accumulation promoted every 128 products), through
+    dl_qcheck_gemm on the file's quantized operands. Returns a dict: checked,
+    failed, worst_ratio (max |cand - golden| / tolerance), first ((row, col)
+    of the worst failure, or None), cand, want, tol (at the worst element)
+    and conformant (every output checked within its tolerance, at least one
+    checked)."""
+    if profile not in PROFILES:
+        raise ValueError("unknown profile %r (one of %s)" % (profile, ", ".join(PROFILES)))
+    d, at = _golden_lowp(golden)
+    x, w, off = d["x"], d["w"], np.ascontiguousarray(d["offsets"], dtype=np.int64)
+    E, N, K = w.shape
+    M = x.shape[0]
+    cand = np.ascontiguousarray(cand, dtype=np.float32)
+    if cand.shape != (M, N):
+        raise ValueError("candidate has shape %s, the golden's output is (%d, %d)" % (cand.shape, M, N))
+    keep = [x, off, cand]
+    if at["a_recipe"] == "bf16":
+        xa = np.ascontiguousarray(x, dtype=np.float32)
+        keep.append(xa)
+        a = _Mat(None, M, K, None, _ptr(xa))
+    else:
+        ra = rule(at["a_recipe"], global_scale=float(at["a_global"]))
+        aq, as_ = np.ascontiguousarray(d["a_q"]), np.ascontiguousarray(d["a_s"])
+        keep += [ra, aq, as_]
+        a = _Mat(ctypes.pointer(ra), M, K, _ptr(aq), _ptr(as_))
+    rb = rule(at["b_recipe"], global_scale=float(at["b_global"]))
+    bq, bs = np.ascontiguousarray(d["b_q"]), np.ascontiguousarray(d["b_s"])
+    b = _Mat(ctypes.pointer(rb), N, K, _ptr(bq), _ptr(bs))
+    res = _GemmCheck()
+    L = _L()
+    rc = L.dl_qcheck_gemm(ctypes.byref(a), ctypes.byref(b), E, _ptr(off), OUT_DTYPES[at["out_dtype"]],
+                          PROFILES[profile], _ptr(cand), ctypes.byref(res))
+    if rc:
+        _lib.fail(rc, "check_gemm: %s: %s" % (golden, L.dl_strerror(rc).decode()))
+    first = tuple(res.first) if res.failed and res.first[0] >= 0 else None
+    return dict(checked=res.checked, failed=res.failed, worst_ratio=res.worst_ratio, first=first,
+                cand=res.cand, want=res.want, tol=res.tol,
+                conformant=res.checked > 0 and res.failed == 0)

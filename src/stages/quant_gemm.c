@@ -90,6 +90,11 @@ static int split_rows(const dl_qmat_t *m, int64_t r0, int64_t r1, float *hi, flo
     return nomem ? DL_ENOMEM : flags & 1 ? DL_ENONFINITE : flags & 2 ? DL_ERANGE : 0;
 }
 
+int dl__qmat_split(const dl_qmat_t *m, float *hi, float *lo, int *any_lo)
+{
+    return split_rows(m, 0, m->rows, hi, lo, any_lo);
+}
+
 static int check_args(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const int64_t *offsets,
                       const float *out)
 {
@@ -124,65 +129,42 @@ static int split_all(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const in
     return rc;
 }
 
-/* One pair's split operands and the terms they give (1 to 4). */
-typedef struct {
-    float *ah, *al, *bh, *bl;
-} qsplit_t;
-
-static int pair_terms(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const int64_t *offsets,
-                      qsplit_t *q, dl_gemm_term_t *t, int *nt)
-{
-    int64_t K = a->cols, N = b->rows, na, nb;
-    if (dl_mul_size(a->rows, K, &na) || dl_mul_size(N, K, &nb) || dl_mul_size(E, nb, &nb))
-        return DL_EOVERFLOW;
-    q->ah = malloc((size_t)(na ? na : 1) * sizeof(float));
-    q->al = malloc((size_t)(na ? na : 1) * sizeof(float));
-    q->bh = calloc((size_t)(nb ? nb : 1), sizeof(float));
-    q->bl = calloc((size_t)(nb ? nb : 1), sizeof(float));
-    if (!q->ah || !q->al || !q->bh || !q->bl)
-        return DL_ENOMEM;
-    int a_lo = 0, b_lo = 0;
-    int rc = split_all(a, b, E, offsets, q->ah, q->al, q->bh, q->bl, &a_lo, &b_lo);
-    if (rc)
-        return rc;
-    t[(*nt)++] = (dl_gemm_term_t){q->ah, K, q->bh, DL_RHS_NK};
-    if (b_lo)
-        t[(*nt)++] = (dl_gemm_term_t){q->ah, K, q->bl, DL_RHS_NK};
-    if (a_lo)
-        t[(*nt)++] = (dl_gemm_term_t){q->al, K, q->bh, DL_RHS_NK};
-    if (a_lo && b_lo)
-        t[(*nt)++] = (dl_gemm_term_t){q->al, K, q->bl, DL_RHS_NK};
-    return 0;
-}
-
-int dl__gemm_block_scaled_pairs(const dl_qmat_t *a, const dl_qmat_t *b, int np, int64_t E,
-                                const int64_t *offsets, dl_dtype_t out_t, float *out,
-                                dl_tier_stats_t *stats)
-{
-    if (np < 1 || np > DL__QPAIRS_MAX)
-        return DL_EINVAL;
-    int rc = 0;
-    for (int p = 0; p < np && !rc; p++)
-        if (!(rc = check_args(&a[p], &b[p], E, offsets, out)) && b[p].rows != b[0].rows)
-            rc = DL_ESHAPE;
-    if (rc)
-        return rc;
-    qsplit_t q[DL__QPAIRS_MAX];
-    memset(q, 0, sizeof q);
-    dl_gemm_term_t t[4 * DL__QPAIRS_MAX];
-    int nt = 0;
-    for (int p = 0; p < np && !rc; p++)
-        rc = pair_terms(&a[p], &b[p], E, offsets, &q[p], t, &nt);
-    if (!rc)
-        rc = dl_gemm_grouped(t, nt, b[0].rows, offsets, E, out_t, out, stats);
-    for (int p = 0; p < np; p++)
-        free(q[p].ah), free(q[p].al), free(q[p].bh), free(q[p].bl);
-    return rc;
-}
-
 int dl_gemm_block_scaled(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E,
                          const int64_t *offsets, dl_dtype_t out_t, float *out,
                          dl_tier_stats_t *stats)
 {
-    return dl__gemm_block_scaled_pairs(a, b, 1, E, offsets, out_t, out, stats);
+    int rc = check_args(a, b, E, offsets, out);
+    if (rc)
+        return rc;
+    int64_t K = a->cols, N = b->rows, na, nb;
+    if (dl_mul_size(a->rows, K, &na) || dl_mul_size(N, K, &nb) || dl_mul_size(E, nb, &nb))
+        return DL_EOVERFLOW;
+    float *ah = malloc((size_t)(na ? na : 1) * sizeof(float));
+    float *al = malloc((size_t)(na ? na : 1) * sizeof(float));
+    float *bh = calloc((size_t)(nb ? nb : 1), sizeof(float));
+    float *bl = calloc((size_t)(nb ? nb : 1), sizeof(float));
+    if (!ah || !al || !bh || !bl) {
+        rc = DL_ENOMEM;
+        goto done;
+    }
+    int a_lo = 0, b_lo = 0;
+    rc = split_all(a, b, E, offsets, ah, al, bh, bl, &a_lo, &b_lo);
+    if (rc)
+        goto done;
+    dl_gemm_term_t t[4];
+    int nt = 0;
+    t[nt++] = (dl_gemm_term_t){ah, K, bh, DL_RHS_NK};
+    if (b_lo)
+        t[nt++] = (dl_gemm_term_t){ah, K, bl, DL_RHS_NK};
+    if (a_lo)
+        t[nt++] = (dl_gemm_term_t){al, K, bh, DL_RHS_NK};
+    if (a_lo && b_lo)
+        t[nt++] = (dl_gemm_term_t){al, K, bl, DL_RHS_NK};
+    rc = dl_gemm_grouped(t, nt, N, offsets, E, out_t, out, stats);
+done:
+    free(ah);
+    free(al);
+    free(bh);
+    free(bl);
+    return rc;
 }

@@ -109,28 +109,58 @@ static int weight_nk(qop_t *o, const float *w, dl_rhs_layout_t lay, int64_t K, i
     return 0;
 }
 
-/* Expert e of the window (its rows [r0, r0 + n)). */
-static int lowp_expert(const dl_stage_view_t *v, const dl_lowp_layer_row_t *row, int kind,
-                       const dl__lowp_pair_t *p, int np, int64_t e, int64_t K, int64_t N,
-                       float *out)
+/* One operand of a pair over the window, dequantized and split exactly
+ * (hi + lo; lo only where any_lo). */
+typedef struct {
+    float *hi, *lo;
+    int any_lo;
+} split_t;
+
+/* Expert e's operands of pair p: its rows of a (unless a stays as it is)
+ * and its weight, quantized and split into their places in *a and *b. */
+static int expert_split(const dl_stage_view_t *v, const char *ra, const char *rw,
+                        const dl__lowp_pair_t *p, int64_t e, int64_t K, int64_t N, split_t *a,
+                        split_t *b, int *a_lo, int *b_lo)
 {
-    const int64_t r0 = v->off[e], n = v->off[e + 1] - r0, offs[2] = {0, n};
-    qop_t a[DL__QPAIRS_MAX], b[DL__QPAIRS_MAX];
-    memset(a, 0, sizeof a), memset(b, 0, sizeof b);
-    dl_qmat_t am[DL__QPAIRS_MAX], bm[DL__QPAIRS_MAX];
+    const int64_t r0 = v->off[e], n = v->off[e + 1] - r0;
+    qop_t qa, qb;
+    memset(&qa, 0, sizeof qa), memset(&qb, 0, sizeof qb);
+    const float *nk = NULL;
     int rc = 0;
-    for (int i = 0; i < np && !rc; i++) {
-        const float *nk = NULL;
-        rc = qop_make(&a[i], kind == DL__LOWP_FWD_H ? row->h : row->x, p[i].a + r0 * K, n, K);
-        if (!rc && !(rc = weight_nk(&b[i], p[i].w + e * K * N, p[i].lay, K, N, &nk)))
-            rc = qop_make(&b[i], row->w, nk, N, K);
-        am[i] = a[i].m, bm[i] = b[i].m;
-    }
-    if (!rc)
-        rc = dl__gemm_block_scaled_pairs(am, bm, np, 1, offs, v->c.dtype, out + r0 * N, v->stats);
-    for (int i = 0; i < np; i++)
-        qop_free(&a[i]), qop_free(&b[i]);
+    if (ra && !(rc = qop_make(&qa, ra, p->a + r0 * K, n, K)))
+        rc = dl__qmat_split(&qa.m, a->hi + r0 * K, a->lo + r0 * K, a_lo);
+    if (!rc && !(rc = weight_nk(&qb, p->w + e * K * N, p->lay, K, N, &nk)) &&
+        !(rc = qop_make(&qb, rw, nk, N, K)))
+        rc = dl__qmat_split(&qb.m, b->hi + e * N * K, b->lo + e * N * K, b_lo);
+    qop_free(&qa), qop_free(&qb);
     return rc;
+}
+
+/* Pair p's operands over the window's experts (independent: in parallel,
+ * each expert writing its own rows; the first error in expert order). */
+static int pair_split(const dl_stage_view_t *v, const char *ra, const char *rw,
+                      const dl__lowp_pair_t *p, int64_t K, int64_t N, split_t *a, split_t *b)
+{
+    int *err = calloc((size_t)v->ne + 1, sizeof(int)), a_lo = 0, b_lo = 0;
+    if (!err)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(dynamic) reduction(| : a_lo, b_lo) if (v->ne > 1)
+    for (int64_t e = 0; e < v->ne; e++)
+        if (v->off[e + 1] > v->off[e])
+            err[e] = expert_split(v, ra, rw, p, e, K, N, a, b, &a_lo, &b_lo);
+    int rc = 0;
+    for (int64_t e = 0; e < v->ne && !rc; e++)
+        rc = err[e];
+    free(err);
+    a->any_lo = a_lo, b->any_lo = b_lo;
+    return rc;
+}
+
+static int alloc_split(split_t *s, int64_t n)
+{
+    s->hi = calloc((size_t)(n ? n : 1), sizeof(float));
+    s->lo = calloc((size_t)(n ? n : 1), sizeof(float));
+    return s->hi && s->lo ? 0 : DL_ENOMEM;
 }
 
 int dl__lowp_gemm(const dl_stage_view_t *v, int kind, const dl__lowp_pair_t *p, int np, int64_t K,
@@ -139,9 +169,28 @@ int dl__lowp_gemm(const dl_stage_view_t *v, int kind, const dl__lowp_pair_t *p, 
     const dl_lowp_layer_row_t *row = dl_lowp_layer(v->c.lowp);
     if (!row || np < 1 || np > DL__QPAIRS_MAX || !v->off)
         return DL_EINVAL;
-    int rc = 0;
-    for (int64_t e = 0; e < v->ne && !rc; e++)
-        if (v->off[e + 1] > v->off[e])
-            rc = lowp_expert(v, row, kind, p, np, e, K, N, out);
+    const char *ra = kind == DL__LOWP_FWD_H ? row->h : row->x;
+    const int64_t M = v->off[v->ne];
+    split_t a[DL__QPAIRS_MAX], b[DL__QPAIRS_MAX];
+    memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+    dl_gemm_term_t t[4 * DL__QPAIRS_MAX];
+    int nt = 0, rc = 0;
+    for (int i = 0; i < np && !rc; i++) {
+        if ((ra && (rc = alloc_split(&a[i], M * K))) || (rc = alloc_split(&b[i], v->ne * N * K)) ||
+            (rc = pair_split(v, ra, row->w, &p[i], K, N, &a[i], &b[i])))
+            break;
+        const float *ah = ra ? a[i].hi : p[i].a;
+        t[nt++] = (dl_gemm_term_t){ah, K, b[i].hi, DL_RHS_NK};
+        if (b[i].any_lo)
+            t[nt++] = (dl_gemm_term_t){ah, K, b[i].lo, DL_RHS_NK};
+        if (a[i].any_lo)
+            t[nt++] = (dl_gemm_term_t){a[i].lo, K, b[i].hi, DL_RHS_NK};
+        if (a[i].any_lo && b[i].any_lo)
+            t[nt++] = (dl_gemm_term_t){a[i].lo, K, b[i].lo, DL_RHS_NK};
+    }
+    if (!rc)
+        rc = dl_gemm_grouped(t, nt, N, v->off, v->ne, v->c.dtype, out, v->stats);
+    for (int i = 0; i < np; i++)
+        free(a[i].hi), free(a[i].lo), free(b[i].hi), free(b[i].lo);
     return rc;
 }
