@@ -79,3 +79,37 @@ def test_layer_recipe_golden(case, tmp_path):
         if dgrad:  # d_h_act = Q(d_y) Q(W_down)^T, W_down[e] already [f, d] = [N, K]
             differ += check_gemm(bw["d_y_sorted"][()], wd, off, ra, rw, bw["d_h_act"][()], rng)
         assert differ > 0, "every output equals the unquantized GEMM's"
+
+
+def expert_bytes(a, off, r):
+    """(codes, scales) of each expert's rows of a under rule r (None: no rows)."""
+    return [quant.quantize(np.ascontiguousarray(a[off[e]:off[e + 1]]), r) if off[e + 1] > off[e] else None
+            for e in range(len(off) - 1)]
+
+
+def test_check_layer_names_the_rule(tmp_path):
+    """quant.check_layer both ways: the recipe's own per-expert bytes are
+    CONFORMANT; truncating elements (toward zero) on DeepSeek-V3's
+    requantized SwiGLU output is named; NVFP4 with one tensor-wide global
+    scale instead of the per-expert one is not conformant; a value the
+    recipe leaves unquantized is refused."""
+    exe = os.path.join(os.environ.get("top_builddir", "."), "dropless")
+    paths = {}
+    for case in ("deepseek-v3-fp8-small", "nvfp4-small", "gpt-oss-mxfp4-small"):
+        paths[case] = str(tmp_path / (case + ".h5"))
+        subprocess.run([exe, "gen", "-q", "--no-backward", "-o", paths[case], case], check=True)
+    with h5py.File(paths["deepseek-v3-fp8-small"], "r") as f:
+        h, off = f["forward/h_act"][()], f["forward/group_offsets"][()]
+    g = paths["deepseek-v3-fp8-small"]
+    assert quant.check_layer(g, "h_act", expert_bytes(h, off, "deepseek-v3-act"))["conformant"]
+    bad = quant.check_layer(g, "h_act", expert_bytes(h, off, quant.rule("deepseek-v3-act", rounding="toward-zero")))
+    assert not bad["conformant"]
+    assert bad["experts"][bad["first"]]["variant"] == "toward-zero"
+    with h5py.File(paths["nvfp4-small"], "r") as f:
+        x, off = f["forward/x_sorted"][()], f["forward/group_offsets"][()]
+    g = paths["nvfp4-small"]
+    assert quant.check_layer(g, "x_sorted", expert_bytes(x, off, "nvfp4"))["conformant"]
+    tensor_wide = {"elem": "e2m1", "scale": "e4m3", "block": (1, 16), "global_scale": quant.nvfp4_global(x)}
+    assert not quant.check_layer(g, "x_sorted", expert_bytes(x, off, tensor_wide))["conformant"]
+    with pytest.raises(ValueError):
+        quant.check_layer(paths["gpt-oss-mxfp4-small"], "x_sorted", [])
