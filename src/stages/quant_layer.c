@@ -102,9 +102,11 @@ static int weight_nk(qop_t *o, const float *w, dl_rhs_layout_t lay, int64_t K, i
         return 0;
     if (!(o->t = malloc((size_t)(N * K) * sizeof(float))))
         return DL_ENOMEM;
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t n = 0; n < N; n++)
-            o->t[n * K + k] = w[k * N + n];
+    for (int64_t k0 = 0; k0 < K; k0 += 32) /* in 32 x 32 tiles: both sides stay in cache */
+        for (int64_t n0 = 0; n0 < N; n0 += 32)
+            for (int64_t k = k0; k < K && k < k0 + 32; k++)
+                for (int64_t n = n0; n < N && n < n0 + 32; n++)
+                    o->t[n * K + k] = w[k * N + n];
     *nk = o->t;
     return 0;
 }
