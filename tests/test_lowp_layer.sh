@@ -1,7 +1,9 @@
 #!/bin/sh
 # The layer recipes' catalogue cases (doc/lowprecision.md, "The layer
 # recipes"): each small case regenerates byte for byte at 1 and 2 OpenMP
-# threads and matches its digest in vectors/KERNEL_SHA256SUMS; its /config
+# threads, expert by expert (--stream) and under mpirun -np 2 (the other
+# placements of the one schedule), and matches its digest in
+# vectors/KERNEL_SHA256SUMS; its /config
 # names the recipe; the same case without the recipe (lowp = none) gives
 # other bytes (the recipe is not ignored); a bad lowp value or shapes the
 # recipe cannot take are usage errors naming the file. Speaks TAP.
@@ -37,6 +39,22 @@ for name in deepseek-v3-fp8-small gpt-oss-mxfp4-small nvfp4-small; do
         fi
     done
     if cmp -s "$T/$name.1.h5" "$T/$name.2.h5"; then ok "$name.h5 identical at 1 and 2 threads"; else nok "$name.h5 differs between 1 and 2 threads"; fi
+    # the other placements of the schedule: one expert at a time, and two MPI ranks
+    if "$DL" gen -q --stream -o "$T/$name.s.h5" "$name" 2>"$T/err" && cmp -s "$T/$name.s.h5" "$T/$name.1.h5"; then
+        ok "$name.h5 identical generated expert by expert (--stream)"
+    else
+        nok "$name.h5 differs generated expert by expert (--stream)"; sed 's/^/# /' "$T/err"
+    fi
+    if ! grep -q '^#define DL_HAVE_MPI 1' "$top_builddir/config.h" 2>/dev/null || ! command -v mpirun >/dev/null 2>&1; then
+        ok "$name.h5 under mpirun -np 2 # SKIP no MPI build or no mpirun"
+    elif OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+            ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+            mpirun --oversubscribe -np 2 "$DL" gen -q -o "$T/$name.m.h5" "$name" >"$T/err" 2>&1 &&
+            cmp -s "$T/$name.m.h5" "$T/$name.1.h5"; then
+        ok "$name.h5 identical under mpirun -np 2"
+    else
+        nok "$name.h5 differs under mpirun -np 2"; sed 's/^/# /' "$T/err" | tail -3
+    fi
     recipe=${name%-small}
     if "$DL" info "$T/$name.1.h5" 2>/dev/null | grep -q "^ *lowp = $recipe\$"; then
         ok "$name.h5: /config/lowp = $recipe"
