@@ -149,3 +149,33 @@ def test_lowp_golden_out_is_exact(tmp_path):
         best = min(zip(vals, cands), key=lambda vc: (abs(fractions.Fraction(float(vc[0])) - exact), vc[1] & 1))
         want = best[0]
         assert out[m, n] == want, (m, n, out[m, n], want)
+
+
+@pytest.mark.parametrize("family", ["lowp-fp8-deepseek-v3", "lowp-mxfp4-gpt-oss"])
+def test_check_gemm_both_directions(family, tmp_path):
+    """quant.check_gemm on a `dropless lowp` golden: its own out passes
+    under every profile; one output moved by 2% fails under exact and fp32
+    and is located; a NaN fails; a wrong shape is refused."""
+    import os
+    import subprocess
+    h5py = pytest.importorskip("h5py")
+    exe = os.path.join(os.environ.get("top_builddir", "."), "dropless")
+    path = str(tmp_path / "g.h5")
+    subprocess.run([exe, "lowp", family, "-o", path], check=True)
+    with h5py.File(path, "r") as f:
+        out = f["lowp"]["out"][()]
+    for prof in ("exact", "fp32", "hopper"):
+        v = quant.check_gemm(path, out, prof)
+        assert v["conformant"] and v["checked"] == out.size and v["first"] is None, (prof, v)
+    i, j = 7, 11
+    bad = out.copy()
+    bad[i, j] = bad[i, j] * 1.02 + 1e-3
+    for prof in ("exact", "fp32"):
+        v = quant.check_gemm(path, bad, prof)
+        assert not v["conformant"] and v["failed"] == 1 and v["first"] == (i, j), (prof, v)
+    bad[i, j] = np.nan
+    assert not quant.check_gemm(path, bad, "hopper")["conformant"]
+    with pytest.raises(ValueError):
+        quant.check_gemm(path, out[:, :-1], "exact")
+    with pytest.raises(ValueError):
+        quant.check_gemm(path, out, "tf32")

@@ -6,7 +6,9 @@
 #   - aarch64: dropless cross-built against Debian's arm64 OpenBLAS, HDF5
 #     and MPFR, run under qemu-user on several emulated CPUs and OpenBLAS
 #     kernels (NEON and SVE),
-# and compares each file's SHA-256 with vectors/SHA256SUMS.
+# and compares each file's SHA-256 with vectors/SHA256SUMS (the layer
+# recipes' small cases with vectors/KERNEL_SHA256SUMS, the `dropless lowp`
+# goldens with tests/lowp_SHA256SUMS).
 #
 # The host's packages are left alone: the arm64 and the alternative BLAS
 # libraries are fetched with `apt-get download` (a private apt state for
@@ -56,6 +58,35 @@ same() {
         say "$name: vectors DIFFER from vectors/SHA256SUMS:"; echo "$bad" | sed 's/^/    /'; status=1
     else
         say "$name: all $(grep -c . "$top/vectors/SHA256SUMS") vectors identical"
+    fi
+    lowp_same "$name" "$dl" "$@" # last: it reuses name, out and bad
+}
+
+# lowp_same NAME DL [ENV...]: the same for the low-precision goldens: the
+# layer recipes' small cases (pinned in vectors/KERNEL_SHA256SUMS) and the
+# `dropless lowp` families (tests/lowp_SHA256SUMS)
+LOWP_CASES="deepseek-v3-fp8-small gpt-oss-mxfp4-small nvfp4-small"
+lowp_same() {
+    name=$1 dl=$2
+    shift 2
+    out="$work/out/$name-lowp"
+    rm -rf "$out" && mkdir -p "$out"
+    for c in $LOWP_CASES; do
+        # shellcheck disable=SC2086
+        env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@" $dl gen -q -o "$out/$c.h5" "$c" >>"$out.log" 2>&1 ||
+            { say "$name: gen $c FAILED"; status=1; return; }
+    done
+    for f in $(./dropless lowp --list); do
+        # shellcheck disable=SC2086
+        env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@" $dl lowp "$f" -o "$out/$f.h5" >>"$out.log" 2>&1 ||
+            { say "$name: lowp $f FAILED"; status=1; return; }
+    done
+    bad=$(cd "$out" && { grep -E "  ($(echo $LOWP_CASES | tr ' ' '|'))\.h5\$" "$top/vectors/KERNEL_SHA256SUMS";
+                         cat "$top/tests/lowp_SHA256SUMS"; } | sha256sum -c - 2>/dev/null | grep -v ': OK$')
+    if [ -n "$bad" ]; then
+        say "$name: low-precision goldens DIFFER:"; echo "$bad" | sed 's/^/    /'; status=1
+    else
+        say "$name: all $(ls "$out" | grep -c '\.h5$') low-precision goldens identical"
     fi
 }
 

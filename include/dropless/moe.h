@@ -20,6 +20,8 @@ typedef struct {
     dl_route_config_t route;     /* experts E and top_k k live here */
     dl_ffn_t ffn_kind;
     dl_dtype_t dtype;            /* activations, expert weights, d_out */
+    int lowp;                    /* the expert GEMMs' low-precision layer recipe:
+                                  * DL_LOWP_* of quant.h (0: none, the default) */
 } dl_moe_config_t;
 
 /* Checks shapes, routing and sizes (every tensor's element count must fit

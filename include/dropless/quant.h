@@ -132,6 +132,35 @@ DL_EXTERN int dl_gemm_block_scaled(const dl_qmat_t *a, const dl_qmat_t *b, int64
                                    const int64_t *offsets, dl_dtype_t out_t, float *out,
                                    dl_tier_stats_t *stats);
 
+/* The layer recipes: which operands of the expert GEMMs a recipe quantizes
+ * and how (doc/lowprecision.md, "The layer recipes"). The forward GEMMs
+ * take x (the gate/up input) under x, the weights under w and the down
+ * projection's input under h (NULL: unquantized, the case's dtype); with
+ * dgrad set the backward GEMMs on activation gradients (d_h_act, d_x_sorted)
+ * take the gradient under x and the same weights. Scales that need a
+ * global scale (NVFP4) take it per expert over that expert's operand.
+ * L(ENUM, name, x, w, h, dgrad). */
+#define DL_LOWP_LAYER_MAP(L)                                                              \
+    L(DSV3_FP8, "deepseek-v3-fp8", "deepseek-v3-act", "deepseek-v3-weight", "deepseek-v3-act", 1) \
+    L(GPT_OSS_MXFP4, "gpt-oss-mxfp4", NULL, "mxfp4", NULL, 0)                               \
+    L(NVFP4, "nvfp4", "nvfp4", "nvfp4", "nvfp4", 0)
+
+#define DL__LOWP_ENUM(id, nm, x, w, h, dg) DL_LOWP_##id,
+typedef enum { DL_LOWP_NONE = 0, DL_LOWP_LAYER_MAP(DL__LOWP_ENUM) DL_LOWP_COUNT } dl_lowp_layer_t;
+#undef DL__LOWP_ENUM
+
+/* A layer recipe's row: its name and the recipe names of its operands. */
+typedef struct {
+    const char *name, *x, *w, *h;
+    int dgrad;
+} dl_lowp_layer_row_t;
+
+/* The row of layer recipe id (1 .. DL_LOWP_COUNT - 1), NULL otherwise
+ * (DL_LOWP_NONE has none). Static data. */
+DL_EXTERN const dl_lowp_layer_row_t *dl_lowp_layer(int id);
+/* The id of the layer recipe named s ("none" is 0), or -1. */
+DL_EXTERN int dl_lowp_layer_parse(const char *s);
+
 #ifdef __cplusplus
 }
 #endif

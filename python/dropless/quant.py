@@ -51,6 +51,20 @@ class _Check(ctypes.Structure):
                 ("defect", ctypes.c_int)]
 
 
+class _GemmCheck(ctypes.Structure):
+    _fields_ = [("checked", ctypes.c_int64), ("failed", ctypes.c_int64),
+                ("first", ctypes.c_int64 * 2), ("worst_ratio", ctypes.c_double),
+                ("cand", ctypes.c_double), ("want", ctypes.c_double), ("tol", ctypes.c_double)]
+
+
+class _LayerRow(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("x", ctypes.c_char_p), ("w", ctypes.c_char_p),
+                ("h", ctypes.c_char_p), ("dgrad", ctypes.c_int)]
+
+
+PROFILES = {"exact": 0, "fp32": 1, "hopper": 2}
+OUT_DTYPES = {"fp32": 0, "bf16": 1, "fp16": 2}
+
 _declared = None
 
 
@@ -79,6 +93,10 @@ def _L():
             "dl_qcheck_format": (ctypes.c_int, [P(_Check), ctypes.c_char_p, ctypes.c_size_t]),
             "dl_qvariant_name": (ctypes.c_char_p, [ctypes.c_int]),
             "dl_qdefect_name": (ctypes.c_char_p, [ctypes.c_int]),
+            "dl_lowp_layer": (P(_LayerRow), [ctypes.c_int]),
+            "dl_lowp_layer_parse": (ctypes.c_int, [ctypes.c_char_p]),
+            "dl_qcheck_gemm": (ctypes.c_int, [P(_Mat), P(_Mat), i64, vp, ctypes.c_int, ctypes.c_int,
+                                              vp, P(_GemmCheck)]),
         }
         for name, (res, args) in sig.items():
             f = getattr(L, name)
@@ -280,3 +298,126 @@ def check(x, q, s, r):
                 variant=name.decode() if name else None, defect=defect.decode() if defect else None,
                 elements=res.elements, elem_diff=res.elem_diff, scale_diff=res.scale_diff,
                 first_elem=tuple(res.first_elem), first_block=tuple(res.first_block))
+
+
+def _golden_lowp(path):
+    """The /lowp group of a `dropless lowp` file as numpy arrays and attributes."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        if "lowp" not in f:
+            raise ValueError("%s: no /lowp group (not a `dropless lowp` golden)" % path)
+        g = f["lowp"]
+        d = {k: g[k][()] for k in g}
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in g.attrs.items()}
+    return d, attrs
+
+
+def check_gemm(golden, cand, profile="exact"):
+    """Checks a candidate's output cand [M, N] of a `dropless lowp` golden
+    file's block-scaled grouped GEMM (the path golden) under an accumulation
+    profile ("exact", "fp32": TOSA's per-block fp32 partial sums, "hopper":
+    14-bit accumulation promoted every 128 products), through
+    dl_qcheck_gemm on the file's quantized operands. Returns a dict: checked,
+    failed, worst_ratio (max |cand - golden| / tolerance), first ((row, col)
+    of the worst failure, or None), cand, want, tol (at the worst element)
+    and conformant (every output checked within its tolerance, at least one
+    checked)."""
+    if profile not in PROFILES:
+        raise ValueError("unknown profile %r (one of %s)" % (profile, ", ".join(PROFILES)))
+    d, at = _golden_lowp(golden)
+    x, w, off = d["x"], d["w"], np.ascontiguousarray(d["offsets"], dtype=np.int64)
+    E, N, K = w.shape
+    M = x.shape[0]
+    cand = np.ascontiguousarray(cand, dtype=np.float32)
+    if cand.shape != (M, N):
+        raise ValueError("candidate has shape %s, the golden's output is (%d, %d)" % (cand.shape, M, N))
+    keep = [x, off, cand]
+    if at["a_recipe"] == "bf16":
+        xa = np.ascontiguousarray(x, dtype=np.float32)
+        keep.append(xa)
+        a = _Mat(None, M, K, None, _ptr(xa))
+    else:
+        ra = rule(at["a_recipe"], global_scale=float(at["a_global"]))
+        aq, as_ = np.ascontiguousarray(d["a_q"]), np.ascontiguousarray(d["a_s"])
+        keep += [ra, aq, as_]
+        a = _Mat(ctypes.pointer(ra), M, K, _ptr(aq), _ptr(as_))
+    rb = rule(at["b_recipe"], global_scale=float(at["b_global"]))
+    bq, bs = np.ascontiguousarray(d["b_q"]), np.ascontiguousarray(d["b_s"])
+    b = _Mat(ctypes.pointer(rb), N, K, _ptr(bq), _ptr(bs))
+    res = _GemmCheck()
+    L = _L()
+    rc = L.dl_qcheck_gemm(ctypes.byref(a), ctypes.byref(b), E, _ptr(off), OUT_DTYPES[at["out_dtype"]],
+                          PROFILES[profile], _ptr(cand), ctypes.byref(res))
+    if rc:
+        _lib.fail(rc, "check_gemm: %s: %s" % (golden, L.dl_strerror(rc).decode()))
+    first = tuple(res.first) if res.failed and res.first[0] >= 0 else None
+    return dict(checked=res.checked, failed=res.failed, worst_ratio=res.worst_ratio, first=first,
+                cand=res.cand, want=res.want, tol=res.tol,
+                conformant=res.checked > 0 and res.failed == 0)
+
+
+def layer_recipe(name):
+    """A layer recipe (the C table DL_LOWP_LAYER_MAP) by name: a dict of the
+    recipe names of its operands, x (the gate/up input; None: unquantized),
+    w (the expert weights), h (the down projection's input) and dgrad (the
+    activation-gradient GEMMs quantized under x)."""
+    L = _L()
+    i = L.dl_lowp_layer_parse(name.encode())
+    p = L.dl_lowp_layer(i) if i > 0 else None
+    if not p:
+        raise ValueError("unknown layer recipe %r" % (name,))
+    r = p.contents
+    dec = (lambda b: b.decode() if b else None)
+    return dict(name=dec(r.name), x=dec(r.x), w=dec(r.w), h=dec(r.h), dgrad=bool(r.dgrad))
+
+
+# a layer golden's value -> (its dataset, the recipe row's key for its rule)
+_LAYER_OPERANDS = {"x_sorted": ("forward/x_sorted", "x"), "h_act": ("forward/h_act", "h"),
+                   "d_y_sorted": ("backward/d_y_sorted", "x")}
+
+
+def check_layer(golden, value, cand):
+    """Checks a candidate's quantized operand of a layer recipe's golden
+    (a catalogue case with /config/lowp): value is "x_sorted" (the gate/up
+    input: 1 x bc tiles are per row, so x quantized before the dispatch
+    gives the same rows), "h_act" (the down projection's input) or
+    "d_y_sorted" (dgrad recipes); cand is one (codes, scales) pair per
+    expert (None for an expert without rows), each expert's rows quantized
+    on their own as the recipe does (an NVFP4 global scale per expert).
+    Each expert is judged by check() under the recipe's rule, which names
+    the variant or defect a non-conformant one follows. Returns a dict:
+    conformant (every expert with rows conformant, at least one checked),
+    rule, experts (the per-expert check() dicts, None where no rows) and
+    first (the first non-conformant expert, or None)."""
+    import h5py
+    if value not in _LAYER_OPERANDS:
+        raise ValueError("value must be one of %s" % ", ".join(_LAYER_OPERANDS))
+    ds, key = _LAYER_OPERANDS[value]
+    with h5py.File(golden, "r") as f:
+        lp = f["config"].attrs.get("lowp")
+        if lp is None:
+            raise ValueError("%s: no /config/lowp: not a layer recipe's golden" % golden)
+        rec = layer_recipe(lp.decode() if isinstance(lp, bytes) else lp)
+        if value == "d_y_sorted" and not rec["dgrad"]:
+            raise ValueError("%s: recipe %s does not quantize the backward" % (golden, rec["name"]))
+        if ds not in f:
+            raise ValueError("%s: no %s" % (golden, ds))
+        a, off = f[ds][()], f["forward/group_offsets"][()]
+    r = rec[key]
+    if r is None:
+        raise ValueError("recipe %s leaves %s unquantized" % (rec["name"], value))
+    if len(cand) != len(off) - 1:
+        raise ValueError("candidate has %d experts, the golden %d" % (len(cand), len(off) - 1))
+    experts, first = [], None
+    for e in range(len(off) - 1):
+        if off[e + 1] == off[e]:
+            experts.append(None)
+            continue
+        if cand[e] is None:
+            raise ValueError("expert %d has rows and no candidate bytes" % e)
+        v = check(a[off[e]:off[e + 1]], cand[e][0], cand[e][1], r)
+        experts.append(v)
+        if first is None and not v["conformant"]:
+            first = e
+    checked = any(v is not None for v in experts)
+    return dict(conformant=checked and first is None, rule=r, experts=experts, first=first)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "golden/golden_priv.h"
+#include "dropless/quant.h"
 
 /* ------------------------------------------------------------ catalogue */
 
@@ -35,6 +36,19 @@
      .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt,                 \
                 .ffn_kind = DL_FFN_SWIGLU, .dtype = dt},                             \
      .seed = seed_, .inputs = kind, .zipf_s = zs, .large = 1, .tier = DL_TIER_KERNEL}
+
+/* A layer recipe's case (DL_LOWP_LAYER_MAP): bf16, on demand in the
+ * kernel tier, pinned by vectors/KERNEL_SHA256SUMS. */
+#define LCASE(nm, desc, T, d, f, rt, seed_, kind, lp)                                 \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt,                 \
+                .ffn_kind = DL_FFN_SWIGLU, .dtype = DL_BF16, .lowp = DL_LOWP_##lp},     \
+     .seed = seed_, .inputs = kind, .large = 1, .tier = DL_TIER_KERNEL}
+
+/* kernel-sizes-bf16's shapes, routing, seed and inputs under a recipe */
+#define LCASE_TWIN(nm, desc, lp) LCASE_X(nm, desc, KSIZES_TWIN(lp))
+#define LCASE_X(...) LCASE(__VA_ARGS__)
+#define KSIZES_TWIN(lp) 1024, 512, 512, (64, 2, SM, 1, 1, GMAX, 1, 1.0, 0), 201, DL_INPUTS_SIZES, lp
 
 #define SM DL_SCORE_SOFTMAX
 #define SG DL_SCORE_SIGMOID
@@ -94,6 +108,18 @@ static const dl_case_t catalogue[] = {
           4096, 2048, 1024, (8, 2, SM, 1, 1, GMAX, 0, 1.0, 0), DL_BF16, 207, DL_INPUTS_ZIPF, 1.2),
     KCASE("kernel-oddk-fp16", "d = 1000, f = 2900: K not a multiple of 64 (nor 8) in any GEMM, top-1",
           1024, 1000, 2900, (8, 1, SM, 1, 1, GMAX, 1, 1.0, 0), DL_F16, 208, DL_INPUTS_RANDOM, 0),
+
+    /* The layer recipes (doc/lowprecision.md, "The layer recipes"): small,
+     * and the kernel tier's planted sizes in the twin of kernel-sizes-bf16. */
+    LCASE("deepseek-v3-fp8-small", "DeepSeek-V3 FP8: x 1x128 E4M3, weights 128x128, SwiGLU output requantized 1x128, the backward dgrad GEMMs too; DeepSeek-V3 routing",
+          16, 320, 192, (16, 8, SG, 8, 4, G2, 1, 2.5, 1), 301, DL_INPUTS_RANDOM, DSV3_FP8),
+    LCASE("gpt-oss-mxfp4-small", "gpt-oss: MXFP4 expert weights (E2M1, 1x32, UE8M0), bf16 activations; softmax top-4 of 8",
+          32, 320, 192, (8, 4, SM, 1, 1, GMAX, 1, 1.0, 0), 302, DL_INPUTS_RANDOM, GPT_OSS_MXFP4),
+    LCASE("nvfp4-small", "NVFP4 weights and activations (E2M1, 1x16, E4M3 scales x an fp32 global per expert); top-2 of 8",
+          32, 320, 192, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), 303, DL_INPUTS_RANDOM, NVFP4),
+    LCASE_TWIN("kernel-sizes-fp8", "kernel-sizes-bf16 under the DeepSeek-V3 FP8 recipe (its bf16 twin)", DSV3_FP8),
+    LCASE_TWIN("kernel-sizes-mxfp4", "kernel-sizes-bf16 with gpt-oss's MXFP4 expert weights", GPT_OSS_MXFP4),
+    LCASE_TWIN("kernel-sizes-nvfp4", "kernel-sizes-bf16 under NVFP4 (weights and activations)", NVFP4),
 };
 #define NCAT ((int)(sizeof catalogue / sizeof catalogue[0]))
 
@@ -247,6 +273,9 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
                      c->route.topk_group, sep, gs ? gs : "?", sep, c->route.renormalize != 0,
                      sep, c->route.scaling, sep, c->route.has_bias != 0, sep, fk ? fk : "?",
                      sep, dt ? dt : "?");
+    if (w >= 0 && (size_t)w < n && c->lowp) /* only a layer recipe's case has the key */
+        w += snprintf(buf + w, n - (size_t)w, "%slowp = %s", sep,
+                      dl_lowp_layer(c->lowp) ? dl_lowp_layer(c->lowp)->name : "?");
     return w < 0 || (size_t)w >= n ? DL_EOVERFLOW : 0;
 }
 
@@ -329,12 +358,12 @@ static char *trim(char *s)
 enum {
     K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
     K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
-    K_ZIPF, NKEYS
+    K_ZIPF, K_LOWP, NKEYS
 };
 static const char *const keys[NKEYS] = {
     "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
-    "ffn_kind", "dtype", "seed", "inputs", "zipf_s"};
+    "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp"};
 
 static void case_defaults(dl_case_t *c)
 {
@@ -428,6 +457,11 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
     case K_ZIPF:
         if (parse_double(v, &c->zipf_s) || c->zipf_s < 0 || c->zipf_s > 16)
             WHY("zipf_s must be a number in [0, 16], got '%.40s'", v);
+        return 0;
+    case K_LOWP:
+        if ((e = dl_lowp_layer_parse(v)) < 0)
+            WHY("lowp must be none, deepseek-v3-fp8, gpt-oss-mxfp4 or nvfp4, got '%.40s'", v);
+        c->config.lowp = e;
         return 0;
     case K_DTYPE:
         if (dl_dtype_parse(v, &dt) || dt == DL_F64)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <hdf5.h>
 #include "golden/golden_priv.h"
+#include "dropless/quant.h"
 
 typedef struct {
     const char *path;
@@ -170,8 +171,14 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     for (int i = 0; i < 9; i++)
         if ((rc = ATTR_I64(g, "/config", ints[i], 1, &v[i])) < 0)
             goto fail;
-    char sf[32], gs[32], fk[32], dt[32];
+    char sf[32], gs[32], fk[32], dt[32], lp[32] = "none";
     double scaling;
+    int has_lp = attr_str(r, g, "/config", "lowp", 0, lp, sizeof lp);
+    if ((rc = has_lp) < 0)
+        goto fail;
+    int ilp = dl_lowp_layer_parse(lp);
+    if (ilp < 0 || (has_lp && ilp == DL_LOWP_NONE))
+        FAILF(DL_EFORMAT, "/config: lowp '%s' is not a layer recipe", lp);
     if ((rc = attr_str(r, g, "/config", "score_function", 1, sf, sizeof sf)) < 0 ||
         (rc = attr_str(r, g, "/config", "group_score", 1, gs, sizeof gs)) < 0 ||
         (rc = attr_str(r, g, "/config", "ffn_kind", 1, fk, sizeof fk)) < 0 ||
@@ -207,6 +214,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     c->route.scaling = scaling;
     c->ffn_kind = (dl_ffn_t)ifk;
     c->dtype = t;
+    c->lowp = ilp;
     char why[200];
     if (dl__golden_config_check(c, why, sizeof why))
         FAILF(DL_EFORMAT, "/config: invalid configuration: %s", why);

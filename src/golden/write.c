@@ -11,6 +11,7 @@
 #include <string.h>
 #include <hdf5.h>
 #include "golden/golden_priv.h"
+#include "dropless/quant.h"
 
 typedef struct {
     const char *path;
@@ -203,6 +204,9 @@ static int write_config(wctx_t *w, hid_t file, const dl_moe_config_t *c)
         (rc = attr_i64(w, g, "has_bias", r->has_bias != 0)) ||
         (rc = attr_str(w, g, "ffn_kind", dl__golden_ffn_name(c->ffn_kind))) ||
         (rc = attr_str(w, g, "dtype", dl_dtype_name(c->dtype))))
+        goto fail;
+    /* only a layer recipe's case has the attribute: other goldens keep their bytes */
+    if (c->lowp && (rc = attr_str(w, g, "lowp", dl_lowp_layer(c->lowp)->name)))
         goto fail;
     rc = DL_EIO;
     H5TRY(H5Gclose(g), "closing /config");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "stages/stages_priv.h"
+#include "stages/quant_priv.h"
 
 
 int dl_moe_config_validate(const dl_moe_config_t *c)
@@ -20,7 +21,7 @@ int dl_moe_config_validate(const dl_moe_config_t *c)
     if (c->ffn_kind == DL_FFN_PLAIN && c->ffn != c->hidden)
         return DL_EINVAL;
     int rc = dl_route_config_validate(&c->route);
-    if (rc)
+    if (rc || (rc = dl__lowp_config_check(c)))
         return rc;
     if (c->route.top_k > DL__MAX_TOPK)
         return DL_EINVAL;

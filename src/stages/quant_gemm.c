@@ -18,6 +18,7 @@
 #include <string.h>
 #include "stages/stages_priv.h"
 #include "dropless/quant.h"
+#include "stages/quant_priv.h"
 
 /* Splits n values v into hi + lo (see the top), noting in *f bit 0 a NaN,
  * bit 1 a value that is no sum of two floats, bit 2 a nonzero lo. */
@@ -87,6 +88,11 @@ static int split_rows(const dl_qmat_t *m, int64_t r0, int64_t r1, float *hi, flo
     }
     *any_lo |= (flags & 4) != 0;
     return nomem ? DL_ENOMEM : flags & 1 ? DL_ENONFINITE : flags & 2 ? DL_ERANGE : 0;
+}
+
+int dl__qmat_split(const dl_qmat_t *m, float *hi, float *lo, int *any_lo)
+{
+    return split_rows(m, 0, m->rows, hi, lo, any_lo);
 }
 
 static int check_args(const dl_qmat_t *a, const dl_qmat_t *b, int64_t E, const int64_t *offsets,

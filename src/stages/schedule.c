@@ -9,6 +9,7 @@
 #include "config.h"
 #include <string.h>
 #include "stages/stages_priv.h"
+#include "stages/quant_priv.h"
 
 #define R(n) (UINT64_C(1) << DL__ROW_##n)
 
@@ -19,6 +20,16 @@ static int grouped1(const dl_stage_view_t *v, const float *lhs, int64_t K, const
 {
     dl_gemm_term_t t = {lhs, K, rhs, lay};
     return dl_gemm_grouped(&t, 1, N, v->off, v->ne, v->c.dtype, out, v->stats);
+}
+
+/* An expert GEMM of kind q (quant_priv.h): on quantized operands when
+ * the case's layer recipe quantizes it, else grouped1. */
+static int expert_gemm(const dl_stage_view_t *v, int q, const float *lhs, int64_t K,
+                       const float *rhs, dl_rhs_layout_t lay, int64_t N, float *out)
+{
+    const dl__lowp_pair_t p = {lhs, rhs, lay};
+    return dl__lowp_applies(&v->c, q) ? dl__lowp_gemm(v, q, &p, 1, K, N, out)
+                                      : grouped1(v, lhs, K, rhs, lay, N, out);
 }
 
 static int swiglu(const dl_stage_view_t *v)
@@ -63,12 +74,14 @@ static int p_x_sorted(const dl_stage_view_t *v)
 
 static int p_h_gate(const dl_stage_view_t *v)
 {
-    return grouped1(v, v->f.x_sorted, v->c.hidden, v->in.w_gate, DL_RHS_KN, v->c.ffn, v->f.h_gate);
+    return expert_gemm(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_gate, DL_RHS_KN,
+                       v->c.ffn, v->f.h_gate);
 }
 
 static int p_h_up(const dl_stage_view_t *v)
 {
-    return grouped1(v, v->f.x_sorted, v->c.hidden, v->in.w_up, DL_RHS_KN, v->c.ffn, v->f.h_up);
+    return expert_gemm(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_up, DL_RHS_KN,
+                       v->c.ffn, v->f.h_up);
 }
 
 static int p_h_act(const dl_stage_view_t *v)
@@ -87,7 +100,8 @@ static int p_y_sorted(const dl_stage_view_t *v)
 {
     int64_t K;
     const float *a = down_in(v, &K);
-    return grouped1(v, a, K, v->in.w_down, DL_RHS_KN, v->c.hidden, v->f.y_sorted);
+    return expert_gemm(v, swiglu(v) ? DL__LOWP_FWD_H : DL__LOWP_FWD_X, a, K, v->in.w_down,
+                       DL_RHS_KN, v->c.hidden, v->f.y_sorted);
 }
 
 #if DL_EXTRA_VALUE
@@ -123,8 +137,8 @@ static int p_d_y_sorted(const dl_stage_view_t *v)
 
 static int p_d_h_act(const dl_stage_view_t *v)
 {
-    return grouped1(v, v->b.d_y_sorted, v->c.hidden, v->in.w_down, DL_RHS_NK, v->c.ffn,
-                    v->b.d_h_act);
+    return expert_gemm(v, DL__LOWP_DGRAD, v->b.d_y_sorted, v->c.hidden, v->in.w_down, DL_RHS_NK,
+                       v->c.ffn, v->b.d_h_act);
 }
 
 static int ragged(const dl_stage_view_t *v, const float *a, int64_t I, const float *b, int64_t J,
@@ -150,7 +164,12 @@ static int p_d_x_sorted(const dl_stage_view_t *v)
 {
     const int64_t d = v->c.hidden, ff = v->c.ffn;
     if (!swiglu(v))
-        return grouped1(v, v->b.d_y_sorted, d, v->in.w_down, DL_RHS_NK, d, v->b.d_x_sorted);
+        return expert_gemm(v, DL__LOWP_DGRAD, v->b.d_y_sorted, d, v->in.w_down, DL_RHS_NK, d,
+                           v->b.d_x_sorted);
+    const dl__lowp_pair_t p[2] = {{v->b.d_h_gate, v->in.w_gate, DL_RHS_NK},
+                                  {v->b.d_h_up, v->in.w_up, DL_RHS_NK}};
+    if (dl__lowp_applies(&v->c, DL__LOWP_DGRAD))
+        return dl__lowp_gemm(v, DL__LOWP_DGRAD, p, 2, ff, d, v->b.d_x_sorted);
     dl_gemm_term_t t[2] = {{v->b.d_h_gate, ff, v->in.w_gate, DL_RHS_NK},
                            {v->b.d_h_up, ff, v->in.w_up, DL_RHS_NK}};
     return dl_gemm_grouped(t, 2, d, v->off, v->ne, v->c.dtype, v->b.d_x_sorted, v->stats);
