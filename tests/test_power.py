@@ -180,7 +180,7 @@ def out_only_drops(tap):
         with dropless.generate(name, seed=1) as g:
             st = legit.run("fp32-blocked", g, 1)
             rep = dropless.check(g, {"out": st["out"]}, compute_mode=g.config["dtype"])
-            zd = next(c for c in rep["checks"] if c["check"] == "zero_drops")
+            zd = next(c for c in rep.checks if c["check"] == "zero_drops")
             msg = zd.get("message") or ""
             if name in BELOW_FLOOR:
                 ok = zd["verdict"] == "WARN" and "the smallest contribution seen for certain is" in msg
