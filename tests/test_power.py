@@ -11,8 +11,11 @@ check-power, tests/zoo/power/power.py). Both directions:
   rows reordered within an expert must be CONFORMANT. The other mutants'
   verdicts (gains, ulps, the fused modes' survivors) are printed as TAP
   comments: they are measurements (doc/power.md), not requirements yet.
-- the six legitimate implementations (tests/zoo/power/legit.py) on two
-  three cases x two seeds, staged and fused: CONFORMANT. The false FAILs the
+- a correct kernel handed over as out alone proves zero drops on the
+  small catalogue (PASS; WARN with the floor printed on the two bf16 cases
+  whose weakest slot is below it: BELOW_FLOOR).
+- the six legitimate implementations (tests/zoo/power/legit.py) on four
+  cases x one or two seeds, staged and fused: CONFORMANT. The false FAILs the
   runner gives today (issue 24 items 3 and 4, the verdicts work) are TAP
   TODO: when they conform, the TODO passes and the entry in KNOWN must go.
 Speaks TAP."""
