@@ -11,8 +11,11 @@ check-power, tests/zoo/power/power.py). Both directions:
   rows reordered within an expert must be CONFORMANT. The other mutants'
   verdicts (gains, ulps, the fused modes' survivors) are printed as TAP
   comments: they are measurements (doc/power.md), not requirements yet.
-- the six legitimate implementations (tests/zoo/power/legit.py) on two
-  three cases x two seeds, staged and fused: CONFORMANT. The false FAILs the
+- a correct kernel handed over as out alone proves zero drops on the
+  small catalogue (PASS; WARN with the floor printed on the two bf16 cases
+  whose weakest slot is below it: BELOW_FLOOR).
+- the six legitimate implementations (tests/zoo/power/legit.py) on four
+  cases x one or two seeds, staged and fused: CONFORMANT. The false FAILs the
   runner gives today (issue 24 items 3 and 4, the verdicts work) are TAP
   TODO: when they conform, the TODO passes and the entry in KNOWN must go.
 Speaks TAP."""
@@ -162,14 +165,50 @@ def legits(tap, g, seed):
                 impl, mode, g.case, seed, " (FAIL: %s)" % why if why else ""), KNOWN.get((impl, mode, dt)))
 
 
+# the small catalogue's cases whose weakest slot lies below the detection
+# floor of a bf16 out (measured, seed 1: doc/power.md): a WARN that must
+# print the floor; every other case's out-only proof must PASS
+BELOW_FLOOR = {"deepseek-v3-small-bf16", "grouped-max-bf16"}
+SMALL = ["tiny", "ties", "ties-grouped", "empty-experts", "one-hot", "single-token", "odd-shapes",
+         "zipf", "mixtral-small", "deepseek-v3-small", "grouped-max"]
+
+
+def out_only_drops(tap):
+    """A correct out-only kernel (fp32 blocked GEMMs, the case's storage)
+    proves zero drops from out on the small catalogue (issue 24 item 3):
+    PASS, or a WARN that names the floor where the weakest slot is below it;
+    and dropping that weakest slot is never a PASS."""
+    bad, warned = [], []
+    for name in [c + d for c in SMALL for d in ("", "-bf16")]:
+        with dropless.generate(name, seed=1) as g:
+            st = legit.run("fp32-blocked", g, 1)
+            rep = dropless.check(g, {"out": st["out"]}, compute_mode=g.config["dtype"])
+            zd = next(c for c in rep.checks if c["check"] == "zero_drops")
+            msg = zd.get("message") or ""
+            if name in BELOW_FLOOR:
+                ok = zd["verdict"] == "WARN" and "the smallest contribution seen for certain is" in msg
+                warned.append(name)
+            else:
+                ok = zd["verdict"] == "PASS" and "proven present in out" in msg
+            if not ok or not rep.conformant:
+                bad.append("%s: %s %s" % (name, zd["verdict"], msg[:120]))
+    tap.ok(not bad, "a correct out-only kernel proves zero drops on the small catalogue (WARN with "
+           "the floor only on %s)%s" % (", ".join(warned), ": " + "; ".join(bad) if bad else ""))
+
+
 def main():
     tap = Tap()
     files(tap)
+    out_only_drops(tap)
     for name in ("mixtral-small", "mixtral-small-bf16", "deepseek-v3-small"):
         with dropless.generate(name, seed=1) as g:
             mutants(tap, g, 1)
-    for name in ("mixtral-small-bf16", "deepseek-v3-small", "empty-experts-bf16"):
-        for seed in (1, 2):
+    # ties-grouped-bf16 seed 1: the candidate's own router scores break an
+    # exact tie in another slot order, which the second chained level once
+    # refused to judge (swiglu-fused staged was a false FAIL)
+    for name, seeds in (("mixtral-small-bf16", (1, 2)), ("deepseek-v3-small", (1, 2)),
+                        ("empty-experts-bf16", (1, 2)), ("ties-grouped-bf16", (1,))):
+        for seed in seeds:
             with dropless.generate(name, seed=seed) as g:
                 legits(tap, g, seed)
     print("1..%d" % tap.n)

@@ -595,41 +595,54 @@ static int drop_cmp(const void *a, const void *b)
     return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-/* Without the dispatch, zero drops rest on out alone: a dropped slot (t, j)
- * moves out row t by w_j y_j, and with every element's worst-case error B
- * (the combine's own bound plus what the absent upstream propagates) the
- * candidate's row then differs from the exact one by at least
- * |w_j y_j,i| - B, beyond the WARN bound for certain where |w_j y_j,i| > 2B:
- * 2B is the detection floor. Finds the slot with the smallest ratio of its
- * largest contribution to the floor (*weak, as t*k+j, -1 if none) and counts
- * the slots below it. */
+/* Without the dispatch, zero drops rest on out alone. A kernel that dropped
+ * slot (t, j) and was otherwise within the model computes the combine
+ * without it: its out differs from that by at most B' per element, the
+ * combine's own bound plus what the absent upstream propagates, and B' <=
+ * B + 2u(1 + 2u)|w_j y_j,i| (the dropped combine's magnitude is at most
+ * |g| + |w_j y_j|). The exact out differs from the dropped one by
+ * w_j y_j,i; so |w_j y_j,i| <= |c_i - g_i| + B', and the slot is proven
+ * present wherever |w_j y_j,i| (1 - 2u(1 + 2u)) > |c_i - g_i| + B_i: that is
+ * the detection floor, at most 2B (c within B, else out FAILs) and about B
+ * for a kernel close to the exact values. Without the candidate's out (not
+ * finite) the floor is 2B. A slot whose contribution is exactly 0 in every
+ * element (a zero weight, a zero expert output) cannot be seen and needs no
+ * proof: dropping it leaves out unchanged; such slots are counted in *zero.
+ * Finds the slot with the smallest ratio of its largest contribution to the
+ * floor (*weak, as t*k+j, -1 if none) and counts the slots below it. */
 static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
-                           double *floor_min)
+                           double *floor_min, int64_t *zero)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
     const float *y = ck->eff[DL_VALUE_Y_SORTED], *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
     const float *g = ck->exact[DL_VALUE_OUT];
     const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
     const double *prop = ck->prop_out[1], *ps = ck->prop_out[DL__TIER_STAT];
+    const float *c = ck->eff_is_cand[DL_VALUE_OUT] ? ck->eff[DL_VALUE_OUT] : NULL;
+    const double uo = dl_dtype_unit_roundoff(ck->act), shrink = 1.0 - 2.0 * uo * (1.0 + 2.0 * uo);
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
     int64_t n = 0;
+    *zero = 0;
     *weak_ratio = INFINITY;
     *weak = -1;
     *floor_max = 0.0;
     *floor_min = INFINITY;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < k; j++) {
-            double best = 0.0;
+            double best = 0.0, seen = 0.0;
             for (int64_t i = 0; i < d; i++) {
                 double m = 0.0;
                 for (int64_t l = 0; l < k; l++)
                     m += fabs((double)w[t * k + l] * (double)y[(int64_t)inv[t * k + l] * d + i]);
-                /* out FAILs beyond the tighter of its worst-case and
-                 * statistical bounds: 2x that is the floor */
+                /* out FAILs beyond B, the tighter of its worst-case and
+                 * statistical bounds; the floor is B plus the candidate's
+                 * own error there (2B without it) */
                 double pr = prop ? prop[t * d + i] : 0.0;
                 if (ps)
                     pr = fmin(pr, ck->lambda * ps[t * d + i]);
-                const double fl = 2.0 * (dl__ck_bound(ck, &cmp, g[t * d + i], m, k, 1) + pr);
+                const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, k, 1) + pr;
+                const double fl = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) /
+                                  shrink;
                 if (fl < *floor_min)
                     *floor_min = fl;
                 const double cj = fabs((double)w[t * k + j] *
@@ -638,6 +651,11 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
                     *floor_max = fl;
                 if (cj / fl > best)
                     best = cj / fl;
+                seen = fmax(seen, cj);
+            }
+            if (seen == 0.0) { /* nothing a drop could change */
+                ++*zero;
+                continue;
             }
             n += !(best > 1.0);
             if (best < *weak_ratio) {
@@ -702,26 +720,31 @@ int dl__ck_zero_drops(dl__ck_t *ck)
     } else if (!has_disp && ck->exact[DL_VALUE_OUT] && ck->eff[DL_VALUE_Y_SORTED]) {
         /* the proof from out alone: never a PASS by default */
         double ratio, fmax, fmin;
-        int64_t weak;
-        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax, &fmin);
+        int64_t weak, zero;
+        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax, &fmin, &zero);
         const int64_t wf = weak >= 0 && ck->from_canon ? ck->from_canon[weak] : weak;
         r->err_pass = r->err_warn = ratio > 0 ? 1.0 / ratio : INFINITY;
         r->worst_index = wf;
         if (nb) {
             r->verdict = DL_VERDICT_WARN;
             dl__ck_msg(r, "cannot prove zero drops: %lld of %lld (token, slot) pairs contribute "
-                       "less to out than the detection floor (2x the bound out FAILs beyond: "
-                       "%.3g to %.3g per element; the smallest contribution seen for certain is "
-                       "%.3g); weakest (%lld,%lld) at %.3g x the floor; no dispatch provided",
-                       (long long)nb, (long long)M, fmin, fmax, fmin, (long long)(wf / ck->k),
-                       (long long)(wf % ck->k), ratio);
+                       "less to out than the detection floor (the bound out FAILs beyond plus "
+                       "out's own error there: %.3g to %.3g per element; the smallest contribution "
+                       "seen for certain is %.3g); weakest (%lld,%lld) at %.3g x the floor; no "
+                       "dispatch provided", (long long)nb, (long long)M, fmin, fmax, fmin,
+                       (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
         } else {
             r->verdict = DL_VERDICT_PASS;
             dl__ck_msg(r, "all %lld assignments proven present in out: each slot's contribution "
-                       "exceeds the detection floor (2x the bound out FAILs beyond: %.3g to %.3g "
-                       "per element); weakest (%lld,%lld) at %.3g x the floor", (long long)M, fmin,
-                       fmax, (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
+                       "exceeds the detection floor (the bound out FAILs beyond plus out's own "
+                       "error there: %.3g to %.3g per element)", (long long)M, fmin, fmax);
+            if (weak >= 0)
+                dl__ck_msg_append(r, "; weakest (%lld,%lld) at %.3g x the floor",
+                                  (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
         }
+        if (zero)
+            dl__ck_msg_append(r, "; %lld slots contribute exactly 0 to out (a zero weight or expert "
+                              "output): dropping them changes nothing there", (long long)zero);
     } else {
         r->verdict = DL_VERDICT_PASS;
         dl__ck_msg(r, "all %lld assignments accounted for%s", (long long)M,

@@ -54,13 +54,15 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def goldens(cases, seeds):
-    """(name, seed, golden) for each case and seed 1..seeds."""
-    for name in cases:
-        for s in range(1, seeds + 1):
-            g = dropless.generate(name, seed=s)
-            yield name, s, g
-            g.close()
+def goldens(cases, seeds, seed_major=False):
+    """(name, seed, golden) for each case and seed 1..seeds; seed_major:
+    every case of seed 1 first (a cut-short run then covers every case)."""
+    pairs = [(n, s) for s in range(1, seeds + 1) for n in cases] if seed_major else \
+        [(n, s) for n in cases for s in range(1, seeds + 1)]
+    for name, s in pairs:
+        g = dropless.generate(name, seed=s)
+        yield name, s, g
+        g.close()
 
 
 def verdict(rep):
@@ -73,7 +75,7 @@ def legit_matrix(cases, seeds, out=sys.stdout):
     """Every implementation x case x seed x mode; returns (counts, fails):
     counts[(impl, mode)] = [runs, false FAILs]."""
     counts, fails = {}, []
-    for name, seed, g in goldens(cases, seeds):
+    for name, seed, g in goldens(cases, seeds, seed_major=True):
         for impl, *_ in legit.IMPLS:
             st = legit.run(impl, g, seed)
             if st is None:
@@ -90,7 +92,33 @@ def legit_matrix(cases, seeds, out=sys.stdout):
                     print("false FAIL: %s %s %s seed %d: %s" % (impl, mode, name, seed, "; ".join(
                         "%s %s %s" % (f.get("stage"), f.get("check"), (f.get("message") or "")[:90])
                         for f in worst)), file=out, flush=True)
+        log("legit %s seed %d done: %d runs, %d false FAIL so far" % (
+            name, seed, sum(n for n, _ in counts.values()), len(fails)))
     return counts, fails
+
+
+def drops_matrix(cases, seeds, impl="fp32-blocked"):
+    """A correct kernel handed over as out alone: its zero_drops verdict per
+    case (issue 24 item 3: PASS, or a WARN whose printed floor says why);
+    rows[case] = [runs, PASS, WARN, other, smallest weakest-slot margin]."""
+    rows = {}
+    for name, seed, g in goldens(cases, seeds):
+        st = legit.run(impl, g, seed)
+        if st is None:
+            continue
+        rep = dropless.check(g, {"out": st["out"]}, compute_mode=g.config["dtype"], backend=impl)
+        zd = next(c for c in rep.checks if c["check"] == "zero_drops")
+        r = rows.setdefault(name, [0, 0, 0, 0, float("inf")])
+        r[0] += 1
+        r[{"PASS": 1, "WARN": 2}.get(zd["verdict"], 3)] += 1
+        margin = 1.0 / zd["err_pass"] if zd.get("err_pass") else float("inf")
+        r[4] = min(r[4], margin)
+        log("drops %s seed %d: %s (weakest slot at %.3g x the floor)" % (name, seed, zd["verdict"], margin))
+    lines = ["| case | runs | zero_drops PASS | WARN (below the floor) | other | weakest slot / floor (min) |",
+             "|---|---|---|---|---|---|"]
+    for name, (n, p, w, o, m) in rows.items():
+        lines.append("| %s | %d | %d | %d | %d | %.3g |" % (name, n, p, w, o, m))
+    return "\n".join(lines)
 
 
 def legit_table(counts, cases_desc):
@@ -258,6 +286,7 @@ def do_legit(a, cases, kcases):
     for tag, cs, seeds, desc in parts:
         if not cs or seeds <= 0:
             continue
+        log("legit: %s x %d seeds" % (",".join(cs), seeds))
         counts, fails = legit_matrix(cs, seeds)
         bad += len(fails)
         blocks[tag] = legit_table(counts, "%s x %d seeds" % (desc, seeds)) + "\n\n" + meta
@@ -274,6 +303,11 @@ def do_kill(a, cases):
     if "wide" in a.parts and wide:
         blocks["power-wide"] = kill_table(kill_rates(wide, 1, mutations=WIDE_MUTATIONS, stages=WIDE_STAGES))
         said["wide"] = "the d = f = 512 cases (%s) over 1 seed" % a.wide_cases
+    if "drops" in a.parts:
+        dc = cases + [c for c in a.drops_kernel_cases.split(",") if c]
+        blocks["power-drops"] = drops_matrix(dc, a.kill_seeds)
+        said["drops"] = "zero drops of a correct out-only kernel (fp32-blocked) over %d seeds of %s" % (
+            a.kill_seeds, ", ".join(dc))
     if "floor" in a.parts:
         blocks["power-floor"] = floor_table(floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12}))
         said["floor"] = "floors over %d seeds of %s (%d trials per cell)" % (
@@ -294,7 +328,9 @@ def main():
     ap.add_argument("--kernel-cases", default=",".join(KERNEL))
     ap.add_argument("--kernel-seeds", type=int, default=20)
     ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
-    ap.add_argument("--parts", default="kill,wide,floor", help="kill: which tables")
+    ap.add_argument("--parts", default="kill,wide,drops,floor", help="kill: which tables")
+    ap.add_argument("--drops-kernel-cases", default="kernel-sizes-bf16",
+                    help="kernel-tier cases of the out-only zero-drops table")
     ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
     a = ap.parse_args()
     cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
