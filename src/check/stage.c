@@ -169,7 +169,7 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     cmp->mp = mp;
     mp->off = ck->eff[DL_VALUE_GROUP_OFFSETS];
     mp->E = ck->E;
-    int rc = dl__ck_desc(s)->setup(ck, s, cmp, mp);
+    int rc = dl__ck_mag(ck, s, cmp, mp);
     if (!rc && !cmp->rows)
         shape2(ck, s, &cmp->rows, &cmp->cols);
     return rc;
@@ -390,7 +390,7 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
             float *x = dl__ck_alloc(ck, n, sizeof *x);
             if (!x)
                 return DL_ENOMEM;
-            if ((rc = desc->exact(ck, s, x)))
+            if ((rc = dl__ck_exact(ck, s, x)))
                 return rc;
             ck->exact[s] = x;
             ck->recomputed[s] = 1;
