@@ -43,6 +43,19 @@ typedef struct {
 #define DL__TIER_STAT 2
 #define DL__TIERS 3
 
+/* The driver's record of one stage value (stage.c, desc.c, prop.c). */
+typedef struct {
+    int need;       /* its value is needed: the candidate's, or upstream of one */
+    int track;      /* absent and upstream of a provided stage: its error is bounded */
+    int recomputed; /* exact[s] was recomputed, not the golden's */
+    int prop_used;  /* a provided stage's bound carries propagated error */
+    /* the statistical tier: a hidden value whose error is coherent across
+     * its elements (GEMM operands rounded to the profile's input grid, and
+     * what such a value feeds) propagates linearly, never by root sum of
+     * squares */
+    int coherent;
+} dl__ck_stage_t;
+
 /* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
  * value downstream stages are recomputed on: the candidate's own (put in the
  * oracle's row layout and slot order) where it provides a finite one, else
@@ -70,8 +83,6 @@ typedef struct {
     const void *eff[DL_VALUE_COUNT];
     int eff_golden[DL_VALUE_COUNT];
     int eff_is_cand[DL_VALUE_COUNT];
-    int recomputed[DL_VALUE_COUNT];    /* exact[s] was recomputed, not the golden's */
-    int need[DL_VALUE_COUNT];
     void **owned;
     size_t n_owned, cap_owned;
     const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
@@ -97,17 +108,11 @@ typedef struct {
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
     /* absent stages a provided one depends on: per element, the PASS [0]
      * and WARN [1] bound on the error of the candidate's hidden value */
-    int track[DL_VALUE_COUNT];
     double *delta[DL__TIERS][DL_VALUE_COUNT];
     const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
-    /* the statistical tier: a hidden value whose error is coherent across
-     * its elements (GEMM operands rounded to the profile's input grid, and
-     * what such a value feeds) propagates linearly, never by root sum of
-     * squares; lambda the multiplier for the case's false-alarm rate */
-    int coherent[DL_VALUE_COUNT];
-    double lambda;
+    double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */
-    int prop_used[DL_VALUE_COUNT];   /* a provided stage's bound carries propagated error */
+    dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
 } dl__ck_t;
 
 /* result.c */

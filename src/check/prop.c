@@ -95,7 +95,7 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         const int u = delta_of(ck, op, warn);
         if (u < 0)
             continue;
-        const int rss = warn == DL__TIER_STAT && !ck->coherent[u];
+        const int rss = warn == DL__TIER_STAT && !ck->st[u].coherent;
         dl__mprov_t sub = *mp;
         float *fd = rss ? sq_float(ck->delta[warn][u], NULL, ck->numel[u])
                         : up_float(ck->delta[warn][u], ck->numel[u]);

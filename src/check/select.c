@@ -22,9 +22,7 @@
 
 double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e)
 {
-    if (ck->c->route.has_bias && ck->in->expert_bias)
-        return (float)((double)s[e] + (double)ck->in->expert_bias[e]);
-    return s[e];
+    return dl__route_key(&ck->c->route, s, ck->in->expert_bias, e); /* the stage's */
 }
 
 int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)

@@ -19,6 +19,22 @@
 enum { DL_VALUE_MAP(DL__ROW_POS) DL__ROW_COUNT };
 _Static_assert(DL__ROW_COUNT <= 64, "the schedule's row sets are 64-bit masks");
 
+/* The selection's key of expert e: its score plus its bias (when the
+ * router has one) rounded once to fp32, as dl_route_topk ranks it. */
+float dl__route_key(const dl_route_config_t *c, const float *s, const float *bias, int64_t e);
+/* Group g's score as dl_route_topk's group limit ranks it: its best key,
+ * or the sum of its dl_route_group_terms best keys rounded once to fp32,
+ * into *gs. 0, DL_ENONFINITE or DL_ENOMEM. */
+int dl__route_group_score(const dl_route_config_t *c, const float *s, const float *bias,
+                          int64_t g, float *gs);
+/* The experts' forward on sorted rows xr [off[E], d] grouped by off (E+1):
+ * y = down(silu(x W_gate) * (x W_up)) (SwiGLU; down(x) in a plain FFN),
+ * stage by stage with the stages' functions, rounded as the layer rounds
+ * them; hg and hu scratch [off[E], f]. 0 or the stages' error. */
+int dl__experts_forward_rows(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                             const float *xr, const int64_t *off, float *hg, float *hu,
+                             float *y);
+
 /* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
 #define DL__MAX_TOPK 1024
 
