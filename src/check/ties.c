@@ -140,7 +140,7 @@ static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float
 
 typedef struct {
     int32_t *sets;
-    float *srow, *ys, *xr, *hg, *hu;
+    float *srow, *ys, *xr, *hg, *hu, *yk, *orow;
     int64_t *off;
     uint8_t *used;
     int cap;
@@ -163,15 +163,20 @@ static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, con
     for (int i = 0; i < n; i++) {
         const int32_t *c = w->sets + (size_t)i * k;
         float wt[64];
+        int32_t slot[64];
         if (dl_route_weights(&ck->c->route, s, c, wt))
             continue;
-        double err = 0.0;
-        for (int64_t col = 0; col < d; col++) {
-            double o = 0.0;
-            for (int64_t j = 0; j < k; j++)
-                o += (double)wt[j] * w->ys[w->off[c[j]] * d + col];
-            err = fmax(err, fabs(o - (double)cand[t * d + col]));
+        /* the token's exact out row under set c: the combine stage on its
+         * experts' rows */
+        for (int64_t j = 0; j < k; j++) {
+            memcpy(w->yk + j * d, w->ys + w->off[c[j]] * d, (size_t)d * sizeof *w->yk);
+            slot[j] = (int32_t)j;
         }
+        if (dl_combine(w->yk, wt, slot, 1, k, d, ck->act, w->orow))
+            continue;
+        double err = 0.0;
+        for (int64_t col = 0; col < d; col++)
+            err = fmax(err, fabs((double)w->orow[col] - (double)cand[t * d + col]));
         if (i == 0)
             err0 = err;
         if (err < best_err) {
@@ -220,9 +225,12 @@ static int scratch_init(dl__ck_t *ck, scratch_t *w)
     w->xr = dl__ck_alloc(ck, E * d, sizeof *w->xr);
     w->hg = dl__ck_alloc(ck, E * f, sizeof *w->hg);
     w->hu = dl__ck_alloc(ck, E * f, sizeof *w->hu);
+    w->yk = dl__ck_alloc(ck, k * d, sizeof *w->yk);
+    w->orow = dl__ck_alloc(ck, d, sizeof *w->orow);
     w->off = dl__ck_alloc(ck, E + 1, sizeof *w->off);
     w->used = dl__ck_alloc(ck, E, 1);
-    return w->sets && w->srow && w->ys && w->xr && w->hg && w->hu && w->off && w->used
+    return w->sets && w->srow && w->ys && w->xr && w->hg && w->hu && w->yk && w->orow &&
+                   w->off && w->used
                ? 0
                : DL_ENOMEM;
 }

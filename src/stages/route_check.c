@@ -49,55 +49,76 @@ int dl__exact_router_scores(const dl__vctx_t *v, float *out)
     return dl_route_scores(&v->c->route, EF(ROUTER_LOGITS), v->T, out);
 }
 
+void dl__route_score_m_row(const dl_route_config_t *c, int64_t E, const float *l, const float *s,
+                           double *mx, double *zs)
+{
+    *mx = -INFINITY;
+    *zs = 0.0;
+    if (c->score_fn != DL_SCORE_SOFTMAX)
+        return;
+    for (int64_t j = 0; j < E; j++)
+        if (l[j] > *mx)
+            *mx = l[j];
+    for (int64_t j = 0; j < E; j++)
+        *zs += fabs((double)s[j]) * fabs((double)l[j] - *mx);
+}
+
+double dl__route_score_m(const dl_route_config_t *c, const float *l, const float *s, int64_t e,
+                         double mx, double zs)
+{
+    /* sigmoid, 1/(1+exp(-l)): exp, add, divide, each relative to s;
+     * softmax, s_e = exp(z_e) / sum_j exp(z_j), z = l - max l: a rounded
+     * z_e carries |z_e| u into exp, and the sum carries its terms' */
+    double M = fabs((double)s[e]);
+    if (c->score_fn == DL_SCORE_SOFTMAX)
+        M *= 1.0 + fabs((double)l[e] - mx) + zs;
+    return M;
+}
+
 int dl__mag_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
     const float *logits = EF(ROUTER_LOGITS);
     const int64_t E = v->E;
-    const int softmax = v->c->route.score_fn == DL_SCORE_SOFTMAX;
+    const dl_route_config_t *rc = &v->c->route;
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < v->T; t++) {
         const float *l = logits + t * E, *s = g + t * E;
-        if (!softmax) {
-            /* 1/(1+exp(-l)): exp, add, divide, each relative to s */
-            for (int64_t e = 0; e < E; e++)
-                a[t * E + e] = fabs((double)s[e]);
-            continue;
-        }
-        /* s_e = exp(z_e) / sum_j exp(z_j), z = l - max l: a rounded z_e
-         * carries |z_e| u into exp, and the sum carries its terms' */
-        double mx = -INFINITY, zs = 0.0;
+        double mx, zs;
+        dl__route_score_m_row(rc, E, l, s, &mx, &zs);
         for (int64_t e = 0; e < E; e++)
-            if (l[e] > mx)
-                mx = l[e];
-        for (int64_t e = 0; e < E; e++)
-            zs += fabs((double)s[e]) * fabs((double)l[e] - mx);
-        for (int64_t e = 0; e < E; e++)
-            a[t * E + e] = fabs((double)s[e]) * (1.0 + fabs((double)l[e] - mx) + zs);
+            a[t * E + e] = dl__route_score_m(rc, l, s, e, mx, zs);
     }
     m->elem = 1;
-    m->K = softmax ? E : 0;
+    m->K = rc->score_fn == DL_SCORE_SOFTMAX ? E : 0;
     return 0;
+}
+
+void dl__route_score_prop_row(const dl_route_config_t *c, int64_t E, const float *s,
+                              const double *dl, double *out)
+{
+    double sum = 0.0; /* softmax: ds_e <= s_e (dl_e + sum_j s_j dl_j) */
+    for (int64_t e = 0; e < E; e++)
+        sum += fabs((double)s[e]) * dl[e];
+    for (int64_t e = 0; e < E; e++) {
+        const double se = fabs((double)s[e]);
+        out[e] = c->score_fn == DL_SCORE_SOFTMAX ? se * (dl[e] + sum) : se * (1.0 - se) * dl[e];
+    }
 }
 
 int dl__prop_router_scores(const dl__vctx_t *v, const float *sc, int64_t n, double *out)
 {
     const double *dl = DL__DL(v, ROUTER_LOGITS);
     const int64_t E = v->E;
-    if (!dl)
+    double *row = dl ? v->alloc(v->actx, E, sizeof *row) : NULL;
+    if (!row)
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
-        double sum = 0.0; /* softmax: ds_e <= s_e (dl_e + sum_j s_j dl_j) */
+        dl__route_score_prop_row(&v->c->route, E, sc + t * E, dl + t * E, row);
         for (int64_t e = 0; e < E; e++)
-            sum += (double)sc[t * E + e] * dl[t * E + e];
-        for (int64_t e = 0; e < E; e++) {
-            const double se = sc[t * E + e];
-            out[t * E + e] += v->c->route.score_fn == DL_SCORE_SOFTMAX
-                                  ? se * (dl[t * E + e] + sum)
-                                  : se * (1.0 - se) * dl[t * E + e];
-        }
+            out[t * E + e] += row[e];
     }
     return 1;
 }

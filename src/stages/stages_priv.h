@@ -201,6 +201,18 @@ typedef struct {
     DL__CHECK_FNS_##ck(nm) DL__PROP_FNS_##prop(nm)
 DL_VALUE_MAP(DL__CHECK_DECL)
 
+/* The score function's magnitudes (route_check.c), for the runner's
+ * routing tolerances too: the row terms of token row l (logits), s
+ * (scores) of E experts (softmax: mx = max l, zs = sum_j |s_j| |l_j - mx|;
+ * sigmoid: none), M of its score e, and the first-order error of its
+ * scores from errors dl of its logits into out[E] (out may be dl). */
+void dl__route_score_m_row(const dl_route_config_t *c, int64_t E, const float *l, const float *s,
+                           double *mx, double *zs);
+double dl__route_score_m(const dl_route_config_t *c, const float *l, const float *s, int64_t e,
+                         double mx, double zs);
+void dl__route_score_prop_row(const dl_route_config_t *c, int64_t E, const float *s,
+                              const double *dl, double *out);
+
 /* Shared by the stages' checking sides (gemm_check.c). */
 /* One grouped GEMM term over the effective group offsets. */
 int dl__exact_grouped1(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_t lay,
