@@ -214,6 +214,9 @@ typedef struct {
     int prop_gemm;
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
+/* Why descriptor d (of a value stored as store) describes no check, or
+ * NULL when it does. */
+const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store);
 /* DL_EINVAL (with a FAIL result naming it) when some value has no check in
  * the table: the runner refuses to start rather than skip it silently. */
 int dl__ck_table_check(dl__ck_t *ck);

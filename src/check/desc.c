@@ -36,17 +36,15 @@ static const dl__ck_desc_t table[] = {DL_VALUE_MAP(DESC)};
 _Static_assert(sizeof table / sizeof *table == DL_VALUE_COUNT,
                "one descriptor per stage value of DL_VALUE_MAP");
 
-/* Why value s's columns describe no check, or NULL when they do. */
-static const char *table_gap(dl_value_t s)
+const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store)
 {
-    const dl__ck_desc_t *d = &table[s];
-    const int fl = dl_value_store(s) <= DL_STORE_F32;
     if (!d->kind)
         return "its check column is NONE";
-    if (d->exact && !fl)
+    if ((d->exact || d->mag) && store > DL_STORE_F32)
         return "its check column compares floats, but it is stored as integers";
-    if (d->exact && !(d->flags & DL__CK_COPY) && !d->prop && !d->prop_gemm &&
-        dl__ck_desc(s)->up)
+    if (d->exact && !(d->flags & DL__CK_COPY) && !d->mag)
+        return "its check column has no magnitude function";
+    if (d->exact && !(d->flags & DL__CK_COPY) && !d->prop && !d->prop_gemm && (d->up || d->up_plain))
         return "it has upstream values but its prop column is NONE";
     return NULL;
 }
@@ -54,7 +52,7 @@ static const char *table_gap(dl_value_t s)
 int dl__ck_table_check(dl__ck_t *ck)
 {
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
-        const char *why = table_gap((dl_value_t)s);
+        const char *why = dl__ck_desc_gap(&table[s], dl_value_store((dl_value_t)s));
         if (!why)
             continue;
         /* a value the table does not describe would never be checked, and
