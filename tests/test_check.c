@@ -1289,6 +1289,36 @@ START_TEST(reports_parse)
 }
 END_TEST
 
+/* The runner's descriptors come from DL_VALUE_MAP's rows: every stage
+ * value of this build (the extra value's too) has a complete one, and a
+ * row whose columns describe no check is refused (the runner then stops,
+ * naming the value) rather than silently never checked. */
+START_TEST(value_table)
+{
+    int n_num = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        const dl__ck_desc_t *d = dl__ck_desc((dl_value_t)s);
+        ck_assert_msg(d && !dl__ck_desc_gap(d, dl_value_store((dl_value_t)s)), "%s: %s",
+                      dl_value_name((dl_value_t)s), d ? dl__ck_desc_gap(d, dl_value_store((dl_value_t)s)) : "none");
+        ck_assert(d->check || d->exact || (d->flags & DL__CK_WITH_SORT));
+        n_num += d->mag != NULL;
+    }
+    ck_assert_int_ge(n_num, 21);
+    const dl__ck_desc_t *out = dl__ck_desc(DL_VALUE_OUT);
+    dl__ck_desc_t bad = *out;
+    bad.kind = 0; /* check column NONE */
+    ck_assert_ptr_nonnull(dl__ck_desc_gap(&bad, DL_STORE_ACT));
+    bad = *out;
+    bad.prop = NULL; /* upstream values, no propagation rule */
+    ck_assert_ptr_nonnull(dl__ck_desc_gap(&bad, DL_STORE_ACT));
+    bad = *out;
+    bad.mag = NULL; /* a numeric check without its M */
+    ck_assert_ptr_nonnull(dl__ck_desc_gap(&bad, DL_STORE_ACT));
+    ck_assert_ptr_nonnull(dl__ck_desc_gap(out, DL_STORE_I32)); /* floats compared on ints */
+    ck_assert_ptr_null(dl__ck_desc_gap(out, DL_STORE_ACT));
+}
+END_TEST
+
 int main(void)
 {
     if (!have_python())
@@ -1315,6 +1345,7 @@ int main(void)
         DL_TEST("exact helpers and tolerance model", "mpfr", score_vjp_mpfr, 120),
         DL_TEST("exact helpers and tolerance model", "mpfr", bound_model, 120),
         DL_TEST("reports", "writers", reports_parse, 120),
+        DL_TEST("value table", "descriptors", value_table, 60),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -14,7 +14,8 @@
 extern "C" {
 #endif
 
-/* X(group, ENUM, name, store, dims, cond), one row per array:
+/* X(group, ENUM, name, store, dims, cond, check, prop, up, up_plain), one
+ * row per array:
  *   group  IN an input (dl_moe_inputs_t), FW a forward stage value
  *          (dl_moe_forward_t), AUX a forward array that is not a stage value
  *          (tie_margin: the runner derives margins itself), BW a backward
@@ -25,58 +26,80 @@ extern "C" {
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
  *          k top_k, M = T*k, P = E+1;
  *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only).
- * Adding a row is all it takes to add an array to the format, the enum and
- * the runner's bookkeeping (doc/architecture.md has the checklist). */
+ * What the conformance runner needs (doc/architecture.md, "Adding a stage
+ * value"; IN and AUX rows: NONE, NONE, 0, 0):
+ *   check  how the value is judged: NUM against its exact value within the
+ *          tolerance, DW the same plus "an empty expert's gradient is
+ *          zero", END the same plus drift against the golden (an end
+ *          result), OUT END plus the zero-drop proof (the layer's output),
+ *          COPY bitwise (a permutation of an input), IDS the routing check,
+ *          TOKENS the token accounting, SORTED checked with sort_perm by
+ *          the token accounting. NUM, DW, END, OUT and COPY rows name
+ *          functions beside their stage (src/stages/, declared from this
+ *          table in stages_priv.h): dl__exact_<name> (the exact value on
+ *          the effective upstream) and, but for COPY, dl__mag_<name> (the
+ *          scale M of its rounding error); the build fails on a missing one,
+ *          naming the value;
+ *   prop   how the error of an absent upstream value propagates into it:
+ *          GEMM through the magnitude GEMMs its dl__mag_<name> describes,
+ *          ELEM through its derivative magnitudes dl__prop_<name> (beside
+ *          the stage), NONE for the other kinds;
+ *   up     the values it is a function of: DL__UP(ENUM) | ..., with
+ *          DL__UP_DISPATCH for sort_perm, inv_perm, group_sizes and
+ *          group_offsets; 0 for none;
+ *   up_plain  the same for DL_FFN_PLAIN where it differs, else 0.
+ * Adding a row (and its stage's functions) is all it takes to add an array
+ * to the format, the enum, the schedule's bookkeeping and the runner. */
 #if DL_EXTRA_VALUE
 /* configure --enable-extra-value: the synthetic value y_half (moe.h) */
-#define DL__EXTRA_VALUE_ROW(X) X(FW, Y_HALF, y_half, ACT, "Md", ALWAYS)
+#define DL__EXTRA_VALUE_ROW(X) X(FW, Y_HALF, y_half, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0)
 #else
 #define DL__EXTRA_VALUE_ROW(X)
 #endif
 #define DL_VALUE_MAP(X)                                             \
-    X(IN, IN_X, x, ACT, "Td", ALWAYS)                                  \
-    X(IN, IN_ROUTER_WEIGHT, router_weight, F32, "dE", ALWAYS)       \
-    X(IN, IN_EXPERT_BIAS, expert_bias, F32, "E", BIAS)                 \
-    X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU)                       \
-    X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU)                           \
-    X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS)                       \
-    X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS)                          \
-    X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS)          \
-    X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS)          \
-    X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS)                    \
-    X(FW, TOPK_WEIGHTS, topk_weights, F32, "Tk", ALWAYS)            \
-    X(AUX, TIE_MARGIN, tie_margin, F32, "T", ALWAYS)                \
-    X(FW, SORT_PERM, sort_perm, I32, "M", ALWAYS)                   \
-    X(FW, INV_PERM, inv_perm, I32, "M", ALWAYS)                     \
-    X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS)               \
-    X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS)           \
-    X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS)                    \
-    X(FW, H_GATE, h_gate, ACT, "Mf", SWIGLU)                        \
-    X(FW, H_UP, h_up, ACT, "Mf", SWIGLU)                            \
-    X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU)                          \
-    X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS)                    \
+    X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0) \
+    X(IN, IN_ROUTER_WEIGHT, router_weight, F32, "dE", ALWAYS, NONE, NONE, 0, 0) \
+    X(IN, IN_EXPERT_BIAS, expert_bias, F32, "E", BIAS, NONE, NONE, 0, 0) \
+    X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
+    X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
+    X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0) \
+    X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0) \
+    X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS, NUM, GEMM, 0, 0) \
+    X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0) \
+    X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS, IDS, NONE, DL__UP(ROUTER_SCORES) | DL__UP(ROUTER_LOGITS), 0) \
+    X(FW, TOPK_WEIGHTS, topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS), 0) \
+    X(AUX, TIE_MARGIN, tie_margin, F32, "T", ALWAYS, NONE, NONE, 0, 0) \
+    X(FW, SORT_PERM, sort_perm, I32, "M", ALWAYS, TOKENS, NONE, DL__UP(TOPK_IDS), 0) \
+    X(FW, INV_PERM, inv_perm, I32, "M", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
+    X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
+    X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
+    X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH, 0) \
+    X(FW, H_GATE, h_gate, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
+    X(FW, H_UP, h_up, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
+    X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0) \
+    X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH) \
     DL__EXTRA_VALUE_ROW(X)                                          \
-    X(FW, OUT, out, ACT, "Td", ALWAYS)                              \
-    X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS)        \
-    X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS)                \
-    X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU)                      \
-    X(BW, D_W_DOWN, d_w_down, F32, "Efd", ALWAYS)                   \
-    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", SWIGLU)                    \
-    X(BW, D_H_UP, d_h_up, ACT, "Mf", SWIGLU)                        \
-    X(BW, D_X_SORTED, d_x_sorted, ACT, "Md", ALWAYS)                \
-    X(BW, D_W_GATE, d_w_gate, F32, "Edf", SWIGLU)                   \
-    X(BW, D_W_UP, d_w_up, F32, "Edf", SWIGLU)                       \
-    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS)      \
-    X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS)      \
-    X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS)      \
-    X(BW, D_X, d_x, ACT, "Td", ALWAYS)
+    X(FW, OUT, out, ACT, "Td", ALWAYS, OUT, ELEM, DL__UP(Y_SORTED) | DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0) \
+    X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0) \
+    X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0) \
+    X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0) \
+    X(BW, D_W_DOWN, d_w_down, F32, "Efd", ALWAYS, DW, GEMM, DL__UP(H_ACT) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH) \
+    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
+    X(BW, D_H_UP, d_h_up, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
+    X(BW, D_X_SORTED, d_x_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(D_H_GATE) | DL__UP(D_H_UP) | DL__UP_DISPATCH, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH) \
+    X(BW, D_W_GATE, d_w_gate, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
+    X(BW, D_W_UP, d_w_up, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_UP) | DL__UP_DISPATCH, 0) \
+    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS), 0) \
+    X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0) \
+    X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0) \
+    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH, 0)
 
 /* The row's enumerator, for FW and BW rows only. */
 #define DL__VALUE_ENUM_IN(E)
 #define DL__VALUE_ENUM_AUX(E)
 #define DL__VALUE_ENUM_FW(E) DL_VALUE_##E,
 #define DL__VALUE_ENUM_BW(E) DL_VALUE_##E,
-#define DL__VALUE_ENUM(g, E, n, st, dims, cond) DL__VALUE_ENUM_##g(E)
+#define DL__VALUE_ENUM(g, E, n, st, dims, cond, ...) DL__VALUE_ENUM_##g(E)
 
 /* The value every stage of the forward and backward pass stores, in
  * dependency order: what the runner checks. The names (dl_value_name) are
@@ -87,6 +110,11 @@ typedef enum {
     DL_VALUE_COUNT,
     DL_VALUE_NONE = -1 /* a check about the whole case (token accounting) */
 } dl_value_t;
+
+/* The up and up_plain columns' bits. */
+#define DL__UP(E) (UINT64_C(1) << DL_VALUE_##E)
+#define DL__UP_DISPATCH \
+    (DL__UP(SORT_PERM) | DL__UP(INV_PERM) | DL__UP(GROUP_SIZES) | DL__UP(GROUP_OFFSETS))
 
 /* How a value is stored: the case's dtype, fp32, int32 or int64. */
 typedef enum {

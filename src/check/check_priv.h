@@ -9,27 +9,8 @@
  * options say otherwise (tolerances.md). */
 #define DL__FALSE_ALARM_DEFAULT 1e-6
 
-/* How M = (|A||B|)_ij, the scale of the accumulation error, is obtained for
- * a stage: from |g| (no products), a precomputed array, or the GEMM of
- * absolute values, in bulk (OpenBLAS dgemm per group) or per element. */
-typedef enum {
-    DL__M_ABS_G = 0,   /* M = |g| */
-    DL__M_ARRAY,       /* M = arr[idx] */
-    DL__M_GROUPED,     /* sum over terms of |lhs| |op(rhs[e])|, rows grouped by offsets */
-    DL__M_RAGGED       /* out[e, i, j] = sum_{m in e} |a[m,i]| |b[m,j]| */
-} dl__mkind_t;
-
-typedef struct {
-    dl__mkind_t kind;
-    const double *arr;
-    dl_gemm_term_t terms[2];
-    int nterms;
-    int64_t N;                 /* grouped: columns; ragged: J */
-    const float *a, *b;        /* ragged */
-    int64_t I;
-    const int64_t *off;
-    int64_t E;
-} dl__mprov_t;
+/* dl__mkind_t and dl__mprov_t, how M is obtained: stages_priv.h (each
+ * stage's checking side sets them up). */
 
 /* One comparison of a float stage against its exact values. */
 typedef struct {
@@ -62,6 +43,19 @@ typedef struct {
 #define DL__TIER_STAT 2
 #define DL__TIERS 3
 
+/* The driver's record of one stage value (stage.c, desc.c, prop.c). */
+typedef struct {
+    int need;       /* its value is needed: the candidate's, or upstream of one */
+    int track;      /* absent and upstream of a provided stage: its error is bounded */
+    int recomputed; /* exact[s] was recomputed, not the golden's */
+    int prop_used;  /* a provided stage's bound carries propagated error */
+    /* the statistical tier: a hidden value whose error is coherent across
+     * its elements (GEMM operands rounded to the profile's input grid, and
+     * what such a value feeds) propagates linearly, never by root sum of
+     * squares */
+    int coherent;
+} dl__ck_stage_t;
+
 /* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
  * value downstream stages are recomputed on: the candidate's own (put in the
  * oracle's row layout and slot order) where it provides a finite one, else
@@ -89,8 +83,6 @@ typedef struct {
     const void *eff[DL_VALUE_COUNT];
     int eff_golden[DL_VALUE_COUNT];
     int eff_is_cand[DL_VALUE_COUNT];
-    int recomputed[DL_VALUE_COUNT];    /* exact[s] was recomputed, not the golden's */
-    int need[DL_VALUE_COUNT];
     void **owned;
     size_t n_owned, cap_owned;
     const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
@@ -116,17 +108,11 @@ typedef struct {
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
     /* absent stages a provided one depends on: per element, the PASS [0]
      * and WARN [1] bound on the error of the candidate's hidden value */
-    int track[DL_VALUE_COUNT];
     double *delta[DL__TIERS][DL_VALUE_COUNT];
     const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
-    /* the statistical tier: a hidden value whose error is coherent across
-     * its elements (GEMM operands rounded to the profile's input grid, and
-     * what such a value feeds) propagates linearly, never by root sum of
-     * squares; lambda the multiplier for the case's false-alarm rate */
-    int coherent[DL_VALUE_COUNT];
-    double lambda;
+    double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */
-    int prop_used[DL_VALUE_COUNT];   /* a provided stage's bound carries propagated error */
+    dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
 } dl__ck_t;
 
 /* result.c */
@@ -194,15 +180,6 @@ int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel
 /* 1 when some such move makes the exact selection x of token t differ (or
  * its tie is exact). */
 int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w);
-/* M for scores: [T, E]. */
-void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m);
-/* M of the score VJP (dl_route_scores_backward) at stored scores and
- * d_scores: [T, E]. */
-void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const float *d_scores,
-                        int64_t T, double *m);
-void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
-                      const float *d_w, int64_t T, double *m);
-
 /* ties.c: without candidate topk_ids, the plausible selection nearest the
  * candidate's out for each token inside its tie margin; *ids is a copy of
  * the exact ids with those (owned by ck), or NULL when none differs. */
@@ -223,19 +200,34 @@ int dl__ck_zero_drops(dl__ck_t *ck);
 typedef struct {
     uint64_t up;       /* the stages whose stored values this one is a function of */
     uint64_t up_plain; /* the same for DL_FFN_PLAIN where it differs, else 0 */
-    /* The exact value on the effective upstream, into out (n floats). */
-    int (*exact)(dl__ck_t *ck, dl_value_t s, float *out);
-    /* The comparison's M provider and constants (cmp->mp preset to mp, with
-     * mp zeroed but for the effective group offsets and E). */
-    int (*setup)(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
+    int kind;          /* 0: the row's check column is NONE (the runner refuses) */
+    /* The exact value on the effective upstream, into out (numel floats),
+     * and the comparison's M provider and constants: beside the stage. */
+    int (*exact)(const dl__vctx_t *v, float *out);
+    int (*mag)(const dl__vctx_t *v, const float *g, int64_t numel, dl__mag_t *m);
     unsigned flags;
     /* A value checked by its own routine (routing ids, token accounting). */
     int (*check)(dl__ck_t *ck);
+    /* The propagation of absent upstream error: its derivative magnitudes
+     * beside the stage (prop), or through its magnitude GEMMs (prop_gemm). */
+    int (*prop)(const dl__vctx_t *v, const float *g, int64_t numel, double *out);
+    int prop_gemm;
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
+/* Why descriptor d (of a value stored as store) describes no check, or
+ * NULL when it does. */
+const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store);
 /* DL_EINVAL (with a FAIL result naming it) when some value has no check in
  * the table: the runner refuses to start rather than skip it silently. */
 int dl__ck_table_check(dl__ck_t *ck);
+/* The runner's view of the layer for the stages' checking sides; tier
+ * DL__TIER_PASS, _WARN or _STAT for a propagation (the deltas of that
+ * tier), -1 for none. */
+void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v);
+/* Stage s's exact value on the effective upstream (its row's function). */
+int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
+/* Sets up cmp's M provider (mp, owned by the caller) and constants for s. */
+int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in this case (the candidate's own where it

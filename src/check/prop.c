@@ -8,22 +8,15 @@
  * absent upstream's deltas through the exact stage function:
  *   |f(x + e) - f(x)| <= sum_u |df/du| delta_u   (+ O(delta^2)),
  * evaluated in binary64 magnitude arithmetic on the effective values. The
- * GEMM stages propagate by the same magnitude GEMMs that give their M
- * (one operand replaced by its delta); the others by their derivatives. */
+ * GEMM stages (prop column GEMM) propagate by the same magnitude GEMMs that
+ * give their M (one operand replaced by its delta); the others (ELEM) by
+ * their derivative magnitudes, which live beside each stage
+ * (src/stages/<stage>_check.c, dl__prop_<name>). */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check/check_priv.h"
-
-#define EF(s) ((const float *)ck->eff[DL_VALUE_##s])
-#define DL(s) ck->delta[warn][DL_VALUE_##s]
-#define INV ((const int32_t *)ck->eff[DL_VALUE_INV_PERM])
-
-static double sig(double g)
-{
-    return 1.0 / (1.0 + exp(-g));
-}
 
 /* A delta as floats for the magnitude GEMMs, rounded up (a bound stays a
  * bound). */
@@ -102,7 +95,7 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         const int u = delta_of(ck, op, warn);
         if (u < 0)
             continue;
-        const int rss = warn == DL__TIER_STAT && !ck->coherent[u];
+        const int rss = warn == DL__TIER_STAT && !ck->st[u].coherent;
         dl__mprov_t sub = *mp;
         float *fd = rss ? sq_float(ck->delta[warn][u], NULL, ck->numel[u])
                         : up_float(ck->delta[warn][u], ck->numel[u]);
@@ -137,320 +130,16 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
     return 0;
 }
 
-/* ---------------------------------------------------- elementwise stages */
-
-/* The statistical tier adds the terms of independent sources (a hidden
- * value whose errors are independent across its elements, and distinct
- * hidden values) as a root sum of squares, coherent ones linearly; the
- * other tiers always linearly. RSS(u) says whether source u's terms go
- * into the squares. */
-#define RSS(u) (warn == DL__TIER_STAT && !ck->coherent[DL_VALUE_##u])
-
-static double comb(double lin, double sq)
-{
-    return lin + sqrt(sq);
-}
-
-static int p_router_scores(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dl = DL(ROUTER_LOGITS);
-    const float *sc = ck->exact[s];
-    const int64_t E = ck->E;
-    if (!dl)
-        return 0;
-    for (int64_t t = 0; t < ck->T; t++) {
-        double sum = 0.0; /* softmax: ds_e <= s_e (dl_e + sum_j s_j dl_j) */
-        for (int64_t e = 0; e < E; e++)
-            sum += (double)sc[t * E + e] * dl[t * E + e];
-        for (int64_t e = 0; e < E; e++) {
-            const double se = sc[t * E + e];
-            out[t * E + e] += ck->c->route.score_fn == DL_SCORE_SOFTMAX
-                                  ? se * (dl[t * E + e] + sum)
-                                  : se * (1.0 - se) * dl[t * E + e];
-        }
-    }
-    return 1;
-}
-
-/* The renormalised selection's sum S of one token. */
-static double sel_sum(const dl__ck_t *ck, const float *sc, const int32_t *ids, int64_t t)
-{
-    double S = 0.0;
-    for (int64_t j = 0; j < ck->k; j++)
-        S += sc[t * ck->E + ids[t * ck->k + j]];
-    return S;
-}
-
-static int p_topk_weights(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *ds = DL(ROUTER_SCORES);
-    const float *sc = EF(ROUTER_SCORES);
-    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
-    const int64_t k = ck->k, E = ck->E;
-    const double a = fabs(ck->c->route.scaling);
-    if (!ds)
-        return 0;
-    for (int64_t t = 0; t < ck->T; t++) {
-        if (!ck->c->route.renormalize) {
-            for (int64_t j = 0; j < k; j++)
-                out[t * k + j] += a * ds[t * E + ids[t * k + j]];
-            continue;
-        }
-        /* w_j = a s_j / S: dw_j/ds_j = a (S - s_j) / S^2, dw_j/ds_i = -a s_j / S^2
-         * (i != j), in magnitudes: dw_j <= a (|S - s_j| ds_j + s_j sum_{i != j} ds_i) / S^2
-         * (zero for top-1, whose weight is exactly a) */
-        const double S = sel_sum(ck, sc, ids, t);
-        double dsum = 0.0;
-        for (int64_t j = 0; j < k; j++)
-            dsum += ds[t * E + ids[t * k + j]];
-        if (!(S > 0.0))
-            continue;
-        for (int64_t j = 0; j < k; j++) {
-            const double sj = sc[t * E + ids[t * k + j]], dj = ds[t * E + ids[t * k + j]];
-            out[t * k + j] += a * (fabs(S - sj) * dj + fabs(sj) * (dsum - dj)) / (S * S);
-        }
-    }
-    return 1;
-}
-
-static int p_h_act(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dg = DL(H_GATE), *du = DL(H_UP);
-    const float *g = EF(H_GATE), *u = EF(H_UP);
-    if (!dg && !du)
-        return 0;
-    const int rg = RSS(H_GATE), ru = RSS(H_UP);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < ck->numel[s]; i++) {
-        const double sg = sig(g[i]), gi = g[i];
-        /* h = silu(g) u: |silu'(g) u| dg + |silu(g)| du */
-        const double a = dg ? fabs(sg * (1.0 + gi * (1.0 - sg)) * u[i]) * dg[i] : 0.0;
-        const double b = du ? fabs(gi * sg) * du[i] : 0.0;
-        out[i] += comb((rg ? 0.0 : a) + (ru ? 0.0 : b), (rg ? a * a : 0.0) + (ru ? b * b : 0.0));
-    }
-    return 1;
-}
-
-static int p_d_h_gu(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dg = DL(H_GATE), *du = DL(H_UP), *dd = DL(D_H_ACT);
-    const float *g = EF(H_GATE), *u = EF(H_UP), *dh = EF(D_H_ACT);
-    const int gate = s == DL_VALUE_D_H_GATE;
-    if (!dg && !du && !dd)
-        return 0;
-    const int rg = RSS(H_GATE), ru = RSS(H_UP), rd = RSS(D_H_ACT);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < ck->numel[s]; i++) {
-        const double sg = sig(g[i]), gi = g[i], ui = u[i], hi = dh[i];
-        const double d1 = sg * (1.0 + gi * (1.0 - sg));                 /* silu' */
-        const double d2 = sg * (1.0 - sg) * (2.0 + gi * (1.0 - 2.0 * sg)); /* silu'' */
-        double td, tu = 0.0, tg;
-        if (gate) { /* dh u silu'(g) */
-            td = dd ? fabs(ui * d1) * dd[i] : 0.0;
-            tu = du ? fabs(hi * d1) * du[i] : 0.0;
-            tg = dg ? fabs(hi * ui * d2) * dg[i] : 0.0;
-        } else { /* dh silu(g) */
-            td = dd ? fabs(gi * sg) * dd[i] : 0.0;
-            tg = dg ? fabs(hi * d1) * dg[i] : 0.0;
-        }
-        out[i] += comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),
-                       (rd ? td * td : 0.0) + (ru ? tu * tu : 0.0) + (rg ? tg * tg : 0.0));
-    }
-    return 1;
-}
-
-/* ------------------------------------------------- combine and its VJP */
-
-static int p_out(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dy = DL(Y_SORTED), *dw = DL(TOPK_WEIGHTS);
-    const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
-    const int32_t *inv = INV;
-    const int64_t k = ck->k, d = ck->d;
-    if (!dy && !dw)
-        return 0;
-    const int ry = RSS(Y_SORTED), rw = RSS(TOPK_WEIGHTS);
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < ck->T; t++)
-        for (int64_t i = 0; i < d; i++) {
-            double lin = 0.0, sq = 0.0; /* the slots' rows are distinct hidden values */
-            for (int64_t j = 0; j < k; j++) {
-                const int64_t q = inv[t * k + j];
-                const double ty = fabs((double)w[t * k + j]) * (dy ? dy[q * d + i] : 0.0);
-                const double tw = (dw ? dw[t * k + j] : 0.0) * fabs((double)y[q * d + i]);
-                lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
-                sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
-            }
-            out[t * d + i] += comb(lin, sq);
-        }
-    return 1;
-}
-
-static int p_d_topk_weights(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dy = DL(Y_SORTED);
-    const int32_t *inv = INV;
-    const int64_t k = ck->k, d = ck->d;
-    if (!dy)
-        return 0;
-    const int ry = RSS(Y_SORTED);
-#pragma omp parallel for schedule(static)
-    for (int64_t fl = 0; fl < ck->M; fl++) {
-        const float *g = ck->in->d_out + (fl / k) * d;
-        const double *e = dy + (int64_t)inv[fl] * d;
-        double a = 0.0;
-        for (int64_t i = 0; i < d; i++)
-            a += ry ? ((double)g[i] * e[i]) * ((double)g[i] * e[i]) : fabs((double)g[i]) * e[i];
-        out[fl] += ry ? sqrt(a) : a;
-    }
-    return 1;
-}
-
-static int p_d_y_sorted(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dw = DL(TOPK_WEIGHTS);
-    const int32_t *inv = INV;
-    const int64_t k = ck->k, d = ck->d;
-    if (!dw)
-        return 0;
-#pragma omp parallel for schedule(static)
-    for (int64_t fl = 0; fl < ck->M; fl++) {
-        const float *g = ck->in->d_out + (fl / k) * d;
-        const int64_t q = inv[fl];
-        for (int64_t i = 0; i < d; i++)
-            out[q * d + i] += dw[fl] * fabs((double)g[i]);
-    }
-    return 1;
-}
-
-/* ------------------------------------------------------ router backward */
-
-static int p_d_router_scores(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *ddw = DL(D_TOPK_WEIGHTS), *dsc = DL(ROUTER_SCORES);
-    const float *sc = EF(ROUTER_SCORES), *dw = EF(D_TOPK_WEIGHTS);
-    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
-    const int64_t k = ck->k, E = ck->E;
-    const double a = fabs(ck->c->route.scaling);
-    if (!ddw && !dsc)
-        return 0;
-    for (int64_t t = 0; t < ck->T; t++) {
-        const int32_t *id = ids + t * k;
-        if (!ck->c->route.renormalize) { /* ds = a dw */
-            for (int64_t j = 0; j < k; j++)
-                out[t * E + id[j]] += ddw ? a * ddw[t * k + j] : 0.0;
-            continue;
-        }
-        /* ds_j = a (dw_j / S - P / S^2), P = sum_i dw_i s_i */
-        const double S = sel_sum(ck, sc, ids, t);
-        if (!(S > 0.0))
-            continue;
-        double P = 0.0, pd = 0.0, sd = 0.0, wd = 0.0;
-        for (int64_t i = 0; i < k; i++) {
-            const double si = sc[t * E + id[i]], dwi = dw[t * k + i];
-            P += dwi * si;
-            pd += ddw ? fabs(si) * ddw[t * k + i] : 0.0; /* from the dw's */
-            sd += dsc ? dsc[t * E + id[i]] : 0.0;
-            wd += dsc ? fabs(dwi) * dsc[t * E + id[i]] : 0.0;
-        }
-        for (int64_t j = 0; j < k; j++) {
-            const double dwj = fabs((double)dw[t * k + j]);
-            double b = ddw ? ddw[t * k + j] / S + pd / (S * S) : 0.0;
-            /* d/ds_m: -(dw_j + dw_m) / S^2 + 2 P / S^3 */
-            b += (dwj * sd + wd) / (S * S) + 2.0 * fabs(P) * sd / (S * S * S);
-            out[t * E + id[j]] += a * b;
-        }
-    }
-    return 1;
-}
-
-static int p_d_router_logits(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dds = DL(D_ROUTER_SCORES), *dsc = DL(ROUTER_SCORES);
-    const float *sc = EF(ROUTER_SCORES), *ds = EF(D_ROUTER_SCORES);
-    const int64_t E = ck->E;
-    if (!dds && !dsc)
-        return 0;
-    for (int64_t t = 0; t < ck->T; t++) {
-        const float *st = sc + t * E, *dt = ds + t * E;
-        if (ck->c->route.score_fn != DL_SCORE_SOFTMAX) { /* dl = ds s (1 - s) */
-            for (int64_t e = 0; e < E; e++)
-                out[t * E + e] += (dds ? st[e] * (1.0 - st[e]) * dds[t * E + e] : 0.0) +
-                                  (dsc ? fabs((double)dt[e] * (1.0 - 2.0 * st[e])) * dsc[t * E + e]
-                                       : 0.0);
-            continue;
-        }
-        /* dl_e = s_e (ds_e - sigma), sigma = sum_j s_j ds_j */
-        double sigma = 0.0, a1 = 0.0, a2 = 0.0;
-        for (int64_t j = 0; j < E; j++) {
-            sigma += (double)st[j] * dt[j];
-            a1 += dds ? st[j] * dds[t * E + j] : 0.0;
-            a2 += dsc ? fabs((double)dt[j]) * dsc[t * E + j] : 0.0;
-        }
-        for (int64_t e = 0; e < E; e++)
-            out[t * E + e] += st[e] * ((dds ? dds[t * E + e] : 0.0) + a1 + a2) +
-                              (dsc ? fabs(dt[e] - sigma) * dsc[t * E + e] : 0.0);
-    }
-    return 1;
-}
-
-static int p_d_x(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dxs = DL(D_X_SORTED), *dlg = DL(D_ROUTER_LOGITS);
-    const float *wr = ck->in->router_weight;
-    const int32_t *inv = INV;
-    const int64_t k = ck->k, d = ck->d, E = ck->E;
-    if (!dxs && !dlg)
-        return 0;
-    const int rx = RSS(D_X_SORTED), rl = RSS(D_ROUTER_LOGITS);
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < ck->T; t++)
-        for (int64_t i = 0; i < d; i++) {
-            double lin = 0.0, sq = 0.0;
-            for (int64_t j = 0; dxs && j < k; j++) {
-                const double a = dxs[(int64_t)inv[t * k + j] * d + i];
-                lin += rx ? 0.0 : a;
-                sq += rx ? a * a : 0.0;
-            }
-            for (int64_t e = 0; dlg && e < E; e++) {
-                const double a = dlg[t * E + e] * fabs((double)wr[i * E + e]);
-                lin += rl ? 0.0 : a;
-                sq += rl ? a * a : 0.0;
-            }
-            out[t * d + i] += comb(lin, sq);
-        }
-    return 1;
-}
-
-#if DL_EXTRA_VALUE
-/* y_half = y_sorted / 2: half of y_sorted's delta */
-static int p_y_half(dl__ck_t *ck, dl_value_t s, int warn, double *out)
-{
-    const double *dy = DL(Y_SORTED);
-    for (int64_t i = 0; dy && i < ck->numel[s]; i++)
-        out[i] += 0.5 * dy[i];
-    return dy != NULL;
-}
-#endif
-
 /* ------------------------------------------------------------ the entry */
 
-static int (*const elementwise[DL_VALUE_COUNT])(dl__ck_t *, dl_value_t, int, double *) = {
-    [DL_VALUE_ROUTER_SCORES] = p_router_scores,
-    [DL_VALUE_TOPK_WEIGHTS] = p_topk_weights,
-    [DL_VALUE_H_ACT] = p_h_act,
-#if DL_EXTRA_VALUE
-    [DL_VALUE_Y_HALF] = p_y_half,
-#endif
-    [DL_VALUE_OUT] = p_out,
-    [DL_VALUE_D_TOPK_WEIGHTS] = p_d_topk_weights,
-    [DL_VALUE_D_Y_SORTED] = p_d_y_sorted,
-    [DL_VALUE_D_H_GATE] = p_d_h_gu,
-    [DL_VALUE_D_H_UP] = p_d_h_gu,
-    [DL_VALUE_D_ROUTER_SCORES] = p_d_router_scores,
-    [DL_VALUE_D_ROUTER_LOGITS] = p_d_router_logits,
-    [DL_VALUE_D_X] = p_d_x,
-};
+/* An elementwise stage's propagation: its derivative magnitudes, beside the
+ * stage (its row's prop function). */
+static int prop_elem(dl__ck_t *ck, dl_value_t s, int warn, double *out)
+{
+    dl__vctx_t v;
+    dl__ck_vctx(ck, warn, &v);
+    return dl__ck_desc(s)->prop(&v, ck->exact[s], ck->numel[s], out);
+}
 
 int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out)
 {
@@ -466,9 +155,10 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     if (!p)
         return DL_ENOMEM;
     int any = 0, rc = 0;
-    if (elementwise[s])
-        any = elementwise[s](ck, s, warn, p);
-    else if (cmp->mp && (cmp->mp->kind == DL__M_GROUPED || cmp->mp->kind == DL__M_RAGGED))
+    if (dl__ck_desc(s)->prop)
+        any = prop_elem(ck, s, warn, p);
+    else if (dl__ck_desc(s)->prop_gemm && cmp->mp &&
+             (cmp->mp->kind == DL__M_GROUPED || cmp->mp->kind == DL__M_RAGGED))
         rc = prop_mp(ck, cmp, cmp->mp, warn, p, &any);
     if (rc < 0)
         return rc;

@@ -1,84 +1,12 @@
-/* Routing checks: tie-aware top-k comparison, exact routing weights for the
- * candidate's own ids, and the exact score VJP on stored d_scores (the
- * stage-local definition of d_router_logits). */
+/* Routing checks: the tie-aware top-k comparison. (The exact routing
+ * weights for the candidate's own ids, the score VJP on stored d_scores
+ * and their magnitudes are the routing stages' checking side,
+ * src/stages/route_check.c.) */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check/check_priv.h"
-
-/* ------------------------------------------------------------- scores */
-
-void dl__ck_score_m(const dl__ck_t *ck, const float *logits, const float *scores, double *m)
-{
-    const int64_t T = ck->T, E = ck->E;
-    const int softmax = ck->c->route.score_fn == DL_SCORE_SOFTMAX;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < T; t++) {
-        const float *l = logits + t * E, *s = scores + t * E;
-        if (!softmax) {
-            /* 1/(1+exp(-l)): exp, add, divide, each relative to s */
-            for (int64_t e = 0; e < E; e++)
-                m[t * E + e] = fabs((double)s[e]);
-            continue;
-        }
-        /* s_e = exp(z_e) / sum_j exp(z_j), z = l - max l: a rounded z_e
-         * carries |z_e| u into exp, and the sum carries its terms' */
-        double mx = -INFINITY, zs = 0.0;
-        for (int64_t e = 0; e < E; e++)
-            if (l[e] > mx)
-                mx = l[e];
-        for (int64_t e = 0; e < E; e++)
-            zs += fabs((double)s[e]) * fabs((double)l[e] - mx);
-        for (int64_t e = 0; e < E; e++)
-            m[t * E + e] = fabs((double)s[e]) * (1.0 + fabs((double)l[e] - mx) + zs);
-    }
-}
-
-/* ------------------------------------------------------------- weights */
-
-/* ---------------------------------------------------- routing backward */
-
-void dl__ck_dscores_m(const dl_route_config_t *rc, const float *scores, const int32_t *ids,
-                      const float *d_w, int64_t T, double *m)
-{
-    const int64_t E = rc->experts, k = rc->top_k;
-    const double sc = fabs(rc->scaling);
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < T; t++) {
-        double *mt = m + t * E;
-        for (int64_t e = 0; e < E; e++)
-            mt[e] = 0.0;
-        double S = 0.0, cross = 0.0;
-        for (int64_t j = 0; j < k; j++) {
-            double s = scores[t * E + ids[t * k + j]];
-            S += s;
-            cross += fabs((double)d_w[t * k + j]) * s;
-        }
-        for (int64_t j = 0; j < k; j++) {
-            double dw = fabs((double)d_w[t * k + j]);
-            mt[ids[t * k + j]] = rc->renormalize && S > 0.0 ? sc * (dw / S + cross / (S * S))
-                                                            : sc * dw;
-        }
-    }
-}
-
-void dl__ck_score_vjp_m(const dl_route_config_t *rc, const float *scores, const float *d_scores,
-                        int64_t T, double *m)
-{
-    const int64_t E = rc->experts;
-    const int softmax = rc->score_fn == DL_SCORE_SOFTMAX;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < T; t++) {
-        const float *s = scores + t * E, *ds = d_scores + t * E;
-        double asig = 0.0;
-        for (int64_t j = 0; softmax && j < E; j++)
-            asig += fabs((double)s[j] * (double)ds[j]);
-        for (int64_t e = 0; e < E; e++)
-            m[t * E + e] = softmax ? fabs((double)s[e]) * (fabs((double)ds[e]) + asig)
-                                   : fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]));
-    }
-}
 
 /* ------------------------------------------------------- the ids check */
 

@@ -22,9 +22,7 @@
 
 double dl__ck_key(const dl__ck_t *ck, const float *s, int64_t e)
 {
-    if (ck->c->route.has_bias && ck->in->expert_bias)
-        return (float)((double)s[e] + (double)ck->in->expert_bias[e]);
-    return s[e];
+    return dl__route_key(&ck->c->route, s, ck->in->expert_bias, e); /* the stage's */
 }
 
 int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
@@ -39,27 +37,13 @@ int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
     return 1;
 }
 
-/* Softmax's row terms of the score bound: the largest logit mx and
- * zs = sum_j |s_j| |l_j - mx| (once per row: the bound of every expert
- * of the row uses them). */
-static void softmax_row(int64_t E, const float *l, const float *s, double *mx, double *zs)
-{
-    *mx = -INFINITY;
-    *zs = 0.0;
-    for (int64_t j = 0; j < E; j++)
-        if (l[j] > *mx)
-            *mx = l[j];
-    for (int64_t j = 0; j < E; j++)
-        *zs += fabs((double)s[j]) * fabs((double)l[j] - *mx);
-}
-
+/* The WARN bound of score e of a row whose row terms are mx, zs (the
+ * score stage's magnitudes, stages/route_check.c). */
 static double score_bound_at(const dl__ck_t *ck, const float *l, const float *s, int64_t e,
                              double mx, double zs, int warn)
 {
     const int soft = ck->c->route.score_fn == DL_SCORE_SOFTMAX;
-    double M = fabs((double)s[e]);
-    if (soft)
-        M *= 1.0 + fabs((double)l[e] - mx) + zs;
+    const double M = dl__route_score_m(&ck->c->route, l, s, e, mx, zs);
     dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
                      .K = soft ? ck->E : 0};
     return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
@@ -70,9 +54,8 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
 {
     const int64_t E = ck->E;
     const float *l = logits + t * E, *s = scores + t * E;
-    double mx = 0.0, zs = 0.0;
-    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX)
-        softmax_row(E, l, s, &mx, &zs);
+    double mx, zs;
+    dl__route_score_m_row(&ck->c->route, E, l, s, &mx, &zs);
     return score_bound_at(ck, l, s, e, mx, zs, warn);
 }
 
@@ -110,21 +93,11 @@ void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
     const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
     const float *s = scores + t * E;
     /* the hidden router's error per expert, through the score function as
-     * the propagation rule of tolerances.md has it: softmax
-     * s_e (dl_e + sum_j s_j dl_j), sigmoid s (1 - s) dl */
-    if (hidden_logit_err(ck, t, tol)) {
-        double mix = 0.0;
-        for (int64_t e = 0; e < E; e++)
-            mix += fabs((double)s[e]) * tol[e];
-        for (int64_t e = 0; e < E; e++) {
-            const double se = fabs((double)s[e]);
-            tol[e] = ck->c->route.score_fn == DL_SCORE_SOFTMAX ? se * (tol[e] + mix)
-                                                              : se * (1.0 - se) * tol[e];
-        }
-    }
-    double mx = 0.0, zs = 0.0; /* the softmax row terms, once for the row's E bounds */
-    if (ck->c->route.score_fn == DL_SCORE_SOFTMAX)
-        softmax_row(E, logits + t * E, s, &mx, &zs);
+     * the score stage propagates it (stages/route_check.c) */
+    if (hidden_logit_err(ck, t, tol))
+        dl__route_score_prop_row(&ck->c->route, E, s, tol, tol);
+    double mx, zs; /* the softmax row terms, once for the row's E bounds */
+    dl__route_score_m_row(&ck->c->route, E, logits + t * E, s, &mx, &zs);
     for (int64_t e = 0; e < E; e++) {
         tol[e] += score_bound_at(ck, logits + t * E, s, e, mx, zs, 1);
         if (ck->c->route.has_bias)

@@ -169,7 +169,7 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     cmp->mp = mp;
     mp->off = ck->eff[DL_VALUE_GROUP_OFFSETS];
     mp->E = ck->E;
-    int rc = dl__ck_desc(s)->setup(ck, s, cmp, mp);
+    int rc = dl__ck_mag(ck, s, cmp, mp);
     if (!rc && !cmp->rows)
         shape2(ck, s, &cmp->rows, &cmp->cols);
     return rc;
@@ -198,10 +198,10 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     const float *g = ck->exact[s];
     /* coherent: its own operands rounded to the input grid, or fed by a
      * coherent hidden value (the statistical tier propagates it linearly) */
-    ck->coherent[s] = cmp.kappa_in > 0;
+    ck->st[s].coherent = cmp.kappa_in > 0;
     const uint64_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        ck->coherent[s] |= ((up >> u) & 1) && ck->delta[DL__TIER_STAT][u] && ck->coherent[u];
+        ck->st[s].coherent |= ((up >> u) & 1) && ck->delta[DL__TIER_STAT][u] && ck->st[u].coherent;
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers && !rc; warn++) {
         double *p, *dl = NULL;
@@ -220,7 +220,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
                 const double own = dl__ck_bound(ck, &cmp, g[i], m, K, warn), pr = p ? p[i] : 0.0;
                 /* the statistical tier: its own error and the propagated
                  * one are independent (root sum of squares) unless coherent */
-                dl[i] = warn == DL__TIER_STAT && !ck->coherent[s] ? hypot(own, pr) : own + pr;
+                dl[i] = warn == DL__TIER_STAT && !ck->st[s].coherent ? hypot(own, pr) : own + pr;
             }
         }
         ck->delta[warn][s] = dl;
@@ -240,7 +240,7 @@ static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
         if (rc)
             return rc;
         cmp->prop[warn] = p;
-        ck->prop_used[s] |= p != NULL;
+        ck->st[s].prop_used |= p != NULL;
         if (s == DL_VALUE_OUT)
             ck->prop_out[warn] = p;
     }
@@ -266,7 +266,7 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
     int differs = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         differs |= ((up >> u) & 1) && !ck->eff_golden[u];
-    if (r->verdict <= DL_VERDICT_PASS || !ck->gold[s] || (!differs && !ck->prop_used[s]) ||
+    if (r->verdict <= DL_VERDICT_PASS || !ck->gold[s] || (!differs && !ck->st[s].prop_used) ||
         !golden_dispatch(ck))
         return 0;
     const void *save[DL_VALUE_COUNT];
@@ -371,102 +371,129 @@ static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, d
     free(cnt);
 }
 
-/* One float stage: exact value, comparison, effective value. */
-static int float_stage(dl__ck_t *ck, dl_value_t s)
+/* Setup: stage s's exact value on the effective upstream, the golden's
+ * where that upstream is bitwise the golden's, else recomputed by its
+ * row's function. */
+static int exact_value(dl__ck_t *ck, dl_value_t s)
 {
     const int64_t n = ck->numel[s];
-    const dl__ck_desc_t *desc = dl__ck_desc(s);
     const uint64_t up = dl__ck_upstream(ck, s);
     int up_golden = 1;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         if ((up >> u) & 1)
             up_golden &= ck->eff_golden[u];
-    int rc;
-    if (!ck->exact[s]) {
-        if (up_golden && ck->gold[s] && !ck->opt.recompute_all) {
-            ck->exact[s] = ck->gold[s];
-            ck->exact_golden[s] = 1;
-        } else {
-            float *x = dl__ck_alloc(ck, n, sizeof *x);
-            if (!x)
-                return DL_ENOMEM;
-            if ((rc = desc->exact(ck, s, x)))
-                return rc;
-            ck->exact[s] = x;
-            ck->recomputed[s] = 1;
-        }
+    if (ck->exact[s]) {
+        ck->st[s].recomputed = 1;
+    } else if (up_golden && ck->gold[s] && !ck->opt.recompute_all) {
+        ck->exact[s] = ck->gold[s];
+        ck->exact_golden[s] = 1;
     } else {
-        ck->recomputed[s] = 1; /* a sibling left by dl_swiglu_backward */
+        float *x = dl__ck_alloc(ck, n, sizeof *x);
+        if (!x)
+            return DL_ENOMEM;
+        int rc = dl__ck_exact(ck, s, x);
+        if (rc)
+            return rc;
+        ck->exact[s] = x;
+        ck->st[s].recomputed = 1;
     }
-    /* (a value left by dl_swiglu_backward for its sibling lands here too) */
     if (!ck->exact_golden[s])
         ck->exact_golden[s] = ck->gold[s] &&
                               !memcmp(ck->exact[s], ck->gold[s], (size_t)n * sizeof(float));
-    const float *exact = ck->exact[s];
-    const float *cand = ck->cand_arr[s];
-    int cand_ok = 0, on_golden = 0;
-    if (cand) {
-        const float *cg = gather(ck, s, exact);
-        if (!cg)
-            return DL_ENOMEM;
-        const int64_t cols = row_cols(ck, s);
-        dl_check_result_t *r;
-        if (desc->flags & DL__CK_COPY) {
-            if (!(r = dl__ck_result(ck, s, "exact")))
-                return DL_ENOMEM;
-            compare_copy(ck, cg, exact, ck->M, cols, ck->row_missing, r);
-        } else {
-            dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = exact};
-            dl__mprov_t mp;
-            if ((rc = setup_cmp(ck, s, &cmp, &mp)) || (rc = add_propagation(ck, s, &cmp)))
-                return rc;
-            if (cols)
-                cmp.row_skip = ck->row_missing;
-            uint8_t *row_fail = NULL;
-            if ((desc->flags & DL__CK_DROPS) && ck->opt.diagnose_drops) {
-                if (!(row_fail = dl__ck_alloc(ck, ck->T, 1)))
-                    return DL_ENOMEM;
-                cmp.row_fail = row_fail;
-            }
-            if (!(r = dl__ck_result(ck, s, "numerics")))
-                return DL_ENOMEM;
-            if (!(cmp.row_over = dl__ck_alloc(ck, cmp.rows, sizeof *cmp.row_over)))
-                return DL_ENOMEM;
-            if ((rc = dl__ck_compare(ck, &cmp, r)) ||
-                (rc = against_golden_upstream(ck, s, cg, r)) < 0)
-                return rc;
-            on_golden = rc;
-            if (!on_golden && (rc = dl__ck_chained_second(ck, s, r)) < 0)
-                return rc;
-            on_golden |= rc; /* figures then are the second level's */
-            rc = 0;
-            if (r->verdict > DL_VERDICT_PASS && !on_golden) {
-                locate(ck, s, r->worst_index, r);
-                per_expert(ck, s, &cmp, r);
-            }
-            if (row_fail && r->verdict == DL_VERDICT_FAIL &&
-                (rc = dl__ck_diagnose_out(ck, row_fail, cg)))
-                return rc;
-        }
-        r->worst_index = cand_index(ck, s, r->worst_index);
-        if (ck->recomputed[s] && !on_golden)
-            dl__ck_msg_append(r, " [recomputed on the candidate's upstream]");
-        if (!(desc->flags & DL__CK_COPY) && ck->prop_used[s] && !on_golden)
-            dl__ck_msg_append(r, " [+ error propagated from absent upstream]");
-        cand_ok = r->n_nonfinite == 0;
-        if (cand_ok) {
-            ck->eff[s] = cg;
-            ck->eff_is_cand[s] = 1;
-            ck->eff_golden[s] = ck->gold[s] && !memcmp(cg, ck->gold[s], (size_t)n * sizeof(float));
-        }
-        if (desc->flags & DL__CK_DW)
-            if ((rc = empty_experts(ck, s, cand)))
-                return rc;
+    return 0;
+}
+
+/* Diagnose: where a failing stage's worst element is, which experts are
+ * bad, and for the layer's output which dropped slots explain its rows. */
+static int diagnose(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_result_t *r,
+                    int on_golden, const float *cg)
+{
+    if (r->verdict > DL_VERDICT_PASS && !on_golden) {
+        locate(ck, s, r->worst_index, r);
+        per_expert(ck, s, cmp, r);
     }
+    if (cmp->row_fail && r->verdict == DL_VERDICT_FAIL)
+        return dl__ck_diagnose_out(ck, cmp->row_fail, cg);
+    return 0;
+}
+
+/* Compare: the candidate's stage s (cg, in the oracle's layout) against
+ * its exact value within the tolerance (its absent upstream's error
+ * propagated), then on the golden's upstream and as the candidate's only
+ * stage where that judges better; *on_golden says one of those did. */
+static int compare(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_t *r,
+                   int *on_golden)
+{
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = ck->exact[s]};
+    dl__mprov_t mp;
+    int rc;
+    if ((rc = setup_cmp(ck, s, &cmp, &mp)) || (rc = add_propagation(ck, s, &cmp)))
+        return rc;
+    if (row_cols(ck, s))
+        cmp.row_skip = ck->row_missing;
+    if ((dl__ck_desc(s)->flags & DL__CK_DROPS) && ck->opt.diagnose_drops &&
+        !(cmp.row_fail = dl__ck_alloc(ck, ck->T, 1)))
+        return DL_ENOMEM;
+    if (!(cmp.row_over = dl__ck_alloc(ck, cmp.rows, sizeof *cmp.row_over)))
+        return DL_ENOMEM;
+    if ((rc = dl__ck_compare(ck, &cmp, r)) || (rc = against_golden_upstream(ck, s, cg, r)) < 0)
+        return rc;
+    *on_golden = rc;
+    if (!*on_golden && (rc = dl__ck_chained_second(ck, s, r)) < 0)
+        return rc;
+    *on_golden |= rc; /* figures then are the second level's */
+    return diagnose(ck, s, &cmp, r, *on_golden, cg);
+}
+
+/* The candidate's stage s judged: bitwise for a copy, else compare(); its
+ * finite value becomes the effective one. */
+static int judge(dl__ck_t *ck, dl_value_t s, int *cand_ok)
+{
+    const dl__ck_desc_t *desc = dl__ck_desc(s);
+    const float *cg = gather(ck, s, ck->exact[s]);
+    if (!cg)
+        return DL_ENOMEM;
+    const int copy = (desc->flags & DL__CK_COPY) != 0;
+    dl_check_result_t *r = dl__ck_result(ck, s, copy ? "exact" : "numerics");
+    if (!r)
+        return DL_ENOMEM;
+    int rc = 0, on_golden = 0;
+    if (copy)
+        compare_copy(ck, cg, ck->exact[s], ck->M, row_cols(ck, s), ck->row_missing, r);
+    else if ((rc = compare(ck, s, cg, r, &on_golden)))
+        return rc;
+    r->worst_index = cand_index(ck, s, r->worst_index);
+    if (ck->st[s].recomputed && !on_golden)
+        dl__ck_msg_append(r, " [recomputed on the candidate's upstream]");
+    if (!copy && ck->st[s].prop_used && !on_golden)
+        dl__ck_msg_append(r, " [+ error propagated from absent upstream]");
+    *cand_ok = r->n_nonfinite == 0;
+    if (*cand_ok) {
+        ck->eff[s] = cg;
+        ck->eff_is_cand[s] = 1;
+        ck->eff_golden[s] = ck->gold[s] &&
+                            !memcmp(cg, ck->gold[s], (size_t)ck->numel[s] * sizeof(float));
+    }
+    if (desc->flags & DL__CK_DW)
+        return empty_experts(ck, s, ck->cand_arr[s]);
+    return 0;
+}
+
+/* One float stage: exact value, the candidate's judged, effective value
+ * (the exact one where the candidate has none, with the bound on the error
+ * its hidden value may carry). */
+static int float_stage(dl__ck_t *ck, dl_value_t s)
+{
+    int rc, cand_ok = 0;
+    if ((rc = exact_value(ck, s)))
+        return rc;
+    if (ck->cand_arr[s] && (rc = judge(ck, s, &cand_ok)))
+        return rc;
     if (!cand_ok) {
-        ck->eff[s] = exact;
+        ck->eff[s] = ck->exact[s];
         ck->eff_golden[s] = ck->exact_golden[s];
-        if (ck->track[s] && !(desc->flags & DL__CK_COPY) && (rc = absent_delta(ck, s)))
+        if (ck->st[s].track && !(dl__ck_desc(s)->flags & DL__CK_COPY) &&
+            (rc = absent_delta(ck, s)))
             return rc;
     }
     return 0;
@@ -499,13 +526,13 @@ int dl__ck_stages(dl__ck_t *ck)
     int rc;
     /* which stages' values are needed: the candidate's, and their upstream */
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->need[s] = ck->cand_arr[s] != NULL;
+        ck->st[s].need = ck->cand_arr[s] != NULL;
     for (int s = DL_VALUE_COUNT - 1; s >= 0; s--)
-        if (ck->need[s]) {
+        if (ck->st[s].need) {
             uint64_t up = dl__ck_upstream(ck, (dl_value_t)s);
             for (int u = 0; u < s; u++)
                 if ((up >> u) & 1)
-                    ck->need[u] = 1;
+                    ck->st[u].need = 1;
         }
     /* the statistical tier's multiplier: a union bound over the elements
      * it may judge, each beyond lambda sigma with probability at most
@@ -518,10 +545,10 @@ int dl__ck_stages(dl__ck_t *ck)
                      ? sqrt(2.0 * log(2.0 * (double)ck->n_stat / pfa)) : 0.0;
     /* the absent stages whose errors reach a provided one */
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->track[s] = ck->need[s] && !ck->cand_arr[s] && !ck->opt.exact_upstream;
+        ck->st[s].track = ck->st[s].need && !ck->cand_arr[s] && !ck->opt.exact_upstream;
     /* routing and dispatch are cheap and always needed for token accounting */
     for (int s = 0; s <= DL_VALUE_GROUP_OFFSETS; s++)
-        ck->need[s] = 1;
+        ck->st[s].need = 1;
 
     for (int si = 0; si < DL_VALUE_COUNT; si++) {
         const dl_value_t s = (dl_value_t)si;
@@ -540,7 +567,7 @@ int dl__ck_stages(dl__ck_t *ck)
         if (desc->check) {
             if ((rc = desc->check(ck)))
                 return rc;
-        } else if (desc->exact && ck->need[s]) {
+        } else if (desc->exact && ck->st[s].need) {
             if ((rc = float_stage(ck, s)))
                 return rc;
         }

@@ -16,28 +16,14 @@
 #define MAX_UNITS 12 /* perturbed keys or groups per token: 2^12 selections tried */
 #define MAX_SETS 512 /* distinct plausible selections kept per token */
 
-/* Group g's score: the sum of its `terms` largest keys (the selection's
- * group rule; only the order of such sums matters here). */
-static double group_score(const dl__ck_t *ck, const float *s, int64_t g, int64_t G, int64_t terms)
+/* Group g's score as the selection ranks it (the stage's own: its best
+ * key, or the sum of its best keys rounded once to fp32); -inf where the
+ * stage finds none (only the order of such scores matters here). */
+static double group_score(const dl__ck_t *ck, const float *s, int64_t g)
 {
-    double top[64];
-    for (int64_t i = 0; i < terms; i++)
-        top[i] = -INFINITY;
-    for (int64_t e = g * G; e < (g + 1) * G; e++) {
-        double v = dl__ck_key(ck, s, e);
-        int64_t i = terms - 1;
-        if (!(v > top[i]))
-            continue;
-        while (i > 0 && top[i - 1] < v) {
-            top[i] = top[i - 1];
-            i--;
-        }
-        top[i] = v;
-    }
-    double sum = 0.0;
-    for (int64_t i = 0; i < terms; i++)
-        sum += top[i];
-    return sum;
+    float gs;
+    return dl__route_group_score(&ck->c->route, s, ck->in->expert_bias, g, &gs) ? -INFINITY
+                                                                                : gs;
 }
 
 /* The units whose order is in doubt, by their own tolerances tol[E]:
@@ -73,7 +59,7 @@ static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, cons
         double gs[256], gt[256], glo = INFINITY, ghi = -INFINITY;
         uint8_t kept[256] = {0};
         for (int64_t g = 0; g < rc->n_group; g++) {
-            gs[g] = group_score(ck, s, g, G, terms);
+            gs[g] = group_score(ck, s, g);
             gt[g] = 0.0;
             for (int64_t e = g * G; e < (g + 1) * G; e++)
                 gt[g] = fmax(gt[g], tol[e]);
@@ -137,11 +123,11 @@ static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel
 }
 
 /* y_e(x_t) for every expert e of the union of the sets: rows ys[e] (d
- * floats each, NULL for experts not used), exact stage by stage. */
+ * floats each, NULL for experts not used), the stages' own forward. */
 static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float *ys,
                        int64_t *off, float *xr, float *hg, float *hu)
 {
-    const int64_t E = ck->E, d = ck->d, f = ck->f;
+    const int64_t E = ck->E, d = ck->d;
     int64_t m = 0;
     for (int64_t e = 0; e < E; e++) {
         off[e] = m;
@@ -149,24 +135,12 @@ static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float
             memcpy(xr + (m++) * d, ck->in->x + t * d, (size_t)d * sizeof *xr);
     }
     off[E] = m;
-    int rc;
-    if (ck->swiglu) {
-        dl_gemm_term_t tg = {xr, d, ck->in->w_gate, DL_RHS_KN};
-        dl_gemm_term_t tu = {xr, d, ck->in->w_up, DL_RHS_KN};
-        if ((rc = dl_gemm_grouped(&tg, 1, f, off, E, ck->act, hg, NULL)) ||
-            (rc = dl_gemm_grouped(&tu, 1, f, off, E, ck->act, hu, NULL)) ||
-            (rc = dl_swiglu(hg, hu, m * f, ck->act, hg)))
-            return rc;
-        dl_gemm_term_t td = {hg, f, ck->in->w_down, DL_RHS_KN};
-        return dl_gemm_grouped(&td, 1, d, off, E, ck->act, ys, NULL);
-    }
-    dl_gemm_term_t td = {xr, d, ck->in->w_down, DL_RHS_KN};
-    return dl_gemm_grouped(&td, 1, d, off, E, ck->act, ys, NULL);
+    return dl__experts_forward_rows(ck->c, ck->in, xr, off, hg, hu, ys);
 }
 
 typedef struct {
     int32_t *sets;
-    float *srow, *ys, *xr, *hg, *hu;
+    float *srow, *ys, *xr, *hg, *hu, *yk, *orow;
     int64_t *off;
     uint8_t *used;
     int cap;
@@ -189,15 +163,20 @@ static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, con
     for (int i = 0; i < n; i++) {
         const int32_t *c = w->sets + (size_t)i * k;
         float wt[64];
+        int32_t slot[64];
         if (dl_route_weights(&ck->c->route, s, c, wt))
             continue;
-        double err = 0.0;
-        for (int64_t col = 0; col < d; col++) {
-            double o = 0.0;
-            for (int64_t j = 0; j < k; j++)
-                o += (double)wt[j] * w->ys[w->off[c[j]] * d + col];
-            err = fmax(err, fabs(o - (double)cand[t * d + col]));
+        /* the token's exact out row under set c: the combine stage on its
+         * experts' rows */
+        for (int64_t j = 0; j < k; j++) {
+            memcpy(w->yk + j * d, w->ys + w->off[c[j]] * d, (size_t)d * sizeof *w->yk);
+            slot[j] = (int32_t)j;
         }
+        if (dl_combine(w->yk, wt, slot, 1, k, d, ck->act, w->orow))
+            continue;
+        double err = 0.0;
+        for (int64_t col = 0; col < d; col++)
+            err = fmax(err, fabs((double)w->orow[col] - (double)cand[t * d + col]));
         if (i == 0)
             err0 = err;
         if (err < best_err) {
@@ -246,9 +225,12 @@ static int scratch_init(dl__ck_t *ck, scratch_t *w)
     w->xr = dl__ck_alloc(ck, E * d, sizeof *w->xr);
     w->hg = dl__ck_alloc(ck, E * f, sizeof *w->hg);
     w->hu = dl__ck_alloc(ck, E * f, sizeof *w->hu);
+    w->yk = dl__ck_alloc(ck, k * d, sizeof *w->yk);
+    w->orow = dl__ck_alloc(ck, d, sizeof *w->orow);
     w->off = dl__ck_alloc(ck, E + 1, sizeof *w->off);
     w->used = dl__ck_alloc(ck, E, 1);
-    return w->sets && w->srow && w->ys && w->xr && w->hg && w->hu && w->off && w->used
+    return w->sets && w->srow && w->ys && w->xr && w->hg && w->hu && w->yk && w->orow &&
+                   w->off && w->used
                ? 0
                : DL_ENOMEM;
 }

@@ -39,7 +39,7 @@ typedef struct {
 #define COND_BIAS DL_GOLDEN_IF_BIAS
 #define COND_SWIGLU DL_GOLDEN_IF_SWIGLU
 
-#define DS(g, E, n, st, dims, cond)                                                    \
+#define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
       dims, COND_##cond},                                                              \
      offsetof(dl_golden_file_t, MEMBER_##g.n)},

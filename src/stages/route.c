@@ -275,6 +275,47 @@ static int weights_of(const dl_route_config_t *c, const float *s, const int32_t 
     return 0;
 }
 
+float dl__route_key(const dl_route_config_t *c, const float *s, const float *bias, int64_t e)
+{
+    /* a float addition is the exact sum rounded once to fp32 */
+    return c->has_bias && bias ? s[e] + bias[e] : s[e];
+}
+
+/* The score of a group of G keys kv (grp: G scratch entries): its best key,
+ * or the sum of its nb best rounded once to fp32. */
+static int group_score(const kv_t *kv, int64_t G, int64_t nb, kv_t *grp, float *gs)
+{
+    memcpy(grp, kv, (size_t)G * sizeof(kv_t));
+    qsort(grp, (size_t)G, sizeof(kv_t), kv_cmp);
+    *gs = grp[0].key;
+    if (nb > 1) {
+        dl_acc_t acc;
+        dl_acc_clear(&acc);
+        for (int64_t i = 0; i < nb; i++)
+            dl_acc_add(&acc, grp[i].key);
+        *gs = (float)dl_acc_round(&acc, DL_F32);
+        if (!isfinite(*gs))
+            return DL_ENONFINITE;
+    }
+    return 0;
+}
+
+int dl__route_group_score(const dl_route_config_t *c, const float *s, const float *bias,
+                          int64_t g, float *gs)
+{
+    const int64_t G = c->experts / c->n_group;
+    kv_t *kv = malloc((size_t)(2 * G) * sizeof *kv);
+    if (!kv)
+        return DL_ENOMEM;
+    for (int64_t i = 0; i < G; i++) {
+        kv[i].key = dl__route_key(c, s, bias, g * G + i);
+        kv[i].idx = (int32_t)(g * G + i);
+    }
+    int rc = group_score(kv, G, dl_route_group_terms(c), kv + G, gs);
+    free(kv);
+    return rc;
+}
+
 static int topk_token(const dl_route_config_t *c, const float *s, const float *bias,
                       int32_t *ids, float *w, float *margin, topk_work_t *wk)
 {
@@ -282,8 +323,7 @@ static int topk_token(const dl_route_config_t *c, const float *s, const float *b
     const int64_t G = E / ng;
     kv_t *kv = wk->kv;
     for (int64_t e = 0; e < E; e++) {
-        /* a float addition is the exact sum rounded once to fp32 */
-        float key = c->has_bias ? s[e] + bias[e] : s[e];
+        float key = dl__route_key(c, s, bias, e);
         if (!isfinite(key))
             return DL_ENONFINITE;
         kv[e].key = key;
@@ -294,18 +334,10 @@ static int topk_token(const dl_route_config_t *c, const float *s, const float *b
     if (ng > 1 && tg < ng) {
         int64_t nb = dl_route_group_terms(c);
         for (int64_t g = 0; g < ng; g++) {
-            memcpy(wk->grp, kv + g * G, (size_t)G * sizeof(kv_t));
-            qsort(wk->grp, (size_t)G, sizeof(kv_t), kv_cmp);
-            float gs = wk->grp[0].key;
-            if (nb > 1) {
-                dl_acc_t acc;
-                dl_acc_clear(&acc);
-                for (int64_t i = 0; i < nb; i++)
-                    dl_acc_add(&acc, wk->grp[i].key);
-                gs = (float)dl_acc_round(&acc, DL_F32);
-                if (!isfinite(gs))
-                    return DL_ENONFINITE;
-            }
+            float gs;
+            int rc = group_score(kv + g * G, G, nb, wk->grp, &gs);
+            if (rc)
+                return rc;
             wk->gkv[g].key = gs;
             wk->gkv[g].idx = (int32_t)g;
         }

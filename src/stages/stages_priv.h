@@ -3,6 +3,7 @@
 #ifndef DL_STAGES_PRIV_H
 #define DL_STAGES_PRIV_H
 
+#include <math.h>
 #include "core/core_priv.h"
 #include "dropless/route.h"
 #include "dropless/dispatch.h"
@@ -14,9 +15,25 @@
 /* The position of each row in DL_VALUE_MAP (dl_layout_row's index):
  * DL__ROW_X, DL__ROW_ROUTER_LOGITS, ... (the schedule's read and write
  * sets are bits of these). */
-#define DL__ROW_POS(g, E, n, st, dims, cond) DL__ROW_##E,
+#define DL__ROW_POS(g, E, n, st, dims, cond, ...) DL__ROW_##E,
 enum { DL_VALUE_MAP(DL__ROW_POS) DL__ROW_COUNT };
 _Static_assert(DL__ROW_COUNT <= 64, "the schedule's row sets are 64-bit masks");
+
+/* The selection's key of expert e: its score plus its bias (when the
+ * router has one) rounded once to fp32, as dl_route_topk ranks it. */
+float dl__route_key(const dl_route_config_t *c, const float *s, const float *bias, int64_t e);
+/* Group g's score as dl_route_topk's group limit ranks it: its best key,
+ * or the sum of its dl_route_group_terms best keys rounded once to fp32,
+ * into *gs. 0, DL_ENONFINITE or DL_ENOMEM. */
+int dl__route_group_score(const dl_route_config_t *c, const float *s, const float *bias,
+                          int64_t g, float *gs);
+/* The experts' forward on sorted rows xr [off[E], d] grouped by off (E+1):
+ * y = down(silu(x W_gate) * (x W_up)) (SwiGLU; down(x) in a plain FFN),
+ * stage by stage with the stages' functions, rounded as the layer rounds
+ * them; hg and hu scratch [off[E], f]. 0 or the stages' error. */
+int dl__experts_forward_rows(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
+                             const float *xr, const int64_t *off, float *hg, float *hu,
+                             float *y);
 
 /* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
 #define DL__MAX_TOPK 1024
@@ -86,5 +103,136 @@ int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backw
                      uint64_t values);
 /* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
+
+
+/* ------------------------------------------ each stage's checking side */
+/* Beside each stage, the way BLIS keeps an operation's _check beside its
+ * _ref: the functions the conformance runner (src/check/) judges a stage
+ * value with, named after its row of DL_VALUE_MAP (its check and prop
+ * columns say which exist). They take the runner's effective values and
+ * never reimplement a stage: the exact value is a call of the stage, the
+ * magnitudes are of its own arithmetic. */
+
+/* How M = (|A||B|)_ij, the scale of the accumulation error, is obtained for
+ * a value: from |g| (no products), a precomputed array, or the GEMM of
+ * absolute values, in bulk (OpenBLAS dgemm per group) or per element. */
+typedef enum {
+    DL__M_ABS_G = 0,   /* M = |g| */
+    DL__M_ARRAY,       /* M = arr[idx] */
+    DL__M_GROUPED,     /* sum over terms of |lhs| |op(rhs[e])|, rows grouped by offsets */
+    DL__M_RAGGED       /* out[e, i, j] = sum_{m in e} |a[m,i]| |b[m,j]| */
+} dl__mkind_t;
+
+typedef struct {
+    dl__mkind_t kind;
+    const double *arr;
+    dl_gemm_term_t terms[2];
+    int nterms;
+    int64_t N;                 /* grouped: columns; ragged: J */
+    const float *a, *b;        /* ragged */
+    int64_t I;
+    const int64_t *off;
+    int64_t E;
+} dl__mprov_t;
+
+/* The runner's view of the layer for one value: the case, its inputs, the
+ * effective value of every stage (v[s]: the candidate's where it provides
+ * a finite one, else the exact one), the exact selection on the effective
+ * scores, and memory owned by the runner (alloc: zeroed, freed with the
+ * run, NULL on no memory). For dl__prop_<name>: delta[s] the per-element
+ * bound (or statistical scale) on the error of absent value s, NULL where
+ * none; bit s of rss: s's terms add as a root sum of squares. */
+typedef struct {
+    const dl_moe_config_t *c;
+    const dl_moe_inputs_t *in;
+    const void *const *v;
+    int64_t T, d, f, E, k, M;
+    int swiglu;
+    dl_dtype_t act;
+    const int32_t *sel_ids;
+    const float *sel_weights;
+    void *(*alloc)(void *actx, int64_t n, size_t size);
+    void *actx;
+    const double *const *delta;
+    uint64_t rss;
+} dl__vctx_t;
+
+/* What dl__mag_<name> sets up for the comparison of a value: mp (preset,
+ * zeroed but for the effective group offsets and E; set it NULL for
+ * M = |g|), the contraction length K (or per row, row_K), the comparison's
+ * rows and columns (0: the value's shape), elem (an elementwise
+ * transcendental), short_sum (a short sum of separately rounded parts),
+ * and the storage types of the nops GEMM operands (the runner counts those
+ * off its profile's input grid). */
+typedef struct {
+    dl__mprov_t *mp;
+    int64_t K;
+    const int64_t *row_K;
+    int64_t rows, cols;
+    int elem, short_sum;
+    int nops;
+    dl_dtype_t op[2];
+} dl__mag_t;
+
+/* The functions of one row, declared from DL_VALUE_MAP: a NUM, DW, END or
+ * OUT row has dl__exact_<name> (its exact value on the effective upstream
+ * into out, numel floats) and dl__mag_<name> (g its exact value); a COPY
+ * row dl__exact_<name>; a prop ELEM row dl__prop_<name> (adds the first-
+ * order error its absent upstream propagates into out[numel]; 1 when
+ * some upstream carried one, 0 when none did). Missing one fails the link
+ * with the value's name in the symbol. */
+#define DL__EXACT_DECL(nm) int dl__exact_##nm(const dl__vctx_t *v, float *out);
+#define DL__MAG_DECL(nm) int dl__mag_##nm(const dl__vctx_t *v, const float *g, int64_t numel, \
+                                          dl__mag_t *m);
+#define DL__CHECK_FNS_NONE(nm)
+#define DL__CHECK_FNS_IDS(nm)
+#define DL__CHECK_FNS_TOKENS(nm)
+#define DL__CHECK_FNS_SORTED(nm)
+#define DL__CHECK_FNS_COPY(nm) DL__EXACT_DECL(nm)
+#define DL__CHECK_FNS_NUM(nm) DL__EXACT_DECL(nm) DL__MAG_DECL(nm)
+#define DL__CHECK_FNS_DW(nm) DL__CHECK_FNS_NUM(nm)
+#define DL__CHECK_FNS_END(nm) DL__CHECK_FNS_NUM(nm)
+#define DL__CHECK_FNS_OUT(nm) DL__CHECK_FNS_NUM(nm)
+#define DL__PROP_FNS_NONE(nm)
+#define DL__PROP_FNS_GEMM(nm)
+#define DL__PROP_FNS_ELEM(nm) int dl__prop_##nm(const dl__vctx_t *v, const float *g, \
+                                                int64_t numel, double *out);
+#define DL__CHECK_DECL(g, E, nm, st, dims, cond, ck, prop, ...) \
+    DL__CHECK_FNS_##ck(nm) DL__PROP_FNS_##prop(nm)
+DL_VALUE_MAP(DL__CHECK_DECL)
+
+/* The score function's magnitudes (route_check.c), for the runner's
+ * routing tolerances too: the row terms of token row l (logits), s
+ * (scores) of E experts (softmax: mx = max l, zs = sum_j |s_j| |l_j - mx|;
+ * sigmoid: none), M of its score e, and the first-order error of its
+ * scores from errors dl of its logits into out[E] (out may be dl). */
+void dl__route_score_m_row(const dl_route_config_t *c, int64_t E, const float *l, const float *s,
+                           double *mx, double *zs);
+double dl__route_score_m(const dl_route_config_t *c, const float *l, const float *s, int64_t e,
+                         double mx, double zs);
+void dl__route_score_prop_row(const dl_route_config_t *c, int64_t E, const float *s,
+                              const double *dl, double *out);
+
+/* Shared by the stages' checking sides (gemm_check.c). */
+/* One grouped GEMM term over the effective group offsets. */
+int dl__exact_grouped1(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_t lay,
+                       int64_t N, const int64_t *off, int64_t E, dl_dtype_t t, float *out);
+/* M of a grouped GEMM of one term over the sorted rows (operands of the
+ * case's type). */
+void dl__mag_grouped(const dl__vctx_t *v, dl__mag_t *m, const float *lhs, int64_t K,
+                     const float *rhs, dl_rhs_layout_t lay, int64_t N);
+/* M given element by element: n doubles owned by the runner, or NULL. */
+double *dl__mag_array(const dl__vctx_t *v, dl__mag_t *m, int64_t n);
+/* The effective value of stage s as floats. */
+#define DL__EF(v, s) ((const float *)(v)->v[DL_VALUE_##s])
+/* The error bound of absent upstream s (NULL: none), whether its terms add
+ * as a root sum of squares, and first-order sums of such terms. */
+#define DL__DL(v, s) ((v)->delta[DL_VALUE_##s])
+#define DL__RSS(v, s) ((int)(((v)->rss >> DL_VALUE_##s) & 1))
+/* lin + sqrt(sq): linear terms plus the root sum of squares of the rest. */
+static inline double dl__comb(double lin, double sq)
+{
+    return lin + sqrt(sq);
+}
 
 #endif

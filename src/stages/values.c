@@ -26,20 +26,20 @@ typedef struct {
 #define VALUE_FW(E) DL_VALUE_##E
 #define VALUE_BW(E) DL_VALUE_##E
 
-#define ROW(g, E, n, st, dims, cond)                                                   \
+#define ROW(g, E, n, st, dims, cond, ...)                                                 \
     {{GROUP_##g, #n, VALUE_##g(E), DL_STORE_##st, dims, DL_COND_##cond},               \
      offsetof(STRUCT_##g, n)},
 static const row_t rows[] = {DL_VALUE_MAP(ROW)};
 #define NROWS ((int)(sizeof rows / sizeof *rows))
 
 /* The row of each stage value: its position in the map. */
-#define POS(g, E, n, st, dims, cond) POS_##E,
+#define POS(g, E, n, st, dims, cond, ...) POS_##E,
 enum { DL_VALUE_MAP(POS) NPOS };
 #define VPOS_IN(E)
 #define VPOS_AUX(E)
 #define VPOS_FW(E) [DL_VALUE_##E] = POS_##E,
 #define VPOS_BW(E) [DL_VALUE_##E] = POS_##E,
-#define VPOS(g, E, n, st, dims, cond) VPOS_##g(E)
+#define VPOS(g, E, n, st, dims, cond, ...) VPOS_##g(E)
 static const int value_row[DL_VALUE_COUNT] = {DL_VALUE_MAP(VPOS)};
 
 static const row_t *of_value(dl_value_t s)

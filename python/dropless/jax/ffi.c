@@ -209,7 +209,7 @@ static const float **input_slot(dl_moe_inputs_t *in, const char *name)
 #define SLOT_FW(n)
 #define SLOT_AUX(n)
 #define SLOT_BW(n)
-#define SLOT(g, E, n, st, dims, cond) SLOT_##g(n)
+#define SLOT(g, E, n, st, dims, cond, ...) SLOT_##g(n)
     DL_VALUE_MAP(SLOT)
 #undef SLOT
 #undef SLOT_IN

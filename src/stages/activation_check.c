@@ -1,0 +1,153 @@
+/* The checking side of SwiGLU (activation.c): its exact values on the
+ * runner's effective operands, the magnitudes M of their rounding, and the
+ * derivative magnitudes that carry an absent upstream's error into them
+ * (doc/tolerances.md, "Absent stages"), all in binary64:
+ *   h = silu(g) u,  silu(g) = g s(g),  s the logistic function,
+ *   silu'(g) = s (1 + g (1 - s)),  silu''(g) = s (1 - s) (2 + g (1 - 2 s)),
+ *   d_g = dh u silu'(g),  d_u = dh silu(g). */
+#include "config.h"
+#include "stages/stages_priv.h"
+
+#define EF(s) DL__EF(v, s)
+
+static double sig(double g)
+{
+    return 1.0 / (1.0 + exp(-g));
+}
+
+static double silu(double g)
+{
+    return g * sig(g);
+}
+
+static double dsilu(double g, double s)
+{
+    return s * (1.0 + g * (1.0 - s));
+}
+
+/* ------------------------------------------------------------ forward */
+
+int dl__exact_h_act(const dl__vctx_t *v, float *out)
+{
+    return dl_swiglu(EF(H_GATE), EF(H_UP), v->M * v->f, v->act, out);
+}
+
+int dl__mag_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    const float *hg = EF(H_GATE), *hu = EF(H_UP);
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        a[i] = fabs(silu(hg[i]) * (double)hu[i]);
+    m->elem = 1;
+    return 0;
+}
+
+int dl__prop_h_act(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    const double *dg = DL__DL(v, H_GATE), *du = DL__DL(v, H_UP);
+    const float *hg = EF(H_GATE), *hu = EF(H_UP);
+    if (!dg && !du)
+        return 0;
+    const int rg = DL__RSS(v, H_GATE), ru = DL__RSS(v, H_UP);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const double sg = sig(hg[i]), gi = hg[i];
+        /* h = silu(g) u: |silu'(g) u| dg + |silu(g)| du */
+        const double a = dg ? fabs(dsilu(gi, sg) * hu[i]) * dg[i] : 0.0;
+        const double b = du ? fabs(gi * sg) * du[i] : 0.0;
+        out[i] += dl__comb((rg ? 0.0 : a) + (ru ? 0.0 : b), (rg ? a * a : 0.0) + (ru ? b * b : 0.0));
+    }
+    return 1;
+}
+
+/* ----------------------------------------------------------- backward */
+
+/* d_h_gate and d_h_up come out of one call; the other is scratch. */
+static int exact_d_h(const dl__vctx_t *v, int gate, float *out)
+{
+    const int64_t n = v->M * v->f;
+    float *other = v->alloc(v->actx, n, sizeof *other);
+    if (!other)
+        return DL_ENOMEM;
+    return dl_swiglu_backward(EF(H_GATE), EF(H_UP), EF(D_H_ACT), n, v->act, gate ? out : other,
+                              gate ? other : out);
+}
+
+static int mag_d_h(const dl__vctx_t *v, int gate, int64_t n, dl__mag_t *m)
+{
+    const float *hg = EF(H_GATE), *hu = EF(H_UP), *dh = EF(D_H_ACT);
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const double sg = sig(hg[i]);
+        if (gate) /* dh u s (1 + g (1 - s)): the two terms' magnitudes */
+            a[i] = fabs((double)dh[i] * (double)hu[i] * sg) *
+                   (1.0 + fabs((double)hg[i] * (1.0 - sg)));
+        else
+            a[i] = fabs((double)dh[i] * (double)hg[i] * sg);
+    }
+    m->elem = 1;
+    return 0;
+}
+
+static int prop_d_h(const dl__vctx_t *v, int gate, int64_t n, double *out)
+{
+    const double *dg = DL__DL(v, H_GATE), *du = DL__DL(v, H_UP), *dd = DL__DL(v, D_H_ACT);
+    const float *hg = EF(H_GATE), *hu = EF(H_UP), *dh = EF(D_H_ACT);
+    if (!dg && !du && !dd)
+        return 0;
+    const int rg = DL__RSS(v, H_GATE), ru = DL__RSS(v, H_UP), rd = DL__RSS(v, D_H_ACT);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const double sg = sig(hg[i]), gi = hg[i], ui = hu[i], hi = dh[i];
+        const double d1 = dsilu(gi, sg);                                 /* silu' */
+        const double d2 = sg * (1.0 - sg) * (2.0 + gi * (1.0 - 2.0 * sg)); /* silu'' */
+        double td, tu = 0.0, tg;
+        if (gate) { /* dh u silu'(g) */
+            td = dd ? fabs(ui * d1) * dd[i] : 0.0;
+            tu = du ? fabs(hi * d1) * du[i] : 0.0;
+            tg = dg ? fabs(hi * ui * d2) * dg[i] : 0.0;
+        } else { /* dh silu(g) */
+            td = dd ? fabs(gi * sg) * dd[i] : 0.0;
+            tg = dg ? fabs(hi * d1) * dg[i] : 0.0;
+        }
+        out[i] += dl__comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),
+                           (rd ? td * td : 0.0) + (ru ? tu * tu : 0.0) + (rg ? tg * tg : 0.0));
+    }
+    return 1;
+}
+
+int dl__exact_d_h_gate(const dl__vctx_t *v, float *out)
+{
+    return exact_d_h(v, 1, out);
+}
+
+int dl__mag_d_h_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    return mag_d_h(v, 1, n, m);
+}
+
+int dl__prop_d_h_gate(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    return prop_d_h(v, 1, n, out);
+}
+
+int dl__exact_d_h_up(const dl__vctx_t *v, float *out)
+{
+    return exact_d_h(v, 0, out);
+}
+
+int dl__mag_d_h_up(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    return mag_d_h(v, 0, n, m);
+}
+
+int dl__prop_d_h_up(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    return prop_d_h(v, 0, n, out);
+}

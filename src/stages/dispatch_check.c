@@ -1,0 +1,212 @@
+/* The checking side of the dispatch stages (dispatch.c): the permutation,
+ * the combine and its backward, the input gradient. Their exact values on
+ * the runner's effective operands, the magnitudes M of their sums, and the
+ * derivative magnitudes that carry an absent upstream's error into them
+ * (doc/tolerances.md, "Absent stages"):
+ *   out[t] = sum_j w[t,j] y[inv[t,j]],  d_w[t,j] = <d_out[t], y[inv[t,j]]>,
+ *   d_y[inv[t,j]] = w[t,j] d_out[t],
+ *   d_x[t] = sum_j d_x_sorted[inv[t,j]] + d_logits[t] W_r^T. */
+#include "config.h"
+#include "stages/stages_priv.h"
+
+#define EF(s) DL__EF(v, s)
+#define INV ((const int32_t *)v->v[DL_VALUE_INV_PERM])
+
+int dl__exact_x_sorted(const dl__vctx_t *v, float *out)
+{
+    return dl_permute(v->in->x, v->T, v->d, v->k, v->v[DL_VALUE_SORT_PERM], out);
+}
+
+/* -------------------------------------------------------------- combine */
+
+int dl__exact_out(const dl__vctx_t *v, float *out)
+{
+    return dl_combine(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, v->T, v->k, v->d, v->act, out);
+}
+
+int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
+    const int32_t *inv = INV;
+    const int64_t d = v->d, k = v->k;
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double s = 0.0;
+            for (int64_t j = 0; j < k; j++)
+                s += fabs((double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i]);
+            a[t * d + i] = s;
+        }
+    m->K = k;
+    m->short_sum = 1;
+    return 0;
+}
+
+int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    const double *dy = DL__DL(v, Y_SORTED), *dw = DL__DL(v, TOPK_WEIGHTS);
+    const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
+    const int32_t *inv = INV;
+    const int64_t k = v->k, d = v->d;
+    if (!dy && !dw)
+        return 0;
+    const int ry = DL__RSS(v, Y_SORTED), rw = DL__RSS(v, TOPK_WEIGHTS);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double lin = 0.0, sq = 0.0; /* the slots' rows are distinct hidden values */
+            for (int64_t j = 0; j < k; j++) {
+                const int64_t q = inv[t * k + j];
+                const double ty = fabs((double)w[t * k + j]) * (dy ? dy[q * d + i] : 0.0);
+                const double tw = (dw ? dw[t * k + j] : 0.0) * fabs((double)y[q * d + i]);
+                lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
+                sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
+            }
+            out[t * d + i] += dl__comb(lin, sq);
+        }
+    return 1;
+}
+
+/* ----------------------------------------------------- combine backward */
+
+int dl__exact_d_topk_weights(const dl__vctx_t *v, float *out)
+{
+    return dl_combine_backward(v->in->d_out, EF(Y_SORTED), NULL, INV, v->T, v->k, v->d, v->act,
+                               out, NULL);
+}
+
+int dl__mag_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    const float *y = EF(Y_SORTED);
+    const int32_t *inv = INV;
+    const int64_t d = v->d, k = v->k;
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t fl = 0; fl < v->M; fl++) {
+        double s = 0.0;
+        const float *go = v->in->d_out + (fl / k) * d, *yy = y + (int64_t)inv[fl] * d;
+        for (int64_t i = 0; i < d; i++)
+            s += fabs((double)go[i] * (double)yy[i]);
+        a[fl] = s;
+    }
+    m->K = d;
+    m->nops = 2;
+    m->op[0] = m->op[1] = v->act;
+    return 0;
+}
+
+int dl__prop_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    const double *dy = DL__DL(v, Y_SORTED);
+    const int32_t *inv = INV;
+    const int64_t k = v->k, d = v->d;
+    if (!dy)
+        return 0;
+    const int ry = DL__RSS(v, Y_SORTED);
+#pragma omp parallel for schedule(static)
+    for (int64_t fl = 0; fl < v->M; fl++) {
+        const float *go = v->in->d_out + (fl / k) * d;
+        const double *e = dy + (int64_t)inv[fl] * d;
+        double a = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            a += ry ? ((double)go[i] * e[i]) * ((double)go[i] * e[i]) : fabs((double)go[i]) * e[i];
+        out[fl] += ry ? sqrt(a) : a;
+    }
+    return 1;
+}
+
+int dl__exact_d_y_sorted(const dl__vctx_t *v, float *out)
+{
+    return dl_combine_backward(v->in->d_out, NULL, EF(TOPK_WEIGHTS), INV, v->T, v->k, v->d,
+                               v->act, NULL, out);
+}
+
+int dl__mag_d_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    m->mp = NULL; /* one product, rounded once: M = |g| */
+    m->K = 1;
+    return 0;
+}
+
+int dl__prop_d_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    const double *dw = DL__DL(v, TOPK_WEIGHTS);
+    const int32_t *inv = INV;
+    const int64_t k = v->k, d = v->d;
+    if (!dw)
+        return 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t fl = 0; fl < v->M; fl++) {
+        const float *go = v->in->d_out + (fl / k) * d;
+        const int64_t q = inv[fl];
+        for (int64_t i = 0; i < d; i++)
+            out[q * d + i] += dw[fl] * fabs((double)go[i]);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------- input backward */
+
+int dl__exact_d_x(const dl__vctx_t *v, float *out)
+{
+    return dl_input_backward(EF(D_X_SORTED), INV, EF(D_ROUTER_LOGITS), v->in->router_weight, v->T,
+                             v->k, v->d, v->E, v->act, out);
+}
+
+int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    const float *dxs = EF(D_X_SORTED), *dlg = EF(D_ROUTER_LOGITS), *wr = v->in->router_weight;
+    const int32_t *inv = INV;
+    const int64_t d = v->d, k = v->k, E = v->E;
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double s = 0.0;
+            for (int64_t j = 0; j < k; j++)
+                s += fabs((double)dxs[(int64_t)inv[t * k + j] * d + i]);
+            for (int64_t e = 0; e < E; e++)
+                s += fabs((double)dlg[t * E + e] * (double)wr[i * E + e]);
+            a[t * d + i] = s;
+        }
+    m->K = k + E;
+    m->short_sum = 1;
+    m->nops = 2;
+    m->op[0] = m->op[1] = DL_F32;
+    return 0;
+}
+
+int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    const double *dxs = DL__DL(v, D_X_SORTED), *dlg = DL__DL(v, D_ROUTER_LOGITS);
+    const float *wr = v->in->router_weight;
+    const int32_t *inv = INV;
+    const int64_t k = v->k, d = v->d, E = v->E;
+    if (!dxs && !dlg)
+        return 0;
+    const int rx = DL__RSS(v, D_X_SORTED), rl = DL__RSS(v, D_ROUTER_LOGITS);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++)
+        for (int64_t i = 0; i < d; i++) {
+            double lin = 0.0, sq = 0.0;
+            for (int64_t j = 0; dxs && j < k; j++) {
+                const double a = dxs[(int64_t)inv[t * k + j] * d + i];
+                lin += rx ? 0.0 : a;
+                sq += rx ? a * a : 0.0;
+            }
+            for (int64_t e = 0; dlg && e < E; e++) {
+                const double a = dlg[t * E + e] * fabs((double)wr[i * E + e]);
+                lin += rl ? 0.0 : a;
+                sq += rl ? a * a : 0.0;
+            }
+            out[t * d + i] += dl__comb(lin, sq);
+        }
+    return 1;
+}

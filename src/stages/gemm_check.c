@@ -1,0 +1,196 @@
+/* The checking side of the grouped GEMM stages (gemm.c): the exact value of
+ * each GEMM stage value on the runner's effective operands, and its M, the
+ * GEMM of the operands' magnitudes (doc/tolerances.md). Their error
+ * propagates through the same magnitude GEMMs (the rows' prop GEMM), so
+ * nothing here differentiates. */
+#include "config.h"
+#include "stages/stages_priv.h"
+
+#define EF(s) DL__EF(v, s)
+#define OFF ((const int64_t *)v->v[DL_VALUE_GROUP_OFFSETS])
+
+int dl__exact_grouped1(const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_t lay,
+                       int64_t N, const int64_t *off, int64_t E, dl_dtype_t t, float *out)
+{
+    dl_gemm_term_t term = {lhs, K, rhs, lay};
+    return dl_gemm_grouped(&term, 1, N, off, E, t, out, NULL);
+}
+
+void dl__mag_grouped(const dl__vctx_t *v, dl__mag_t *m, const float *lhs, int64_t K,
+                     const float *rhs, dl_rhs_layout_t lay, int64_t N)
+{
+    m->mp->kind = DL__M_GROUPED;
+    m->mp->nterms = 1;
+    m->mp->N = N;
+    m->mp->terms[0] = (dl_gemm_term_t){lhs, K, rhs, lay};
+    m->K = K;
+    m->nops = 2;
+    m->op[0] = m->op[1] = v->act;
+}
+
+double *dl__mag_array(const dl__vctx_t *v, dl__mag_t *m, int64_t n)
+{
+    double *a = v->alloc(v->actx, n, sizeof *a);
+    if (a) {
+        m->mp->kind = DL__M_ARRAY;
+        m->mp->arr = a;
+    }
+    return a;
+}
+
+/* ---------------------------------------------------- experts forward */
+
+int dl__exact_h_gate(const dl__vctx_t *v, float *out)
+{
+    return dl__exact_grouped1(EF(X_SORTED), v->d, v->in->w_gate, DL_RHS_KN, v->f, OFF, v->E,
+                              v->act, out);
+}
+
+int dl__mag_h_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    dl__mag_grouped(v, m, EF(X_SORTED), v->d, v->in->w_gate, DL_RHS_KN, v->f);
+    return 0;
+}
+
+int dl__exact_h_up(const dl__vctx_t *v, float *out)
+{
+    return dl__exact_grouped1(EF(X_SORTED), v->d, v->in->w_up, DL_RHS_KN, v->f, OFF, v->E,
+                              v->act, out);
+}
+
+int dl__mag_h_up(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    dl__mag_grouped(v, m, EF(X_SORTED), v->d, v->in->w_up, DL_RHS_KN, v->f);
+    return 0;
+}
+
+/* The down projection's input: h_act, or x_sorted in a plain FFN. */
+static const float *down_in(const dl__vctx_t *v, int64_t *K)
+{
+    *K = v->swiglu ? v->f : v->d;
+    return v->swiglu ? EF(H_ACT) : EF(X_SORTED);
+}
+
+int dl__exact_y_sorted(const dl__vctx_t *v, float *out)
+{
+    int64_t K;
+    const float *a = down_in(v, &K);
+    return dl__exact_grouped1(a, K, v->in->w_down, DL_RHS_KN, v->d, OFF, v->E, v->act, out);
+}
+
+int dl__mag_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    int64_t K;
+    const float *a = down_in(v, &K);
+    dl__mag_grouped(v, m, a, K, v->in->w_down, DL_RHS_KN, v->d);
+    return 0;
+}
+
+/* --------------------------------------------------- experts backward */
+
+int dl__exact_d_h_act(const dl__vctx_t *v, float *out)
+{
+    return dl__exact_grouped1(EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->f, OFF, v->E,
+                              v->act, out);
+}
+
+int dl__mag_d_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    dl__mag_grouped(v, m, EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->f);
+    return 0;
+}
+
+int dl__exact_d_x_sorted(const dl__vctx_t *v, float *out)
+{
+    if (!v->swiglu)
+        return dl__exact_grouped1(EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->d, OFF,
+                                  v->E, v->act, out);
+    dl_gemm_term_t terms[2] = {{EF(D_H_GATE), v->f, v->in->w_gate, DL_RHS_NK},
+                               {EF(D_H_UP), v->f, v->in->w_up, DL_RHS_NK}};
+    return dl_gemm_grouped(terms, 2, v->d, OFF, v->E, v->act, out, NULL);
+}
+
+int dl__mag_d_x_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    if (!v->swiglu) {
+        dl__mag_grouped(v, m, EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->d);
+        return 0;
+    }
+    dl__mprov_t *mp = m->mp;
+    mp->kind = DL__M_GROUPED;
+    mp->N = v->d;
+    mp->nterms = 2;
+    mp->terms[0] = (dl_gemm_term_t){EF(D_H_GATE), v->f, v->in->w_gate, DL_RHS_NK};
+    mp->terms[1] = (dl_gemm_term_t){EF(D_H_UP), v->f, v->in->w_up, DL_RHS_NK};
+    m->K = 2 * v->f;
+    m->short_sum = 1; /* the two terms may be rounded apart and added */
+    m->nops = 2;
+    m->op[0] = m->op[1] = v->act;
+    return 0;
+}
+
+/* The two ragged-K operands of a weight gradient: dW_e = a_e^T b_e, and
+ * its M: each row's K is its expert's group size. */
+static int exact_dw(const dl__vctx_t *v, const float *a, int64_t I, const float *b, int64_t N,
+                    float *out)
+{
+    return dl_gemm_ragged_k(a, I, b, N, OFF, v->E, DL_F32, out, NULL);
+}
+
+static int mag_dw(const dl__vctx_t *v, const float *a, int64_t I, const float *b, int64_t N,
+                  dl__mag_t *m)
+{
+    const int64_t *off = OFF, E = v->E;
+    dl__mprov_t *mp = m->mp;
+    mp->kind = DL__M_RAGGED;
+    mp->a = a;
+    mp->I = I;
+    mp->b = b;
+    mp->N = N;
+    int64_t *rk = v->alloc(v->actx, E * I, sizeof *rk);
+    if (!rk)
+        return DL_ENOMEM;
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t i = 0; i < I; i++)
+            rk[e * I + i] = off[e + 1] - off[e];
+    m->row_K = rk;
+    m->rows = E * I;
+    m->cols = N;
+    m->nops = 2;
+    m->op[0] = m->op[1] = v->act;
+    return 0;
+}
+
+int dl__exact_d_w_down(const dl__vctx_t *v, float *out)
+{
+    int64_t I;
+    const float *a = down_in(v, &I);
+    return exact_dw(v, a, I, EF(D_Y_SORTED), v->d, out);
+}
+
+int dl__mag_d_w_down(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    int64_t I;
+    const float *a = down_in(v, &I);
+    return mag_dw(v, a, I, EF(D_Y_SORTED), v->d, m);
+}
+
+int dl__exact_d_w_gate(const dl__vctx_t *v, float *out)
+{
+    return exact_dw(v, EF(X_SORTED), v->d, EF(D_H_GATE), v->f, out);
+}
+
+int dl__mag_d_w_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    return mag_dw(v, EF(X_SORTED), v->d, EF(D_H_GATE), v->f, m);
+}
+
+int dl__exact_d_w_up(const dl__vctx_t *v, float *out)
+{
+    return exact_dw(v, EF(X_SORTED), v->d, EF(D_H_UP), v->f, out);
+}
+
+int dl__mag_d_w_up(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    return mag_dw(v, EF(X_SORTED), v->d, EF(D_H_UP), v->f, m);
+}
