@@ -1,0 +1,156 @@
+"""Tests of the clients harness's own mapping code (tools/clients): the
+weight layouts against transformers' own experts, the case filters in both
+directions, the expectations' matching. Runs in the clients venv (torch,
+transformers) before the harness (`make check-clients`); prints
+'N passed, N failed' and exits 1 on a failure."""
+
+import os
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "clients"))
+
+import torch  # noqa: E402
+
+import clients as C  # noqa: E402
+import run as R  # noqa: E402
+
+# configurations as dropless.load gives them (Golden.config), by routing kind
+SOFTMAX_RENORM = dict(tokens=8, hidden=8, ffn=4, experts=4, top_k=2, score_function="softmax",
+                      n_group=1, topk_group=1, group_score="max", renormalize=1, scaling=1.0,
+                      has_bias=0, ffn_kind="swiglu", dtype="fp32")
+SOFTMAX_PLAIN = dict(SOFTMAX_RENORM, renormalize=0)
+DSV3 = dict(SOFTMAX_RENORM, experts=8, top_k=4, score_function="sigmoid", n_group=4, topk_group=2,
+            group_score="top2_sum", scaling=2.5, has_bias=1)
+GROUPED_MAX = dict(SOFTMAX_PLAIN, experts=8, top_k=2, n_group=4, topk_group=2, scaling=2.0)
+PLAIN_FFN = dict(SOFTMAX_RENORM, ffn_kind="plain")
+
+
+class Experts:  # the layout attributes transformers' experts carry
+    def __init__(self, concatenated, transposed):
+        self.is_concatenated, self.is_transposed = concatenated, transposed
+
+
+def test_gate_up_round_trip():
+    # every layout: the gradient split inverts the weight's packing
+    wg, wu = torch.randn(3, 5, 4), torch.randn(3, 5, 4)
+    for conc in (True, False):
+        for tr in (True, False):
+            ex = Experts(conc, tr)
+            g, u = C._split_gate_up(ex, C._gate_up(ex, wg, wu, torch), 4)
+            assert torch.equal(g, wg) and torch.equal(u, wu), (conc, tr)
+
+
+def _load(name, cfg):
+    c = C.by_name(name)
+    block = C.build(c, cfg, torch)
+    return c, block
+
+
+def test_mixtral_layout_is_transformers():
+    # transformers' own split of gate_up_proj (chunk: gate rows first)
+    # gives x W_gate and x W_up from the mapped weights
+    c, block = _load("mixtral", SOFTMAX_RENORM)
+    ex = block.experts
+    wg, wu = torch.randn(4, 8, 4, dtype=torch.float64), torch.randn(4, 8, 4, dtype=torch.float64)
+    ex.double()
+    with torch.no_grad():
+        ex.gate_up_proj.copy_(C._gate_up(ex, wg, wu, torch))
+    x = torch.randn(6, 8, dtype=torch.float64)
+    g, u = torch.nn.functional.linear(x, ex.gate_up_proj[2]).chunk(2, dim=-1)
+    assert torch.allclose(g, x @ wg[2]) and torch.allclose(u, x @ wu[2])
+
+
+def test_gpt_oss_layout_is_transformers():
+    # gpt-oss stores gate/up interleaved and transposed ([E, d, 2f], gate in
+    # the even columns): its own _apply_gate reads them back as mapped
+    import transformers
+    from transformers.models.gpt_oss import modeling_gpt_oss as m
+    cfg = transformers.GptOssConfig(hidden_size=8, intermediate_size=4, num_local_experts=4,
+                                    num_experts_per_tok=2, num_hidden_layers=1,
+                                    num_attention_heads=2, num_key_value_heads=2, vocab_size=32)
+    cfg._experts_implementation = "eager"
+    ex = m.GptOssExperts(cfg).double()
+    assert ex.is_transposed and not ex.is_concatenated
+    wg, wu = torch.randn(4, 8, 4, dtype=torch.float64), torch.randn(4, 8, 4, dtype=torch.float64)
+    with torch.no_grad():
+        ex.gate_up_proj.copy_(C._gate_up(ex, wg, wu, torch))
+    x = torch.randn(6, 8, dtype=torch.float64)
+    gu = x @ ex.gate_up_proj[1]
+    assert torch.allclose(gu[..., ::2], x @ wg[1]) and torch.allclose(gu[..., 1::2], x @ wu[1])
+
+
+def test_filters_accept_their_cases():
+    for name, cfg in (("mixtral", SOFTMAX_RENORM), ("qwen3-moe", SOFTMAX_RENORM),
+                      ("qwen3-moe", SOFTMAX_PLAIN), ("jamba", SOFTMAX_PLAIN),
+                      ("granite-moe", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_PLAIN),
+                      ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3)):
+        C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
+
+
+def test_filters_refuse_other_routing():
+    for name, cfg in (("mixtral", SOFTMAX_PLAIN), ("mixtral", DSV3), ("jamba", SOFTMAX_RENORM),
+                      ("deepseek-v3", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_RENORM),
+                      ("deepseek-v2", DSV3), ("qwen3-moe", GROUPED_MAX),
+                      ("mixtral", PLAIN_FFN), ("gpt-oss", SOFTMAX_RENORM),
+                      ("llama4", SOFTMAX_RENORM), ("qwen2-moe[shared]", SOFTMAX_RENORM)):
+        try:
+            C.by_name(name).configure(cfg)
+        except C.NotExpressible as e:
+            assert str(e), name
+            continue
+        raise AssertionError("%s accepted a case it cannot express" % name)
+
+
+def test_expectations_match_first_rule(tmp="/tmp"):
+    path = os.path.join(tmp, "clients-expected-%d.tsv" % os.getpid())
+    with open(path, "w") as fh:
+        fh.write("# comment\nmixtral*\tzipf\t*\tfused\tNOT CONFORMANT\tone\n"
+                 "mixtral*\t*\t*\t*\tCONFORMANT\ttwo\n")
+    try:
+        rows = R.load_expected(path)
+    finally:
+        os.unlink(path)
+    assert R.expected_for(rows, "mixtral[grouped_mm]", "zipf", "bf16", "fused")[1] == "one"
+    assert R.expected_for(rows, "mixtral", "zipf", "bf16", "chained")[1] == "two"
+    assert R.expected_for(rows, "olmoe", "zipf", "bf16", "fused") == ("CONFORMANT", "")
+
+
+def test_every_control_is_expected_to_fail():
+    # a negative control expected CONFORMANT would prove nothing
+    rows = R.load_expected(os.path.join(HERE, "..", "..", "tools", "clients", "expected.tsv"))
+    controls = [c for c in C.CLIENTS if c.defect]
+    assert len(controls) >= 2
+    for c in controls:
+        for case in ("mixtral-small", "ties", "tiny"):
+            for dt in R.DTYPES:
+                for m in R.CANDIDATES:
+                    assert R.expected_for(rows, c.name, case, dt, m)[0] == "NOT CONFORMANT", \
+                        (c.name, case, dt, m)
+
+
+def test_base_case():
+    assert R.base_case("mixtral-small-bf16", "bf16") == "mixtral-small"
+    assert R.base_case("ties-fp16", "fp16") == "ties"
+    assert R.base_case("ties", "fp32") == "ties"
+
+
+def main():
+    tests = [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_")]
+    passed = failed = 0
+    for name, fn in tests:
+        try:
+            fn()
+            passed += 1
+            print("ok - %s" % name)
+        except Exception:
+            failed += 1
+            print("not ok - %s" % name)
+            traceback.print_exc()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
