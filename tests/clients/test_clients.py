@@ -25,6 +25,9 @@ DSV3 = dict(SOFTMAX_RENORM, experts=8, top_k=4, score_function="sigmoid", n_grou
             group_score="top2_sum", scaling=2.5, has_bias=1)
 GROUPED_MAX = dict(SOFTMAX_PLAIN, experts=8, top_k=2, n_group=4, topk_group=2, scaling=2.0)
 PLAIN_FFN = dict(SOFTMAX_RENORM, ffn_kind="plain")
+# the branch shared's /config keys
+QWEN2_SHARED = dict(SOFTMAX_PLAIN, shared_experts=1, shared_ffn=16, shared_gate=1)
+DSV3_SHARED = dict(DSV3, shared_experts=2, shared_ffn=4, shared_gate=0)
 
 
 class Experts:  # the layout attributes transformers' experts carry
@@ -85,7 +88,8 @@ def test_filters_accept_their_cases():
     for name, cfg in (("mixtral", SOFTMAX_RENORM), ("qwen3-moe", SOFTMAX_RENORM),
                       ("qwen3-moe", SOFTMAX_PLAIN), ("jamba", SOFTMAX_PLAIN),
                       ("granite-moe", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_PLAIN),
-                      ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3)):
+                      ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3),
+                      ("qwen2-moe[shared]", QWEN2_SHARED), ("deepseek-v3[shared]", DSV3_SHARED)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -94,7 +98,12 @@ def test_filters_refuse_other_routing():
                       ("deepseek-v3", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_RENORM),
                       ("deepseek-v2", DSV3), ("qwen3-moe", GROUPED_MAX),
                       ("mixtral", PLAIN_FFN), ("gpt-oss", SOFTMAX_RENORM),
-                      ("llama4", SOFTMAX_RENORM), ("qwen2-moe[shared]", SOFTMAX_RENORM)):
+                      ("llama4", SOFTMAX_RENORM), ("qwen2-moe[shared]", SOFTMAX_RENORM),
+                      # a row without shared experts refuses a case with them, and back
+                      ("qwen2-moe", QWEN2_SHARED), ("deepseek-v3", DSV3_SHARED),
+                      ("qwen2-moe[shared]", dict(QWEN2_SHARED, shared_gate=0)),
+                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_gate=1)),
+                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_ffn=8))):
         try:
             C.by_name(name).configure(cfg)
         except C.NotExpressible as e:

@@ -49,9 +49,19 @@ def _softmax_topk(cfg, renorm=None, groups=False, scaling=False):
               ("always renormalises" if renorm else "never renormalises"))
 
 
-def _swiglu(cfg):
+def _swiglu(cfg, shared_ok=False):
     _need(cfg["ffn_kind"] == "swiglu", "the block's experts are SwiGLU; the case's FFN is %s"
           % cfg["ffn_kind"])
+    _need(shared_ok or not shared_of(cfg)[0], "this row has no shared expert; the case has %d"
+          % shared_of(cfg)[0])
+
+
+def shared_of(cfg):
+    """(S shared experts, their width f_s, gated) of a case; (0, 0, False)
+    without shared experts (main's catalogue has none: the branch shared
+    adds /config shared_experts, shared_ffn, shared_gate)."""
+    return (int(cfg.get("shared_experts", 0)), int(cfg.get("shared_ffn", 0)),
+            bool(cfg.get("shared_gate", 0)))
 
 
 def _dims(cfg, experts_key="num_local_experts", ffn_key="intermediate_size", **extra):
@@ -111,16 +121,16 @@ def cfg_deepseek_v2(cfg):
           "DeepSeek-V2's group_limited_greedy scores a group by its max, the case by %s"
           % cfg["group_score"])
     return _dims(cfg, experts_key="n_routed_experts", ffn_key="moe_intermediate_size",
-                 n_shared_experts=0, routed_scaling_factor=cfg["scaling"],
+                 n_shared_experts=0, routed_scaling_factor=float(cfg["scaling"]),
                  topk_method="group_limited_greedy" if grouped else "greedy",
                  n_group=cfg["n_group"], topk_group=cfg["topk_group"], first_k_dense_replace=0,
                  intermediate_size=cfg["ffn"])
 
 
-def cfg_deepseek_v3(cfg, experts_key="n_routed_experts", **extra):
+def cfg_deepseek_v3(cfg, experts_key="n_routed_experts", shared_ok=False, **extra):
     """DeepSeek-V3, GLM-4-MoE, dots1: sigmoid + selection bias, groups
     scored by the sum of their best two, renormalised, scaled."""
-    _swiglu(cfg)
+    _swiglu(cfg, shared_ok)
     _need(cfg["score_function"] == "sigmoid", "the block scores with sigmoid; the case with %s"
           % cfg["score_function"])
     _need(cfg["has_bias"], "the block always adds e_score_correction_bias (set it to the "
@@ -129,9 +139,8 @@ def cfg_deepseek_v3(cfg, experts_key="n_routed_experts", **extra):
                                               cfg["top_k"] // max(cfg["topk_group"], 1))
     _need(cfg["n_group"] > 1 and grp_terms == 2,
           "the block scores groups by the sum of their best two experts")
-    _need(bool(cfg["renormalize"]) or True, "")
     d = _dims(cfg, experts_key=experts_key, ffn_key="moe_intermediate_size", n_shared_experts=0,
-              routed_scaling_factor=cfg["scaling"], n_group=cfg["n_group"],
+              routed_scaling_factor=float(cfg["scaling"]), n_group=cfg["n_group"],
               topk_group=cfg["topk_group"], norm_topk_prob=bool(cfg["renormalize"]),
               first_k_dense_replace=0, intermediate_size=cfg["ffn"])
     d.update(extra)
@@ -174,8 +183,32 @@ def cfg_llama4(cfg):
                          "a shared expert (shared)")
 
 
-def cfg_shared_on(cfg):
-    raise NotExpressible("needs shared experts (shared)")
+def _need_shared(cfg, gated):
+    S, fs, g = shared_of(cfg)
+    _need(S >= 1, "needs shared experts (the branch shared): the case has none")
+    _need(g == gated, "the block %s its shared experts; the case's are %s" % (
+        "scales" if gated else "adds unscaled", "gated" if g else "ungated"))
+    return S, fs
+
+
+def cfg_qwen2_shared(cfg):
+    # one shared expert of width f_s scaled by sigmoid(shared_expert_gate(x));
+    # S experts side by side are one MLP of width S f_s (doc/format.md)
+    S, fs = _need_shared(cfg, gated=True)
+    _swiglu(cfg, shared_ok=True)
+    _softmax_topk(cfg)
+    return _dims(cfg, experts_key="num_experts", ffn_key="moe_intermediate_size",
+                 norm_topk_prob=bool(cfg["renormalize"]), shared_expert_intermediate_size=S * fs)
+
+
+def cfg_deepseek_v3_shared(cfg):
+    # n_shared_experts experts of width moe_intermediate_size as one MLP
+    S, fs = _need_shared(cfg, gated=False)
+    _need(fs == cfg["ffn"], "DeepSeek's shared experts are as wide as its routed ones (f = %d); "
+          "the case's are %d wide" % (cfg["ffn"], fs))
+    d = cfg_deepseek_v3(cfg, shared_ok=True)
+    d["n_shared_experts"] = S
+    return d
 
 
 # --------------------------------------------------------------- table
@@ -249,9 +282,9 @@ CLIENTS = [
     _c("gpt-oss", "gpt_oss", "GptOssMLP", "GptOssConfig", cfg_gpt_oss),
     _c("llama4", "llama4", "Llama4TextMoe", "Llama4TextConfig", cfg_llama4),
     _c("qwen2-moe[shared]", "qwen2_moe", "Qwen2MoeSparseMoeBlock", "Qwen2MoeConfig",
-       cfg_shared_on, note="gated shared expert on"),
-    _c("deepseek-v3[shared]", "deepseek_v3", "DeepseekV3MoE", "DeepseekV3Config", cfg_shared_on,
-       note="shared experts on"),
+       cfg_qwen2_shared, note="gated shared expert on"),
+    _c("deepseek-v3[shared]", "deepseek_v3", "DeepseekV3MoE", "DeepseekV3Config",
+       cfg_deepseek_v3_shared, note="shared experts on"),
 ]
 
 
@@ -327,9 +360,48 @@ def load_inputs(client, block, golden, torch):
         if client.defect == "gate-up-swapped":
             wg, wu = wu, wg
         LAYOUTS[client.layout][0](block, wg, wu, T("w_down"), torch)
+        if shared_of(golden.config)[0]:
+            _load_shared(block, golden, T)
     if client.router_dtype == "fp32":
         # the router runs on the fp32 weight: its input is cast to fp32 first
         router.register_forward_pre_hook(lambda m, args: (args[0].float(),) + tuple(args[1:]))
+
+
+def shared_mlp(block):
+    """The block's shared expert MLP (Qwen2-MoE: shared_expert, DeepSeek:
+    shared_experts), or None."""
+    return getattr(block, "shared_expert", None) or getattr(block, "shared_experts", None)
+
+
+def _load_shared(block, golden, T):
+    # Linear weights are [out, in]: shared_w_gate/up [d, S] and
+    # shared_w_down [S, d] go in transposed; the gate's [1, d] is the row
+    mlp = shared_mlp(block)
+    mlp.gate_proj.weight.copy_(T("shared_w_gate").t())
+    mlp.up_proj.weight.copy_(T("shared_w_up").t())
+    mlp.down_proj.weight.copy_(T("shared_w_down").t())
+    if shared_of(golden.config)[2]:
+        block.shared_expert_gate.weight.copy_(T("shared_gate_weight").reshape(1, -1))
+
+
+def _shared_stages(block, golden, seen, torch):
+    """The shared experts' stages the block exposes: their output and its
+    gradient, the gate's logit and its gradient, the weight gradients."""
+    mlp = shared_mlp(block)
+    T = golden.dims["T"]
+    res = {"shared_y": seen["shared_y"].reshape(T, -1),
+           "d_shared_w_gate": _grad(mlp.gate_proj.weight, torch).t(),
+           "d_shared_w_up": _grad(mlp.up_proj.weight, torch).t(),
+           "d_shared_w_down": _grad(mlp.down_proj.weight, torch).t()}
+    if seen["shared_y"].grad is not None:
+        res["d_shared_y"] = seen["shared_y"].grad.reshape(T, -1)
+    if "shared_gate_logit" in seen:
+        g = seen["shared_gate_logit"]
+        res["shared_gate_logit"] = g.reshape(T)
+        res["d_shared_gate_weight"] = _grad(block.shared_expert_gate.weight, torch).reshape(-1)
+        if g.grad is not None:
+            res["d_shared_gate_logit"] = g.grad.reshape(T)
+    return res
 
 
 def _load_gate_up(block, wg, wu, wd, torch):
@@ -399,6 +471,12 @@ def run_block(client, block, golden, torch):
     router = router_of(block)
     router.register_forward_hook(grab_logits)
     block.experts.register_forward_pre_hook(grab_routing, with_kwargs=True)
+    shared = shared_of(golden.config)[0] and shared_mlp(block)
+    if shared:
+        shared.register_forward_hook(lambda m, a, out: seen.update(shared_y=keep(out)))
+        if shared_of(golden.config)[2]:
+            block.shared_expert_gate.register_forward_hook(
+                lambda m, a, out: seen.update(shared_gate_logit=keep(out)))
     x = torch.from_numpy(golden.array("x")).to(dt).reshape(1, T, d).requires_grad_()
     out = block(x)
     if isinstance(out, tuple):  # gpt-oss, Llama-4 return (out, router output)
@@ -416,6 +494,8 @@ def run_block(client, block, golden, torch):
     for stage, t in (("d_router_logits", seen["logits"]), ("d_topk_weights", seen["weights"])):
         if t.grad is not None:
             res[stage] = t.grad
+    if shared:
+        res.update(_shared_stages(block, golden, seen, torch))
     return {k: _np(v, torch) for k, v in res.items()}
 
 
@@ -426,7 +506,12 @@ def _grad(p, torch):
 
 
 def _np(t, torch):
+    """A stage for dropless.write_candidate: floats as the torch tensor the
+    block made, in its own dtype, so the candidate declares its storage
+    (a bf16 gradient of an fp32-typed stage is labelled bf16, not left to
+    the checker's inference, which needs 8 nonzero values); integers as
+    numpy arrays."""
     t = t.detach().contiguous()
     if t.is_floating_point():
-        t = t.to(torch.float32)  # bf16/fp16 -> fp32 is exact
+        return t
     return np.ascontiguousarray(t.numpy())
