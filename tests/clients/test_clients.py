@@ -25,6 +25,9 @@ DSV3 = dict(SOFTMAX_RENORM, experts=8, top_k=4, score_function="sigmoid", n_grou
             group_score="top2_sum", scaling=2.5, has_bias=1)
 GROUPED_MAX = dict(SOFTMAX_PLAIN, experts=8, top_k=2, n_group=4, topk_group=2, scaling=2.0)
 PLAIN_FFN = dict(SOFTMAX_RENORM, ffn_kind="plain")
+# the branches route's and ffn's /config keys for gpt-oss
+GPT_OSS = dict(SOFTMAX_RENORM, score_function="softmax_topk", router_bias=1,
+               ffn_kind="swiglu-clamp", act_alpha=1.702, act_limit=7.0, ffn_bias=1)
 # the branch shared's /config keys
 QWEN2_SHARED = dict(SOFTMAX_PLAIN, shared_experts=1, shared_ffn=16, shared_gate=1)
 DSV3_SHARED = dict(DSV3, shared_experts=2, shared_ffn=4, shared_gate=0)
@@ -89,7 +92,8 @@ def test_filters_accept_their_cases():
                       ("qwen3-moe", SOFTMAX_PLAIN), ("jamba", SOFTMAX_PLAIN),
                       ("granite-moe", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_PLAIN),
                       ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3),
-                      ("qwen2-moe[shared]", QWEN2_SHARED), ("deepseek-v3[shared]", DSV3_SHARED)):
+                      ("qwen2-moe[shared]", QWEN2_SHARED), ("deepseek-v3[shared]", DSV3_SHARED),
+                      ("gpt-oss", GPT_OSS)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -110,6 +114,75 @@ def test_filters_refuse_other_routing():
             assert str(e), name
             continue
         raise AssertionError("%s accepted a case it cannot express" % name)
+
+
+def test_gpt_oss_names_what_is_missing():
+    # each missing feature is named, so the row says which branch it waits for
+    for key, off, word in (("score_function", "softmax", "softmax_topk"),
+                           ("router_bias", 0, "router_bias"),
+                           ("ffn_kind", "swiglu", "swiglu-clamp"), ("ffn_bias", 0, "ffn_bias")):
+        try:
+            C.by_name("gpt-oss").configure(dict(GPT_OSS, **{key: off}))
+        except C.NotExpressible as e:
+            assert word in str(e), (key, str(e))
+            continue
+        raise AssertionError("gpt-oss accepted a case without %s" % key)
+    C.build(C.by_name("gpt-oss"), GPT_OSS, torch)  # the config transformers accepts
+
+
+class FakeGolden:
+    """What load_inputs and run_block read of a dropless.Golden, from
+    arrays drawn here (fp32), for mappings whose goldens main lacks."""
+
+    def __init__(self, cfg, arrays):
+        self.config, self._a = cfg, arrays
+        self.dims = {"T": cfg["tokens"], "d": cfg["hidden"], "f": cfg["ffn"]}
+
+    def array(self, name):
+        return self._a[name]
+
+
+def _draw(shapes, seed=3):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return {n: (rng.standard_normal(s) * 0.5).astype(np.float32) for n, s in shapes.items()}
+
+
+def test_gpt_oss_mapping_against_its_formula():
+    # the whole mapping (interleaved gate/up, transposes, the three biases,
+    # the router bias) against gpt-oss's layer written out in float64, and
+    # the bias gradients against their definitions
+    import numpy as np
+    T, d, f, E, k = 6, 8, 4, 4, 2
+    cfg = dict(GPT_OSS, tokens=T, hidden=d, ffn=f, experts=E, top_k=k, act_limit=0.6)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "router_bias": (E,), "w_gate": (E, d, f),
+               "w_up": (E, d, f), "w_down": (E, f, d), "b_gate": (E, f), "b_up": (E, f),
+               "b_down": (E, d), "d_out": (T, d)})
+    c = C.by_name("gpt-oss")
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    logits = A["x"] @ A["router_weight"] + A["router_bias"]
+    ids = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(logits, ids, 1)
+    w = np.exp(top - top.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    out = np.zeros((T, d))
+    d_bd = np.zeros((E, d))
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            g = np.minimum(A["x"][t] @ A["w_gate"][e] + A["b_gate"][e], 0.6)
+            u = np.clip(A["x"][t] @ A["w_up"][e] + A["b_up"][e], -0.6, 0.6)
+            h = (u + 1) * g / (1 + np.exp(-1.702 * g))
+            out[t] += w[t, j] * (h @ A["w_down"][e] + A["b_down"][e])
+            d_bd[e] += w[t, j] * A["d_out"][t]
+    assert np.allclose(got["router_logits"].double().numpy(), logits, atol=1e-5)
+    assert np.allclose(got["out"].double().numpy(), out, atol=1e-5)
+    assert np.allclose(got["d_b_down"].double().numpy(), d_bd, atol=1e-5)
+    assert np.allclose(got["d_router_bias"].double().numpy(),
+                       got["d_router_logits"].double().numpy().sum(0), atol=1e-6)
 
 
 def test_expectations_match_first_rule(tmp="/tmp"):

@@ -170,12 +170,25 @@ def cfg_phimoe(cfg):
 
 
 def cfg_gpt_oss(cfg):
-    # gpt-oss: bias on the router logits, softmax over the top-k logits,
-    # clamped SwiGLU (alpha 1.702, limit 7, (up + 1)), biases on both
-    # expert GEMMs, gate/up interleaved: none of it in main's catalogue
-    raise NotExpressible("needs the clamped (up + 1) SwiGLU, expert biases and interleaved "
-                         "gate/up (ffn), a router-logit bias and softmax over the top-k logits "
-                         "(route)")
+    # gpt-oss: a bias on the router logits, softmax over the top-k logits,
+    # the clamped SwiGLU ((up + 1) glu, alpha 1.702, limit 7), biases on
+    # both expert GEMMs, gate/up interleaved in one weight (the mapping's
+    # layout, not the case's): the keys of the branches route and ffn
+    missing = []
+    if cfg["score_function"] != "softmax_topk":
+        missing.append("softmax over the top-k logits (score_function softmax_topk, route)")
+    if not (cfg.get("router_bias") or cfg.get("has_router_bias")):
+        missing.append("a router-logit bias (router_bias, route)")
+    if cfg["ffn_kind"] != "swiglu-clamp":
+        missing.append("the clamped (up + 1) SwiGLU (ffn_kind swiglu-clamp, ffn)")
+    if not cfg.get("ffn_bias"):
+        missing.append("biases on both expert GEMMs (ffn_bias, ffn)")
+    _need(not missing, "needs " + "; ".join(missing))
+    _need(not cfg["has_bias"] and cfg["n_group"] <= 1 and cfg["scaling"] == 1.0,
+          "gpt-oss has no selection bias, groups or scaling")
+    _need(not shared_of(cfg)[0], "gpt-oss has no shared expert")
+    return _dims(cfg, swiglu_alpha=float(cfg["act_alpha"]), swiglu_limit=float(cfg["act_limit"]),
+                 router_aux_loss_coef=0.0, layer_types=["full_attention"])
 
 
 def cfg_llama4(cfg):
@@ -279,7 +292,8 @@ CLIENTS = [
        defect="no-renorm", note="negative control: norm_topk_prob off on a renormalised case"),
     # mappings written, waiting for variants other branches build
     _c("phimoe", "phimoe", "PhimoeSparseMoeBlock", "PhimoeConfig", cfg_phimoe),
-    _c("gpt-oss", "gpt_oss", "GptOssMLP", "GptOssConfig", cfg_gpt_oss),
+    _c("gpt-oss", "gpt_oss", "GptOssMLP", "GptOssConfig", cfg_gpt_oss, layout="gpt_oss",
+       note="router bias, softmax over the top-k logits, clamped SwiGLU, expert biases"),
     _c("llama4", "llama4", "Llama4TextMoe", "Llama4TextConfig", cfg_llama4),
     _c("qwen2-moe[shared]", "qwen2_moe", "Qwen2MoeSparseMoeBlock", "Qwen2MoeConfig",
        cfg_qwen2_shared, note="gated shared expert on"),
@@ -349,7 +363,8 @@ def load_inputs(client, block, golden, torch):
     T = lambda name, dtype=dt: torch.from_numpy(golden.array(name)).to(dtype)
     router = router_of(block)
     block.to(dt)
-    if client.router_dtype == "fp32":
+    fp32_router = router_fp32(client, golden.config)
+    if fp32_router:
         router.float()
     with torch.no_grad():
         # copy_ rounds to the parameter's dtype: exact for an fp32 router
@@ -359,12 +374,25 @@ def load_inputs(client, block, golden, torch):
         wg, wu = T("w_gate"), T("w_up")
         if client.defect == "gate-up-swapped":
             wg, wu = wu, wg
-        LAYOUTS[client.layout][0](block, wg, wu, T("w_down"), torch)
+        load = LAYOUTS[client.layout][0]
+        if client.layout == "gpt_oss":
+            load(block, wg, wu, T("w_down"), torch, golden, T)
+        else:
+            load(block, wg, wu, T("w_down"), torch)
         if shared_of(golden.config)[0]:
             _load_shared(block, golden, T)
-    if client.router_dtype == "fp32":
+    if fp32_router:
         # the router runs on the fp32 weight: its input is cast to fp32 first
         router.register_forward_pre_hook(lambda m, args: (args[0].float(),) + tuple(args[1:]))
+
+
+def router_fp32(client, cfg):
+    """Whether the block's router is kept in fp32: the golden's router
+    weight is fp32 unless the case says router_dtype (the branch ffn's
+    bf16/fp16 router weight), and a router weight stored in the case's own
+    dtype is exactly what transformers holds: then it stays in that dtype."""
+    rdt = cfg.get("router_dtype", "fp32")
+    return client.router_dtype == "fp32" and not (rdt != "fp32" and rdt == cfg["dtype"])
 
 
 def shared_mlp(block):
@@ -433,8 +461,37 @@ def _grads_dbrx(block, f, torch):
     return g(mlp.w1).transpose(1, 2), g(mlp.v1).transpose(1, 2), g(mlp.w2)
 
 
+def _interleave(a, b, torch):
+    """[..., 2n] with a in the even and b in the odd columns."""
+    return torch.stack([a, b], dim=-1).flatten(-2)
+
+
+def _load_gpt_oss(block, wg, wu, wd, torch, golden=None, T=None):
+    # gate_up_proj [E, d, 2f] interleaved (transposed layout), its bias
+    # [E, 2f] likewise; down_proj [E, f, d] as w_down; the router's bias
+    _load_gate_up(block, wg, wu, wd, torch)
+    ex = block.experts
+    ex.gate_up_proj_bias.copy_(_interleave(T("b_gate"), T("b_up"), torch))
+    ex.down_proj_bias.copy_(T("b_down"))
+    router_of(block).bias.copy_(T("router_bias", torch.float32))
+
+
+def _grads_gpt_oss(block, f, torch):
+    return _grads_gate_up(block, f, torch)
+
+
+def _bias_stages(block, torch):
+    """gpt-oss's bias gradients: d_b_gate, d_b_up, d_b_down, d_router_bias."""
+    ex = block.experts
+    g = _grad(ex.gate_up_proj_bias, torch)
+    return {"d_b_gate": g[:, 0::2], "d_b_up": g[:, 1::2],
+            "d_b_down": _grad(ex.down_proj_bias, torch),
+            "d_router_bias": _grad(router_of(block).bias, torch)}
+
+
 # layout: (load the expert weights, read their gradients as d_w_gate, d_w_up, d_w_down)
-LAYOUTS = {"gate_up": (_load_gate_up, _grads_gate_up), "dbrx": (_load_dbrx, _grads_dbrx)}
+LAYOUTS = {"gate_up": (_load_gate_up, _grads_gate_up), "dbrx": (_load_dbrx, _grads_dbrx),
+           "gpt_oss": (_load_gpt_oss, _grads_gpt_oss)}
 
 
 def TORCH_DTYPES(torch):
@@ -496,6 +553,8 @@ def run_block(client, block, golden, torch):
             res[stage] = t.grad
     if shared:
         res.update(_shared_stages(block, golden, seen, torch))
+    if client.layout == "gpt_oss":
+        res.update(_bias_stages(block, torch))
     return {k: _np(v, torch) for k, v in res.items()}
 
 

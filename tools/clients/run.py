@@ -118,6 +118,10 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
         why = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1] if str(e) else "")
         return [dict(base, candidate=m, verdict="ERROR", why=why, worst=None, worst_stage="-",
                      traceback=traceback.format_exc()) for m in CANDIDATES]
+    have = set(g.stages())
+    unknown = sorted(set(outputs) - have)
+    if unknown:  # a mapping reading a stage this catalogue does not define
+        raise RuntimeError("%s: stages the golden does not have: %s" % (client.name, unknown))
     rows = []
     for mode in CANDIDATES:
         outs = outputs if mode == "chained" else {s: outputs[s] for s in FUSED_STAGES}
