@@ -1,21 +1,22 @@
 """transformers' MoE blocks as conformance clients of dropless.
 
 One row of CLIENTS per block (and per experts implementation worth telling
-apart): where transformers keeps it, how a golden case's configuration
+apart): where transformers keeps it, and how a golden case's configuration
 becomes the block's config (`configure`: keyword arguments for the model's
-config class, or NotExpressible naming what the case or the block lacks),
-and what the mapping needs from the catalogue that main may not have yet
-(`needs`: a variant another branch builds; the row is then reported "not
-expressible on this branch: needs <variant>" until the golden carries it).
+config class, or NotExpressible naming what the case or the block lacks;
+for a block that needs a variant main's catalogue lacks, the branch that
+builds it: the row is "not expressible on this branch: needs <variant>"
+until the golden carries it, then it runs).
 
-The block is built from its config alone (no weights from any hub); the
-golden's inputs are copied into its parameters (`load_inputs`), it runs
-forward and backward on the CPU (`run_block`), and `stages` reads back
-what the block exposes at its module boundaries: the router's logits, ids
-and weights, the output, and the gradients of the router logits, the
-router weights, the input and every expert weight. The blocks do not
-expose their per-expert intermediates (h_gate, ..., y_sorted) nor a sort
-(the eager loop never sorts), so a candidate holds those stages only.
+The block is built from its config alone (no weights from any hub,
+`build`); the golden's inputs are copied into its parameters
+(`load_inputs`); it runs forward and backward on the CPU and `run_block`
+reads back what it exposes at its module boundaries: the router's logits,
+the ids and weights it hands the experts, the output, and the gradients of
+the logits, the weights, the router weight, the input and every expert
+weight (and the shared experts' where the case has them). The blocks do
+not expose their per-expert intermediates (h_gate, ..., y_sorted) nor a
+sort (the eager loop never sorts), so a candidate holds none of those.
 """
 
 import collections
@@ -374,11 +375,7 @@ def load_inputs(client, block, golden, torch):
         wg, wu = T("w_gate"), T("w_up")
         if client.defect == "gate-up-swapped":
             wg, wu = wu, wg
-        load = LAYOUTS[client.layout][0]
-        if client.layout == "gpt_oss":
-            load(block, wg, wu, T("w_down"), torch, golden, T)
-        else:
-            load(block, wg, wu, T("w_down"), torch)
+        LAYOUTS[client.layout][0](block, wg, wu, T("w_down"), T, torch)
         if shared_of(golden.config)[0]:
             _load_shared(block, golden, T)
     if fp32_router:
@@ -432,7 +429,7 @@ def _shared_stages(block, golden, seen, torch):
     return res
 
 
-def _load_gate_up(block, wg, wu, wd, torch):
+def _load_gate_up(block, wg, wu, wd, T, torch):
     ex = block.experts
     ex.gate_up_proj.copy_(_gate_up(ex, wg, wu, torch))
     ex.down_proj.copy_(wd if getattr(ex, "is_transposed", False) else wd.transpose(1, 2))
@@ -445,7 +442,7 @@ def _grads_gate_up(block, f, torch):
     return dwg, dwu, dwd if getattr(ex, "is_transposed", False) else dwd.transpose(1, 2)
 
 
-def _load_dbrx(block, wg, wu, wd, torch):
+def _load_dbrx(block, wg, wu, wd, T, torch):
     # DBRX: gate = x w1[e]ᵀ, up = x v1[e]ᵀ, down = h w2[e], each [f, d]
     mlp = block.experts.mlp
     E, d, f = wg.shape
@@ -466,18 +463,14 @@ def _interleave(a, b, torch):
     return torch.stack([a, b], dim=-1).flatten(-2)
 
 
-def _load_gpt_oss(block, wg, wu, wd, torch, golden=None, T=None):
+def _load_gpt_oss(block, wg, wu, wd, T, torch):
     # gate_up_proj [E, d, 2f] interleaved (transposed layout), its bias
     # [E, 2f] likewise; down_proj [E, f, d] as w_down; the router's bias
-    _load_gate_up(block, wg, wu, wd, torch)
+    _load_gate_up(block, wg, wu, wd, T, torch)
     ex = block.experts
     ex.gate_up_proj_bias.copy_(_interleave(T("b_gate"), T("b_up"), torch))
     ex.down_proj_bias.copy_(T("b_down"))
     router_of(block).bias.copy_(T("router_bias", torch.float32))
-
-
-def _grads_gpt_oss(block, f, torch):
-    return _grads_gate_up(block, f, torch)
 
 
 def _bias_stages(block, torch):
@@ -489,9 +482,10 @@ def _bias_stages(block, torch):
             "d_router_bias": _grad(router_of(block).bias, torch)}
 
 
-# layout: (load the expert weights, read their gradients as d_w_gate, d_w_up, d_w_down)
+# layout: (load the expert weights (block, w_gate, w_up, w_down, golden
+# array accessor, torch), read their gradients as d_w_gate, d_w_up, d_w_down)
 LAYOUTS = {"gate_up": (_load_gate_up, _grads_gate_up), "dbrx": (_load_dbrx, _grads_dbrx),
-           "gpt_oss": (_load_gpt_oss, _grads_gpt_oss)}
+           "gpt_oss": (_load_gpt_oss, _grads_gate_up)}
 
 
 def TORCH_DTYPES(torch):
