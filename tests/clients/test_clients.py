@@ -189,6 +189,20 @@ def test_gpt_oss_mapping_against_its_formula():
                        got["d_router_logits"].double().numpy().sum(0), atol=1e-6)
 
 
+def test_batched_mm_memory_guard():
+    # batched_mm copies the expert weights per (token, slot): refused where
+    # that passes the budget (kernel-sizes-bf16: 3.0 GiB), built where not
+    big = dict(SOFTMAX_RENORM, tokens=1024, hidden=512, ffn=512, experts=64, dtype="bf16")
+    try:
+        C.build(C.by_name("mixtral[batched_mm]"), big, torch)
+    except C.NotExpressible as e:
+        assert "GiB" in str(e)
+    else:
+        raise AssertionError("batched_mm accepted a case over its memory budget")
+    C.build(C.by_name("mixtral[batched_mm]"), SOFTMAX_RENORM, torch)
+    C.build(C.by_name("mixtral"), big, torch)  # the eager loop copies nothing
+
+
 def test_expectations_match_first_rule(tmp="/tmp"):
     path = os.path.join(tmp, "clients-expected-%d.tsv" % os.getpid())
     with open(path, "w") as fh:

@@ -312,11 +312,22 @@ def by_name(name):
 
 # ---------------------------------------------------------- the block
 
+BATCHED_MM_BUDGET = 2**30  # bytes: each run stays well under 3 GiB
+
+
 def build(client, cfg, torch):
     """The client's block for case configuration cfg, in the case's dtype
     (the router in fp32: the golden's router weight is fp32), in eval mode;
     NotExpressible when the case does not fit the block."""
     kwargs = client.configure(cfg)
+    if client.impl == "batched_mm":
+        # batched_mm gathers every (token, slot)'s expert weights (gate_up
+        # and down: 3 d f values each) before its bmm
+        esize = 4 if cfg["dtype"] == "fp32" else 2
+        need = cfg["tokens"] * cfg["top_k"] * 3 * cfg["hidden"] * cfg["ffn"] * esize
+        _need(need <= BATCHED_MM_BUDGET, "batched_mm would copy %.1f GiB of expert weights "
+              "(one per token and slot), over the harness's %.0f GiB budget"
+              % (need / 2**30, BATCHED_MM_BUDGET / 2**30))
     tf = importlib.import_module("transformers")
     config = getattr(tf, client.config)(**kwargs)
     config._experts_implementation = client.impl
