@@ -1,0 +1,256 @@
+"""Tests of the clients harness's own mapping code (tools/clients): the
+weight layouts against transformers' own experts, the case filters in both
+directions, the expectations' matching. Runs in the clients venv (torch,
+transformers) before the harness (`make check-clients`); prints
+'N passed, N failed' and exits 1 on a failure."""
+
+import os
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "clients"))
+
+import torch  # noqa: E402
+
+import clients as C  # noqa: E402
+import run as R  # noqa: E402
+
+# configurations as dropless.load gives them (Golden.config), by routing kind
+SOFTMAX_RENORM = dict(tokens=8, hidden=8, ffn=4, experts=4, top_k=2, score_function="softmax",
+                      n_group=1, topk_group=1, group_score="max", renormalize=1, scaling=1.0,
+                      has_bias=0, ffn_kind="swiglu", dtype="fp32")
+SOFTMAX_PLAIN = dict(SOFTMAX_RENORM, renormalize=0)
+DSV3 = dict(SOFTMAX_RENORM, experts=8, top_k=4, score_function="sigmoid", n_group=4, topk_group=2,
+            group_score="top2_sum", scaling=2.5, has_bias=1)
+GROUPED_MAX = dict(SOFTMAX_PLAIN, experts=8, top_k=2, n_group=4, topk_group=2, scaling=2.0)
+PLAIN_FFN = dict(SOFTMAX_RENORM, ffn_kind="plain")
+# the branches route's and ffn's /config keys for gpt-oss
+GPT_OSS = dict(SOFTMAX_RENORM, score_function="softmax_topk", router_bias=1,
+               ffn_kind="swiglu-clamp", act_alpha=1.702, act_limit=7.0, ffn_bias=1)
+# the branch shared's /config keys
+QWEN2_SHARED = dict(SOFTMAX_PLAIN, shared_experts=1, shared_ffn=16, shared_gate=1)
+DSV3_SHARED = dict(DSV3, shared_experts=2, shared_ffn=4, shared_gate=0)
+
+
+class Experts:  # the layout attributes transformers' experts carry
+    def __init__(self, concatenated, transposed):
+        self.is_concatenated, self.is_transposed = concatenated, transposed
+
+
+def test_gate_up_round_trip():
+    # every layout: the gradient split inverts the weight's packing
+    wg, wu = torch.randn(3, 5, 4), torch.randn(3, 5, 4)
+    for conc in (True, False):
+        for tr in (True, False):
+            ex = Experts(conc, tr)
+            g, u = C._split_gate_up(ex, C._gate_up(ex, wg, wu, torch), 4)
+            assert torch.equal(g, wg) and torch.equal(u, wu), (conc, tr)
+
+
+def _load(name, cfg):
+    c = C.by_name(name)
+    block = C.build(c, cfg, torch)
+    return c, block
+
+
+def test_mixtral_layout_is_transformers():
+    # transformers' own split of gate_up_proj (chunk: gate rows first)
+    # gives x W_gate and x W_up from the mapped weights
+    c, block = _load("mixtral", SOFTMAX_RENORM)
+    ex = block.experts
+    wg, wu = torch.randn(4, 8, 4, dtype=torch.float64), torch.randn(4, 8, 4, dtype=torch.float64)
+    ex.double()
+    with torch.no_grad():
+        ex.gate_up_proj.copy_(C._gate_up(ex, wg, wu, torch))
+    x = torch.randn(6, 8, dtype=torch.float64)
+    g, u = torch.nn.functional.linear(x, ex.gate_up_proj[2]).chunk(2, dim=-1)
+    assert torch.allclose(g, x @ wg[2]) and torch.allclose(u, x @ wu[2])
+
+
+def test_gpt_oss_layout_is_transformers():
+    # gpt-oss stores gate/up interleaved and transposed ([E, d, 2f], gate in
+    # the even columns): its own _apply_gate reads them back as mapped
+    import transformers
+    from transformers.models.gpt_oss import modeling_gpt_oss as m
+    cfg = transformers.GptOssConfig(hidden_size=8, intermediate_size=4, num_local_experts=4,
+                                    num_experts_per_tok=2, num_hidden_layers=1,
+                                    num_attention_heads=2, num_key_value_heads=2, vocab_size=32)
+    cfg._experts_implementation = "eager"
+    ex = m.GptOssExperts(cfg).double()
+    assert ex.is_transposed and not ex.is_concatenated
+    wg, wu = torch.randn(4, 8, 4, dtype=torch.float64), torch.randn(4, 8, 4, dtype=torch.float64)
+    with torch.no_grad():
+        ex.gate_up_proj.copy_(C._gate_up(ex, wg, wu, torch))
+    x = torch.randn(6, 8, dtype=torch.float64)
+    gu = x @ ex.gate_up_proj[1]
+    assert torch.allclose(gu[..., ::2], x @ wg[1]) and torch.allclose(gu[..., 1::2], x @ wu[1])
+
+
+def test_filters_accept_their_cases():
+    for name, cfg in (("mixtral", SOFTMAX_RENORM), ("qwen3-moe", SOFTMAX_RENORM),
+                      ("qwen3-moe", SOFTMAX_PLAIN), ("jamba", SOFTMAX_PLAIN),
+                      ("granite-moe", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_PLAIN),
+                      ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3),
+                      ("qwen2-moe[shared]", QWEN2_SHARED), ("deepseek-v3[shared]", DSV3_SHARED),
+                      ("gpt-oss", GPT_OSS)):
+        C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
+
+
+def test_filters_refuse_other_routing():
+    for name, cfg in (("mixtral", SOFTMAX_PLAIN), ("mixtral", DSV3), ("jamba", SOFTMAX_RENORM),
+                      ("deepseek-v3", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_RENORM),
+                      ("deepseek-v2", DSV3), ("qwen3-moe", GROUPED_MAX),
+                      ("mixtral", PLAIN_FFN), ("gpt-oss", SOFTMAX_RENORM),
+                      ("llama4", SOFTMAX_RENORM), ("qwen2-moe[shared]", SOFTMAX_RENORM),
+                      # a row without shared experts refuses a case with them, and back
+                      ("qwen2-moe", QWEN2_SHARED), ("deepseek-v3", DSV3_SHARED),
+                      ("qwen2-moe[shared]", dict(QWEN2_SHARED, shared_gate=0)),
+                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_gate=1)),
+                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_ffn=8))):
+        try:
+            C.by_name(name).configure(cfg)
+        except C.NotExpressible as e:
+            assert str(e), name
+            continue
+        raise AssertionError("%s accepted a case it cannot express" % name)
+
+
+def test_gpt_oss_names_what_is_missing():
+    # each missing feature is named, so the row says which branch it waits for
+    for key, off, word in (("score_function", "softmax", "softmax_topk"),
+                           ("router_bias", 0, "router_bias"),
+                           ("ffn_kind", "swiglu", "swiglu-clamp"), ("ffn_bias", 0, "ffn_bias")):
+        try:
+            C.by_name("gpt-oss").configure(dict(GPT_OSS, **{key: off}))
+        except C.NotExpressible as e:
+            assert word in str(e), (key, str(e))
+            continue
+        raise AssertionError("gpt-oss accepted a case without %s" % key)
+    C.build(C.by_name("gpt-oss"), GPT_OSS, torch)  # the config transformers accepts
+    # the golden's /config spells the router bias has_router_bias (route's format)
+    alt = dict(GPT_OSS, has_router_bias=1)
+    del alt["router_bias"]
+    C.by_name("gpt-oss").configure(alt)
+
+
+class FakeGolden:
+    """What load_inputs and run_block read of a dropless.Golden, from
+    arrays drawn here (fp32), for mappings whose goldens main lacks."""
+
+    def __init__(self, cfg, arrays):
+        self.config, self._a = cfg, arrays
+        self.dims = {"T": cfg["tokens"], "d": cfg["hidden"], "f": cfg["ffn"]}
+
+    def array(self, name):
+        return self._a[name]
+
+
+def _draw(shapes, seed=3):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return {n: (rng.standard_normal(s) * 0.5).astype(np.float32) for n, s in shapes.items()}
+
+
+def test_gpt_oss_mapping_against_its_formula():
+    # the whole mapping (interleaved gate/up, transposes, the three biases,
+    # the router bias) against gpt-oss's layer written out in float64, and
+    # the bias gradients against their definitions
+    import numpy as np
+    T, d, f, E, k = 6, 8, 4, 4, 2
+    cfg = dict(GPT_OSS, tokens=T, hidden=d, ffn=f, experts=E, top_k=k, act_limit=0.6)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "router_bias": (E,), "w_gate": (E, d, f),
+               "w_up": (E, d, f), "w_down": (E, f, d), "b_gate": (E, f), "b_up": (E, f),
+               "b_down": (E, d), "d_out": (T, d)})
+    c = C.by_name("gpt-oss")
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    logits = A["x"] @ A["router_weight"] + A["router_bias"]
+    ids = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(logits, ids, 1)
+    w = np.exp(top - top.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    out = np.zeros((T, d))
+    d_bd = np.zeros((E, d))
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            g = np.minimum(A["x"][t] @ A["w_gate"][e] + A["b_gate"][e], 0.6)
+            u = np.clip(A["x"][t] @ A["w_up"][e] + A["b_up"][e], -0.6, 0.6)
+            h = (u + 1) * g / (1 + np.exp(-1.702 * g))
+            out[t] += w[t, j] * (h @ A["w_down"][e] + A["b_down"][e])
+            d_bd[e] += w[t, j] * A["d_out"][t]
+    assert np.allclose(got["router_logits"].double().numpy(), logits, atol=1e-5)
+    assert np.allclose(got["out"].double().numpy(), out, atol=1e-5)
+    assert np.allclose(got["d_b_down"].double().numpy(), d_bd, atol=1e-5)
+    assert np.allclose(got["d_router_bias"].double().numpy(),
+                       got["d_router_logits"].double().numpy().sum(0), atol=1e-6)
+
+
+def test_batched_mm_memory_guard():
+    # batched_mm copies the expert weights per (token, slot): refused where
+    # that passes the budget (kernel-sizes-bf16: 3.0 GiB), built where not
+    big = dict(SOFTMAX_RENORM, tokens=1024, hidden=512, ffn=512, experts=64, dtype="bf16")
+    try:
+        C.build(C.by_name("mixtral[batched_mm]"), big, torch)
+    except C.NotExpressible as e:
+        assert "GiB" in str(e)
+    else:
+        raise AssertionError("batched_mm accepted a case over its memory budget")
+    C.build(C.by_name("mixtral[batched_mm]"), SOFTMAX_RENORM, torch)
+    C.build(C.by_name("mixtral"), big, torch)  # the eager loop copies nothing
+
+
+def test_expectations_match_first_rule(tmp="/tmp"):
+    path = os.path.join(tmp, "clients-expected-%d.tsv" % os.getpid())
+    with open(path, "w") as fh:
+        fh.write("# comment\nmixtral*\tzipf\t*\tfused\tNOT CONFORMANT\tone\n"
+                 "mixtral*\t*\t*\t*\tCONFORMANT\ttwo\n")
+    try:
+        rows = R.load_expected(path)
+    finally:
+        os.unlink(path)
+    assert R.expected_for(rows, "mixtral[grouped_mm]", "zipf", "bf16", "fused")[1] == "one"
+    assert R.expected_for(rows, "mixtral", "zipf", "bf16", "chained")[1] == "two"
+    assert R.expected_for(rows, "olmoe", "zipf", "bf16", "fused") == ("CONFORMANT", "")
+
+
+def test_every_control_is_expected_to_fail():
+    # a negative control expected CONFORMANT would prove nothing
+    rows = R.load_expected(os.path.join(HERE, "..", "..", "tools", "clients", "expected.tsv"))
+    controls = [c for c in C.CLIENTS if c.defect]
+    assert len(controls) >= 2
+    for c in controls:
+        for case in ("mixtral-small", "ties", "tiny"):
+            for dt in R.DTYPES:
+                for m in R.CANDIDATES:
+                    assert R.expected_for(rows, c.name, case, dt, m)[0] == "NOT CONFORMANT", \
+                        (c.name, case, dt, m)
+
+
+def test_base_case():
+    assert R.base_case("mixtral-small-bf16", "bf16") == "mixtral-small"
+    assert R.base_case("ties-fp16", "fp16") == "ties"
+    assert R.base_case("ties", "fp32") == "ties"
+
+
+def main():
+    tests = [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_")]
+    passed = failed = 0
+    for name, fn in tests:
+        try:
+            fn()
+            passed += 1
+            print("ok - %s" % name)
+        except Exception:
+            failed += 1
+            print("not ok - %s" % name)
+            traceback.print_exc()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
