@@ -410,7 +410,7 @@ tri = None if have("triton") else "Triton not installed"
 check("Triton kernels under the CPU interpreter: CONFORMANT", t_triton_interpreter, tri)
 check("FP8/MXFP4 grouped-GEMM candidates under the interpreter: correct CONFORMANT, the "
       "bf16-accumulator defect NOT CONFORMANT", t_fp8_interpreter,
-      tri or (None if hasattr(__import__("dropless.quant").quant, "check_gemm") else "no quant.check_gemm"))
+      tri)
 check("masked-layout FFN under the interpreter (the CUDA graph's step): CONFORMANT on three "
       "routings and the poisoned twin; writing padding NOT CONFORMANT", t_masked_interpreter, tri)
 check("the dense fallback (padded buffers, torch.bmm in fp32): CONFORMANT", t_dense)
