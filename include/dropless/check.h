@@ -147,6 +147,12 @@ typedef struct {
     uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
                           * one it lacks is a FAIL (check "required"), not a SKIP;
                           * values the case does not have are ignored (default 0) */
+    /* Called (when not NULL) with progress_ctx as each stage value is judged:
+     * its name, and the share of the case's elements judged before it, in
+     * [0, 1]; once more with stage "done" and 1 at the end. Informational:
+     * the verdicts do not depend on it (default NULL). */
+    void (*progress)(void *ctx, const char *stage, double done);
+    void *progress_ctx;
 } dl_check_options_t;
 
 /* Fills *o with the defaults. */

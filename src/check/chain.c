@@ -60,6 +60,7 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r)
     o.profile = ck->prof;
     o.require = 0;
     o.diagnose_drops = 0;
+    o.progress = NULL; /* the outer run's bar goes on; this nested one is a detail of a stage */
     dl_check_report_t sub;
     int rc = dl_check_run(&g, &c, &o, &sub);
     const dl_check_result_t *x = NULL;

@@ -550,8 +550,15 @@ int dl__ck_stages(dl__ck_t *ck)
     for (int s = 0; s <= DL_VALUE_GROUP_OFFSETS; s++)
         ck->st[s].need = 1;
 
+    int64_t total = 0, done = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        total += ck->numel[s] > 0 ? ck->numel[s] : 0;
     for (int si = 0; si < DL_VALUE_COUNT; si++) {
         const dl_value_t s = (dl_value_t)si;
+        if (ck->opt.progress)
+            ck->opt.progress(ck->opt.progress_ctx, dl_value_name(s),
+                             total > 0 ? (double)done / (double)total : 0.0);
+        done += ck->numel[s] > 0 ? ck->numel[s] : 0;
         /* a stage with no element is not checked, but the routing and the
          * token accounting still set the dispatch (T = 0: E empty groups) */
         if (ck->numel[s] == 0 && !dl__ck_desc(s)->check)
@@ -578,5 +585,7 @@ int dl__ck_stages(dl__ck_t *ck)
         if ((desc->flags & DL__CK_DRIFT) && (rc = drift(ck, s)))
             return rc;
     }
+    if (ck->opt.progress)
+        ck->opt.progress(ck->opt.progress_ctx, "done", 1.0);
     return 0;
 }

@@ -27,7 +27,7 @@ unsigned dl_cli_preflight_seconds(void)
 
 typedef struct {
     const char *profile, *json, *junit, *stages, *require, *out;
-    int all, force, forward_only, strict_storage, sealed_golden;
+    int all, force, forward_only, strict_storage, sealed_golden, quiet;
     const dl_check_profile_t *per_stage[DL_VALUE_COUNT]; /* from --profile PART=NAME,... */
     double time_limit;
     double false_alarm; /* --false-alarm P; 0: the library's default */
@@ -91,12 +91,13 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
         {"strict-storage", no_argument, 0, O_STRICT_STORAGE},
         {"false-alarm", required_argument, 0, O_FALSE_ALARM},
         {"require-sealed-golden", no_argument, 0, O_SEALED},
+        {"quiet", no_argument, 0, 'q'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     optind = 1;
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "hq", longopts, NULL)) != -1) {
         int run_only = ch == O_BACKEND || ch == O_LIMIT || ch == O_FWD || ch == O_OUT;
         if (run_only && !is_run)
             ch = '?';
@@ -118,6 +119,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
             break;
         }
         case O_SEALED: o->sealed_golden = 1; break;
+        case 'q': o->quiet = 1; break;
         case O_ALL: o->all = 1; break;
         case O_FWD: o->forward_only = 1; break;
         case O_OUT: o->out = optarg; break;
@@ -443,6 +445,12 @@ static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t re
     co.strict_storage = o->strict_storage;
     if (o->false_alarm != 0.0)
         co.false_alarm = o->false_alarm;
+    dl_cli_progress_t bar;
+    dl_cli_progress_init(&bar, g->case_name[0] ? g->case_name : "check");
+    if (!o->quiet && isatty(2)) {
+        co.progress = dl_cli_progress_cb;
+        co.progress_ctx = &bar;
+    }
     int rc;
     if (cand->isolated_groups[0]) {
         /* the backend fed each group the golden inputs: judge each on golden upstream */
@@ -456,6 +464,7 @@ static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t re
     } else {
         rc = dl_check_run(&gold, &c, &co, rep);
     }
+    dl_cli_progress_end(&bar);
     if (rc) {
         fprintf(stderr, "dropless check: %s: %s\n", gpath, dl_strerror(rc));
         dl_check_report_free(rep);

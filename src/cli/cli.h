@@ -33,4 +33,20 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
 void dl_cli_gen_mpi_end(void);
 /* The worst of every rank's status (before the first case), on every rank. */
 int dl_cli_gen_mpi_agree(int status);
+/* progress.c: the progress bar of gen and check on stderr (the caller
+ * decides whether to show one: a terminal, no -q). init starts the clock;
+ * cb is a dl_golden_progress_fn / dl_check_options_t.progress (ctx = the
+ * bar; nothing is drawn in the first 2 s, DROPLESS_PROGRESS_AFTER_S); end
+ * ends the line when a bar was drawn. */
+typedef struct {
+    const char *name;
+    int shown;
+    int last_pct;
+    const char *phase;
+    double t0;
+    double after; /* seconds before the first redraw */
+} dl_cli_progress_t;
+void dl_cli_progress_init(dl_cli_progress_t *p, const char *name);
+void dl_cli_progress_cb(void *ctx, const char *phase, double done);
+void dl_cli_progress_end(dl_cli_progress_t *p);
 #endif

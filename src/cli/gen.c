@@ -14,20 +14,6 @@
 #include "dropless.h"
 #include "cli.h"
 
-/* The progress bar appears once a case has run this long (seconds), and
- * only when stderr is a terminal and -q is not given. */
-#define PROGRESS_AFTER_S 2.0
-
-/* DROPLESS_PROGRESS_AFTER_S overrides the delay (tests set 0, so that the
- * bar they look for does not depend on how fast the machine is). */
-static double progress_after_s(void)
-{
-    const char *s = getenv("DROPLESS_PROGRESS_AFTER_S");
-    char *end;
-    double v = s && *s ? strtod(s, &end) : -1.0;
-    return s && *s && !*end && v >= 0.0 && v < 86400.0 ? v : PROGRESS_AFTER_S;
-}
-
 static void human(int64_t b, char *buf, size_t n)
 {
     if (b < 0)
@@ -77,53 +63,6 @@ static void gen_usage(FILE *f)
             "                      available\n"
             "  -q, --quiet         print nothing on success\n"
             "  -h, --help          this text\n");
-}
-
-typedef struct {
-    const char *name;
-    int shown;
-    int last_pct;
-    const char *phase;
-    double t0;
-    double after; /* seconds before the first redraw */
-} progress_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void eta_str(double secs, char *buf, size_t n)
-{
-    if (!(secs >= 0) || secs > 1e6)
-        snprintf(buf, n, "--:--");
-    else if (secs >= 3600)
-        snprintf(buf, n, "%dh%02dm", (int)(secs / 3600), (int)(secs / 60) % 60);
-    else
-        snprintf(buf, n, "%dm%02ds", (int)(secs / 60), (int)secs % 60);
-}
-
-/* A bar with the phase, the share done and the time left, redrawn in place
- * when the percentage or the phase changes; nothing in the first
- * PROGRESS_AFTER_S seconds, so short cases print nothing. */
-static void progress_cb(void *ctx, const char *phase, double done)
-{
-    progress_t *p = ctx;
-    double el = now_s() - p->t0;
-    int pct = (int)(done * 100.0);
-    if (el < p->after || (p->phase == phase && pct == p->last_pct))
-        return;
-    p->phase = phase;
-    p->last_pct = pct;
-    int bar = pct / 5;
-    char eta[32];
-    eta_str(done > 0.005 ? el / done * (1.0 - done) : -1.0, eta, sizeof eta);
-    fprintf(stderr, "\r%s: %-16.16s [%.*s%*s] %3d%% ETA %-8s", p->name, phase, bar,
-            "####################", 20 - bar, "", pct, eta);
-    fflush(stderr);
-    p->shown = 1;
 }
 
 /* Chooses in-memory or streamed generation for c and checks the estimate
@@ -455,15 +394,15 @@ static int gen_one(const gen_opts_t *o, const dl_case_t *c, const char *path,
                    dl_golden_gen_opts_t go)
 {
     char err[512] = "";
-    progress_t pr = {c->name, 0, -1, NULL, now_s(), progress_after_s()};
+    dl_cli_progress_t pr;
+    dl_cli_progress_init(&pr, c->name);
     if (!o->quiet && isatty(2)) {
-        go.progress = progress_cb;
+        go.progress = dl_cli_progress_cb;
         go.progress_ctx = &pr;
     }
     int berr = 0;
     int r = dl_golden_gen_file(c, path, &go, &berr, err, sizeof err);
-    if (pr.shown)
-        fprintf(stderr, "\n");
+    dl_cli_progress_end(&pr);
     if (r) {
         fprintf(stderr, "dropless gen: %s\n", err[0] ? err : dl_strerror(r));
         return exit_for(r);
