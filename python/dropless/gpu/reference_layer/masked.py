@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover
 if triton is not None:
     @triton.jit
     def _rne(acc, MODE: tl.constexpr):
-        # MODE 0: fp32 (no rounding); 1: bf16; 2: fp16 is not needed here
+        # MODE 0: fp32 (no rounding); 1: bf16 (main() refuses other types)
         if MODE == 1:
             b = acc.to(tl.int32, bitcast=True)
             b = (b + 0x7FFF + ((b >> 16) & 1)) & -65536
@@ -187,6 +187,10 @@ def main(argv=None):
         k = layouts.kernel_inputs(path, "masked:" + name.split("_")[1], poisoned=poisoned)
         G, cap, d = k["x"].reshape(len(k["masked_m"]), -1, k["x"].shape[-1]).shape
         f_ = k["w_gate"].shape[2]
+        if dtype not in ("fp32", "bf16"):
+            print("%s: dtype %s: the masked kernel rounds to fp32 or bf16 only" % (path, dtype),
+                  file=sys.stderr)
+            return 2
         if ffn is None:
             ffn = MaskedFFN(G, cap, d, f_, dtype, args.device, args.defect)
         elif (ffn.G, ffn.cap, ffn.x.shape[1], ffn.wg.shape[2], ffn.dtype) != (G, cap, d, f_, dtype):
