@@ -23,8 +23,10 @@ extern "C" {
  *   name   the struct member and the dataset name;
  *   store  ACT the case's dtype, F32, I32 (int32_t), I64 (int64_t);
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
- *          k top_k, M = T*k, P = E+1;
- *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only).
+ *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
+ *          shared experts' concatenated width);
+ *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only),
+ *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only).
  * Adding a row is all it takes to add an array to the format, the enum and
  * the runner's bookkeeping (doc/architecture.md has the checklist). */
 #if DL_EXTRA_VALUE
@@ -40,6 +42,10 @@ extern "C" {
     X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU)                       \
     X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU)                           \
     X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS)                       \
+    X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED)          \
+    X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED)              \
+    X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED)          \
+    X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, F32, "d", SHARED_GATE) \
     X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS)                          \
     X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS)          \
     X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS)          \
@@ -56,6 +62,12 @@ extern "C" {
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU)                          \
     X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS)                    \
     DL__EXTRA_VALUE_ROW(X)                                          \
+    X(FW, SHARED_H_GATE, shared_h_gate, ACT, "TS", SHARED)          \
+    X(FW, SHARED_H_UP, shared_h_up, ACT, "TS", SHARED)              \
+    X(FW, SHARED_H_ACT, shared_h_act, ACT, "TS", SHARED)            \
+    X(FW, SHARED_Y, shared_y, ACT, "Td", SHARED)                    \
+    X(FW, SHARED_GATE_LOGIT, shared_gate_logit, F32, "T", SHARED_GATE) \
+    X(FW, SHARED_GATE, shared_gate, F32, "T", SHARED_GATE)          \
     X(FW, OUT, out, ACT, "Td", ALWAYS)                              \
     X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS)        \
     X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS)                \
@@ -69,6 +81,16 @@ extern "C" {
     X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS)      \
     X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS)      \
     X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS)      \
+    X(BW, D_SHARED_GATE, d_shared_gate, F32, "T", SHARED_GATE)      \
+    X(BW, D_SHARED_GATE_LOGIT, d_shared_gate_logit, F32, "T", SHARED_GATE) \
+    X(BW, D_SHARED_GATE_WEIGHT, d_shared_gate_weight, F32, "d", SHARED_GATE) \
+    X(BW, D_SHARED_Y, d_shared_y, ACT, "Td", SHARED)                \
+    X(BW, D_SHARED_H_ACT, d_shared_h_act, ACT, "TS", SHARED)        \
+    X(BW, D_SHARED_W_DOWN, d_shared_w_down, F32, "Sd", SHARED)      \
+    X(BW, D_SHARED_H_GATE, d_shared_h_gate, ACT, "TS", SHARED)      \
+    X(BW, D_SHARED_H_UP, d_shared_h_up, ACT, "TS", SHARED)          \
+    X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED)      \
+    X(BW, D_SHARED_W_UP, d_shared_w_up, F32, "dS", SHARED)          \
     X(BW, D_X, d_x, ACT, "Td", ALWAYS)
 
 /* The row's enumerator, for FW and BW rows only. */
@@ -100,7 +122,9 @@ typedef enum {
 typedef enum {
     DL_COND_ALWAYS = 0,
     DL_COND_BIAS = 1,  /* only when route.has_bias */
-    DL_COND_SWIGLU = 2 /* only with DL_FFN_SWIGLU */
+    DL_COND_SWIGLU = 2, /* only with DL_FFN_SWIGLU */
+    DL_COND_SHARED = 3, /* only with shared experts (shared_experts > 0) */
+    DL_COND_SHARED_GATE = 4 /* only with the shared experts' sigmoid gate */
 } dl_cond_t;
 
 /* Which struct an array lives in. */

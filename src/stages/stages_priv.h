@@ -8,6 +8,7 @@
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
+#include "dropless/shared.h"
 #include "dropless/values.h"
 #include "dropless/schedule.h"
 
