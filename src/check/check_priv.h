@@ -1,6 +1,7 @@
 /* Private to the conformance runner (src/check/); not installed. */
 #ifndef DL_CHECK_PRIV_H
 #define DL_CHECK_PRIV_H
+#include <math.h>
 #include "stages/stages_priv.h"
 #include "util/util_priv.h"
 #include "dropless/check.h"
@@ -262,6 +263,31 @@ int dl__ck_ep(dl__ck_t *ck);
  * their valid y rows become the candidate's y_sorted when it has none */
 int dl__ck_layouts_feed(dl__ck_t *ck);
 int dl__ck_layouts(dl__ck_t *ck);
+
+/* The shared experts' term of out[t, i] on the effective values: g_t
+ * shared_y[t, i] (exact in binary64: a product of two floats), g_t = 1
+ * without the gate; 0 without shared experts. A shared expert is never
+ * dropped: the zero-drop accounting keeps this term in every row. */
+static inline double dl__ck_shared_out(const dl__ck_t *ck, int64_t t, int64_t i)
+{
+    const float *y = ck->eff[DL_VALUE_SHARED_Y], *g = ck->eff[DL_VALUE_SHARED_GATE];
+    if (ck->c->shared_experts <= 0 || !y)
+        return 0.0;
+    return (ck->c->shared_gate && g ? (double)g[t] : 1.0) * (double)y[t * ck->d + i];
+}
+
+/* The first-order error the absent shared_y and shared_gate carry into
+ * that term (their WARN-bound deltas, prop.c), 0 when both are present. */
+static inline double dl__ck_shared_out_prop(const dl__ck_t *ck, int64_t t, int64_t i)
+{
+    const double *dy = ck->delta[1][DL_VALUE_SHARED_Y], *dg = ck->delta[1][DL_VALUE_SHARED_GATE];
+    const float *y = ck->eff[DL_VALUE_SHARED_Y], *g = ck->eff[DL_VALUE_SHARED_GATE];
+    if (ck->c->shared_experts <= 0 || !y)
+        return 0.0;
+    const int gated = ck->c->shared_gate && g;
+    return (dy ? (gated ? fabs((double)g[t]) : 1.0) * dy[t * ck->d + i] : 0.0) +
+           (gated && dg ? dg[t] * fabs((double)y[t * ck->d + i]) : 0.0);
+}
 
 
 

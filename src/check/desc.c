@@ -153,9 +153,10 @@ static int ex_h_act(dl__ck_t *ck, dl_value_t s, float *out)
     return dl_swiglu(EF(H_GATE), EF(H_UP), ck->M * ck->f, ck->act, out);
 }
 
-static int m_h_act(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+/* M of a SwiGLU, elementwise: |silu(g) u|. */
+static int m_swiglu(dl__ck_t *ck, dl_value_t s, const float *g, const float *u, dl__cmp_t *cmp,
+                    dl__mprov_t *mp)
 {
-    const float *g = EF(H_GATE), *u = EF(H_UP);
     const int64_t n = ck->numel[s];
     double *m = m_array(ck, mp, n);
     if (!m)
@@ -165,6 +166,11 @@ static int m_h_act(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
         m[i] = fabs(silu(g[i]) * (double)u[i]);
     cmp->elem = 1;
     return 0;
+}
+
+static int m_h_act(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    return m_swiglu(ck, s, EF(H_GATE), EF(H_UP), cmp, mp);
 }
 
 /* The down projection's input: h_act, or x_sorted in a plain FFN. */
@@ -212,7 +218,8 @@ static int m_y_half(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
 
 static int ex_out(dl__ck_t *ck, dl_value_t s, float *out)
 {
-    return dl_combine(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, ck->T, ck->k, ck->d, ck->act, out);
+    return dl_combine_shared(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, EF(SHARED_Y), EF(SHARED_GATE),
+                             ck->T, ck->k, ck->d, ck->act, out);
 }
 
 static int m_out(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
@@ -229,9 +236,9 @@ static int m_out(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
             double a = 0.0;
             for (int64_t j = 0; j < k; j++)
                 a += fabs((double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i]);
-            m[t * d + i] = a;
+            m[t * d + i] = a + fabs(dl__ck_shared_out(ck, t, i));
         }
-    cmp->K = k;
+    cmp->K = k + (ck->c->shared_experts > 0); /* the shared experts' term is one more */
     cmp->short_sum = 1;
     return 0;
 }
@@ -334,17 +341,34 @@ static int m_d_w(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
     return 0;
 }
 
+/* The SwiGLU backward's operands (gate, up, upstream gradient, the two
+ * values it gives) for the routed experts or the shared ones. */
+typedef struct {
+    dl_value_t g, u, dh, dg, du;
+} swiglu_vjp_t;
+
+static swiglu_vjp_t swiglu_vjp(dl_value_t s)
+{
+    const int sh = s == DL_VALUE_D_SHARED_H_GATE || s == DL_VALUE_D_SHARED_H_UP;
+    return sh ? (swiglu_vjp_t){DL_VALUE_SHARED_H_GATE, DL_VALUE_SHARED_H_UP,
+                               DL_VALUE_D_SHARED_H_ACT, DL_VALUE_D_SHARED_H_GATE,
+                               DL_VALUE_D_SHARED_H_UP}
+              : (swiglu_vjp_t){DL_VALUE_H_GATE, DL_VALUE_H_UP, DL_VALUE_D_H_ACT,
+                               DL_VALUE_D_H_GATE, DL_VALUE_D_H_UP};
+}
+
 static int ex_d_h_gu(dl__ck_t *ck, dl_value_t s, float *out)
 {
     /* one call gives both; keep the sibling for when its turn comes */
-    const int64_t n = ck->M * ck->f;
+    const swiglu_vjp_t o = swiglu_vjp(s);
+    const int64_t n = ck->numel[s];
     float *other = dl__ck_alloc(ck, n, sizeof *other);
     if (!other)
         return DL_ENOMEM;
-    const int gate = s == DL_VALUE_D_H_GATE;
-    int rc = dl_swiglu_backward(EF(H_GATE), EF(H_UP), EF(D_H_ACT), n, ck->act,
+    const int gate = s == o.dg;
+    int rc = dl_swiglu_backward(ck->eff[o.g], ck->eff[o.u], ck->eff[o.dh], n, ck->act,
                                 gate ? out : other, gate ? other : out);
-    const dl_value_t sib = gate ? DL_VALUE_D_H_UP : DL_VALUE_D_H_GATE;
+    const dl_value_t sib = gate ? o.du : o.dg;
     if (!rc && !ck->exact[sib])
         ck->exact[sib] = other;
     return rc;
@@ -352,12 +376,13 @@ static int ex_d_h_gu(dl__ck_t *ck, dl_value_t s, float *out)
 
 static int m_d_h_gu(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
 {
-    const float *g = EF(H_GATE), *u = EF(H_UP), *dh = EF(D_H_ACT);
+    const swiglu_vjp_t o = swiglu_vjp(s);
+    const float *g = ck->eff[o.g], *u = ck->eff[o.u], *dh = ck->eff[o.dh];
     const int64_t n = ck->numel[s];
     double *m = m_array(ck, mp, n);
     if (!m)
         return DL_ENOMEM;
-    const int gate = s == DL_VALUE_D_H_GATE;
+    const int gate = s == o.dg;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const double sg = 1.0 / (1.0 + exp(-(double)g[i]));
@@ -459,14 +484,40 @@ static int m_d_router_weight(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mpr
 
 /* --------------------------------------------------------- input backward */
 
+/* The shared path's terms of d_x (shared.h), on the effective values. */
+static dl_shared_grad_t shared_grad(const dl__ck_t *ck)
+{
+    const int gated = ck->c->shared_gate != 0;
+    return (dl_shared_grad_t){dl_value_dim(ck->c, 'S'), EF(D_SHARED_H_GATE), EF(D_SHARED_H_UP),
+                              ck->in->shared_w_gate, ck->in->shared_w_up,
+                              gated ? EF(D_SHARED_GATE_LOGIT) : NULL,
+                              gated ? ck->in->shared_gate_weight : NULL};
+}
+
 static int ex_d_x(dl__ck_t *ck, dl_value_t s, float *out)
 {
-    return dl_input_backward(EF(D_X_SORTED), INV, EF(D_ROUTER_LOGITS), ck->in->router_weight,
-                             ck->T, ck->k, ck->d, ck->E, ck->act, out);
+    const dl_shared_grad_t sh = shared_grad(ck);
+    return dl_input_backward_shared(EF(D_X_SORTED), INV, EF(D_ROUTER_LOGITS),
+                                    ck->in->router_weight, sh.width > 0 ? &sh : NULL, ck->T,
+                                    ck->k, ck->d, ck->E, ck->act, out);
+}
+
+/* The magnitudes of the shared path's terms of d_x[t, i]. */
+static double shared_dx_m(const dl_shared_grad_t *sh, int64_t t, int64_t i)
+{
+    const int64_t F = sh->width;
+    double a = 0.0;
+    for (int64_t c = 0; c < F; c++)
+        a += fabs((double)sh->d_h_gate[t * F + c] * (double)sh->w_gate[i * F + c]) +
+             fabs((double)sh->d_h_up[t * F + c] * (double)sh->w_up[i * F + c]);
+    if (F > 0 && sh->d_gate_logit)
+        a += fabs((double)sh->d_gate_logit[t] * (double)sh->gate_weight[i]);
+    return a;
 }
 
 static int m_d_x(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
 {
+    const dl_shared_grad_t sh = shared_grad(ck);
     const float *dxs = EF(D_X_SORTED), *dlg = EF(D_ROUTER_LOGITS), *wr = ck->in->router_weight;
     const int32_t *inv = INV;
     const int64_t d = ck->d, k = ck->k, E = ck->E;
@@ -481,11 +532,190 @@ static int m_d_x(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
                 a += fabs((double)dxs[(int64_t)inv[t * k + j] * d + i]);
             for (int64_t e = 0; e < E; e++)
                 a += fabs((double)dlg[t * E + e] * (double)wr[i * E + e]);
-            m[t * d + i] = a;
+            m[t * d + i] = a + shared_dx_m(&sh, t, i);
         }
-    cmp->K = k + E;
+    cmp->K = k + E + (sh.width > 0 ? 2 * sh.width + (sh.d_gate_logit != NULL) : 0);
     cmp->short_sum = 1;
     cmp->kappa_in = kin(ck, cmp, DL_F32, DL_F32);
+    return 0;
+}
+
+/* ------------------------------------------------------ shared experts */
+
+/* The shared path's GEMMs run over all T tokens as one group. */
+static int dense1(dl__ck_t *ck, const float *lhs, int64_t K, const float *rhs, dl_rhs_layout_t lay,
+                  int64_t N, dl_dtype_t t, float *out)
+{
+    const int64_t all[2] = {0, ck->T};
+    return grouped1(lhs, K, rhs, lay, N, all, 1, t, out);
+}
+
+static int m_dense(dl__ck_t *ck, dl__cmp_t *cmp, dl__mprov_t *mp, const float *lhs, int64_t K,
+                   const float *rhs, dl_rhs_layout_t lay, int64_t N, dl_dtype_t rt)
+{
+    int64_t *o = all_rows(ck);
+    if (!o)
+        return DL_ENOMEM;
+    m_grouped(ck, cmp, mp, lhs, K, rhs, lay, N);
+    mp->off = o;
+    mp->E = 1;
+    cmp->rows = ck->T; /* [T, N], also for the gate's logits (N = 1, stored [T]) */
+    cmp->cols = N;
+    cmp->kappa_in = kin(ck, cmp, ck->act, rt);
+    return 0;
+}
+
+/* The operands of the shared path's forward GEMMs: lhs [T, K] times rhs. */
+static void shared_fw_operands(const dl__ck_t *ck, dl_value_t s, const float **lhs, int64_t *K,
+                               const float **rhs, int64_t *N)
+{
+    const int64_t F = dl_value_dim(ck->c, 'S');
+    *lhs = s == DL_VALUE_SHARED_Y ? EF(SHARED_H_ACT) : ck->in->x;
+    *K = s == DL_VALUE_SHARED_Y ? F : ck->d;
+    *N = s == DL_VALUE_SHARED_Y ? ck->d : s == DL_VALUE_SHARED_GATE_LOGIT ? 1 : F;
+    *rhs = s == DL_VALUE_SHARED_H_GATE ? ck->in->shared_w_gate
+           : s == DL_VALUE_SHARED_H_UP ? ck->in->shared_w_up
+           : s == DL_VALUE_SHARED_Y    ? ck->in->shared_w_down
+                                       : ck->in->shared_gate_weight;
+}
+
+static int ex_shared_fw(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    const float *lhs, *rhs;
+    int64_t K, N;
+    shared_fw_operands(ck, s, &lhs, &K, &rhs, &N);
+    return dense1(ck, lhs, K, rhs, DL_RHS_KN, N, dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32, out);
+}
+
+static int m_shared_fw(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    const float *lhs, *rhs;
+    int64_t K, N;
+    shared_fw_operands(ck, s, &lhs, &K, &rhs, &N);
+    return m_dense(ck, cmp, mp, lhs, K, rhs, DL_RHS_KN, N,
+                   s == DL_VALUE_SHARED_GATE_LOGIT ? DL_F32 : ck->act);
+}
+
+static int ex_shared_h_act(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dl_swiglu(EF(SHARED_H_GATE), EF(SHARED_H_UP), ck->numel[s], ck->act, out);
+}
+
+static int m_shared_h_act(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    return m_swiglu(ck, s, EF(SHARED_H_GATE), EF(SHARED_H_UP), cmp, mp);
+}
+
+static int ex_shared_gate(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dl_shared_gate(EF(SHARED_GATE_LOGIT), ck->T, out);
+}
+
+/* A sigmoid: M = |g|, one certified transcendental (the router's sigmoid
+ * scores' rule). */
+static int m_shared_gate(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    cmp->mp = NULL;
+    cmp->elem = 1;
+    cmp->K = 0;
+    return 0;
+}
+
+static int ex_d_shared_gate(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dl_shared_combine_backward(ck->in->d_out, EF(SHARED_Y), EF(SHARED_GATE), ck->T, ck->d,
+                                      ck->act, out, NULL);
+}
+
+static int m_d_shared_gate(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    const float *y = EF(SHARED_Y);
+    const int64_t d = ck->d;
+    double *m = m_array(ck, mp, ck->numel[s]);
+    if (!m)
+        return DL_ENOMEM;
+    for (int64_t t = 0; t < ck->T; t++) {
+        double a = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            a += fabs((double)ck->in->d_out[t * d + i] * (double)y[t * d + i]);
+        m[t] = a;
+    }
+    cmp->K = d;
+    cmp->kappa_in = kin(ck, cmp, ck->act, ck->act);
+    return 0;
+}
+
+static int ex_d_shared_gate_logit(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dl_shared_gate_backward(EF(D_SHARED_GATE), EF(SHARED_GATE), ck->T, out);
+}
+
+/* dg g (1 - g): 1 - g, two products (the router's sigmoid VJP rule). */
+static int m_d_shared_gate_logit(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    cmp->mp = NULL;
+    cmp->K = 3;
+    return 0;
+}
+
+static int ex_d_shared_y(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dl_shared_combine_backward(ck->in->d_out, NULL, ck->c->shared_gate ? EF(SHARED_GATE) : NULL,
+                                      ck->T, ck->d, ck->act, NULL, out);
+}
+
+static int m_d_shared_y(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    cmp->mp = NULL;
+    cmp->K = 1;
+    return 0;
+}
+
+static int ex_d_shared_h_act(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    return dense1(ck, EF(D_SHARED_Y), ck->d, ck->in->shared_w_down, DL_RHS_NK,
+                  dl_value_dim(ck->c, 'S'), ck->act, out);
+}
+
+static int m_d_shared_h_act(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    return m_dense(ck, cmp, mp, EF(D_SHARED_Y), ck->d, ck->in->shared_w_down, DL_RHS_NK,
+                   dl_value_dim(ck->c, 'S'), ck->act);
+}
+
+/* A shared weight's gradient a^T b over all T tokens: [I, N] fp32. */
+static void shared_dw_operands(const dl__ck_t *ck, dl_value_t s, const float **a, int64_t *I,
+                               const float **b, int64_t *N)
+{
+    const int64_t F = dl_value_dim(ck->c, 'S');
+    const int down = s == DL_VALUE_D_SHARED_W_DOWN;
+    *a = down ? EF(SHARED_H_ACT) : ck->in->x;
+    *I = down ? F : ck->d;
+    *b = down ? EF(D_SHARED_Y) : s == DL_VALUE_D_SHARED_W_GATE ? EF(D_SHARED_H_GATE)
+         : s == DL_VALUE_D_SHARED_W_UP ? EF(D_SHARED_H_UP) : EF(D_SHARED_GATE_LOGIT);
+    *N = down ? ck->d : s == DL_VALUE_D_SHARED_GATE_WEIGHT ? 1 : F;
+}
+
+static int ex_d_shared_w(dl__ck_t *ck, dl_value_t s, float *out)
+{
+    const int64_t all[2] = {0, ck->T};
+    const float *a, *b;
+    int64_t I, N;
+    shared_dw_operands(ck, s, &a, &I, &b, &N);
+    return dl_gemm_ragged_k(a, I, b, N, all, 1, DL_F32, out, NULL);
+}
+
+static int m_d_shared_w(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    int64_t *o = all_rows(ck);
+    if (!o)
+        return DL_ENOMEM;
+    *mp = (dl__mprov_t){.kind = DL__M_RAGGED, .off = o, .E = 1};
+    shared_dw_operands(ck, s, &mp->a, &mp->I, &mp->b, &mp->N);
+    cmp->rows = mp->I;
+    cmp->cols = mp->N;
+    cmp->K = ck->T;
+    cmp->kappa_in = kin(ck, cmp, ck->act, s == DL_VALUE_D_SHARED_GATE_WEIGHT ? DL_F32 : ck->act);
     return 0;
 }
 
@@ -511,7 +741,15 @@ static const dl__ck_desc_t table[DL_VALUE_COUNT] = {
 #if DL_EXTRA_VALUE
     [DL_VALUE_Y_HALF] = {B(Y_SORTED) | DISPATCH, 0, F(ex_y_half, m_y_half), 0},
 #endif
-    [DL_VALUE_OUT] = {B(Y_SORTED) | B(TOPK_WEIGHTS) | DISPATCH, 0, F(ex_out, m_out),
+    [DL_VALUE_SHARED_H_GATE] = {0, 0, F(ex_shared_fw, m_shared_fw), 0},
+    [DL_VALUE_SHARED_H_UP] = {0, 0, F(ex_shared_fw, m_shared_fw), 0},
+    [DL_VALUE_SHARED_H_ACT] = {B(SHARED_H_GATE) | B(SHARED_H_UP), 0,
+                               F(ex_shared_h_act, m_shared_h_act), 0},
+    [DL_VALUE_SHARED_Y] = {B(SHARED_H_ACT), 0, F(ex_shared_fw, m_shared_fw), 0},
+    [DL_VALUE_SHARED_GATE_LOGIT] = {0, 0, F(ex_shared_fw, m_shared_fw), 0},
+    [DL_VALUE_SHARED_GATE] = {B(SHARED_GATE_LOGIT), 0, F(ex_shared_gate, m_shared_gate), 0},
+    [DL_VALUE_OUT] = {B(Y_SORTED) | B(TOPK_WEIGHTS) | DISPATCH | B(SHARED_Y) | B(SHARED_GATE), 0,
+                      F(ex_out, m_out),
                       DL__CK_DRIFT | DL__CK_DROPS},
     [DL_VALUE_D_TOPK_WEIGHTS] = {B(Y_SORTED) | DISPATCH, 0,
                                  F(ex_d_topk_weights, m_d_topk_weights), 0},
@@ -531,7 +769,25 @@ static const dl__ck_desc_t table[DL_VALUE_COUNT] = {
                                   F(ex_d_router_logits, m_d_router_logits), 0},
     [DL_VALUE_D_ROUTER_WEIGHT] = {B(D_ROUTER_LOGITS), 0,
                                   F(ex_d_router_weight, m_d_router_weight), 0},
-    [DL_VALUE_D_X] = {B(D_X_SORTED) | B(D_ROUTER_LOGITS) | DISPATCH, 0, F(ex_d_x, m_d_x),
+    [DL_VALUE_D_SHARED_GATE] = {B(SHARED_Y) | B(SHARED_GATE), 0,
+                                F(ex_d_shared_gate, m_d_shared_gate), 0},
+    [DL_VALUE_D_SHARED_GATE_LOGIT] = {B(SHARED_GATE) | B(D_SHARED_GATE), 0,
+                                      F(ex_d_shared_gate_logit, m_d_shared_gate_logit), 0},
+    [DL_VALUE_D_SHARED_GATE_WEIGHT] = {B(D_SHARED_GATE_LOGIT), 0,
+                                       F(ex_d_shared_w, m_d_shared_w), 0},
+    [DL_VALUE_D_SHARED_Y] = {B(SHARED_GATE), 0, F(ex_d_shared_y, m_d_shared_y), 0},
+    [DL_VALUE_D_SHARED_H_ACT] = {B(D_SHARED_Y), 0, F(ex_d_shared_h_act, m_d_shared_h_act), 0},
+    [DL_VALUE_D_SHARED_W_DOWN] = {B(SHARED_H_ACT) | B(D_SHARED_Y), 0,
+                                  F(ex_d_shared_w, m_d_shared_w), 0},
+    [DL_VALUE_D_SHARED_H_GATE] = {B(SHARED_H_GATE) | B(SHARED_H_UP) | B(D_SHARED_H_ACT), 0,
+                                  F(ex_d_h_gu, m_d_h_gu), 0},
+    [DL_VALUE_D_SHARED_H_UP] = {B(SHARED_H_GATE) | B(SHARED_H_UP) | B(D_SHARED_H_ACT), 0,
+                                F(ex_d_h_gu, m_d_h_gu), 0},
+    [DL_VALUE_D_SHARED_W_GATE] = {B(D_SHARED_H_GATE), 0, F(ex_d_shared_w, m_d_shared_w), 0},
+    [DL_VALUE_D_SHARED_W_UP] = {B(D_SHARED_H_UP), 0, F(ex_d_shared_w, m_d_shared_w), 0},
+    [DL_VALUE_D_X] = {B(D_X_SORTED) | B(D_ROUTER_LOGITS) | DISPATCH | B(D_SHARED_H_GATE) |
+                          B(D_SHARED_H_UP) | B(D_SHARED_GATE_LOGIT),
+                      0, F(ex_d_x, m_d_x),
                       DL__CK_DRIFT},
 };
 

@@ -213,13 +213,27 @@ static int p_topk_weights(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     return 1;
 }
 
+/* The SwiGLU's gate and up values: the routed experts' or the shared ones'. */
+static void swiglu_in(dl_value_t s, dl_value_t *g, dl_value_t *u, dl_value_t *dh)
+{
+    const int sh = s == DL_VALUE_SHARED_H_ACT || s == DL_VALUE_D_SHARED_H_GATE ||
+                   s == DL_VALUE_D_SHARED_H_UP;
+    *g = sh ? DL_VALUE_SHARED_H_GATE : DL_VALUE_H_GATE;
+    *u = sh ? DL_VALUE_SHARED_H_UP : DL_VALUE_H_UP;
+    *dh = sh ? DL_VALUE_D_SHARED_H_ACT : DL_VALUE_D_H_ACT;
+}
+
+#define RSSV(v) (warn == DL__TIER_STAT && !ck->coherent[v])
+
 static int p_h_act(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 {
-    const double *dg = DL(H_GATE), *du = DL(H_UP);
-    const float *g = EF(H_GATE), *u = EF(H_UP);
+    dl_value_t vg, vu, vd;
+    swiglu_in(s, &vg, &vu, &vd);
+    const double *dg = ck->delta[warn][vg], *du = ck->delta[warn][vu];
+    const float *g = ck->eff[vg], *u = ck->eff[vu];
     if (!dg && !du)
         return 0;
-    const int rg = RSS(H_GATE), ru = RSS(H_UP);
+    const int rg = RSSV(vg), ru = RSSV(vu);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < ck->numel[s]; i++) {
         const double sg = sig(g[i]), gi = g[i];
@@ -233,12 +247,14 @@ static int p_h_act(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 
 static int p_d_h_gu(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 {
-    const double *dg = DL(H_GATE), *du = DL(H_UP), *dd = DL(D_H_ACT);
-    const float *g = EF(H_GATE), *u = EF(H_UP), *dh = EF(D_H_ACT);
-    const int gate = s == DL_VALUE_D_H_GATE;
+    dl_value_t vg, vu, vd;
+    swiglu_in(s, &vg, &vu, &vd);
+    const double *dg = ck->delta[warn][vg], *du = ck->delta[warn][vu], *dd = ck->delta[warn][vd];
+    const float *g = ck->eff[vg], *u = ck->eff[vu], *dh = ck->eff[vd];
+    const int gate = s == DL_VALUE_D_H_GATE || s == DL_VALUE_D_SHARED_H_GATE;
     if (!dg && !du && !dd)
         return 0;
-    const int rg = RSS(H_GATE), ru = RSS(H_UP), rd = RSS(D_H_ACT);
+    const int rg = RSSV(vg), ru = RSSV(vu), rd = RSSV(vd);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < ck->numel[s]; i++) {
         const double sg = sig(g[i]), gi = g[i], ui = u[i], hi = dh[i];
@@ -261,13 +277,24 @@ static int p_d_h_gu(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 
 /* ------------------------------------------------- combine and its VJP */
 
+/* The shared experts' term of out (g shared_y): |g| d_shared_y + |shared_y| d_g. */
+static double shared_out_delta(const dl__ck_t *ck, int warn, int64_t t, int64_t i)
+{
+    const double *dy = DL(SHARED_Y), *dg = DL(SHARED_GATE);
+    const float *y = EF(SHARED_Y), *g = EF(SHARED_GATE);
+    const int gated = ck->c->shared_gate && g;
+    return (dy ? (gated ? fabs((double)g[t]) : 1.0) * dy[t * ck->d + i] : 0.0) +
+           (gated && dg ? dg[t] * fabs((double)y[t * ck->d + i]) : 0.0);
+}
+
 static int p_out(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 {
     const double *dy = DL(Y_SORTED), *dw = DL(TOPK_WEIGHTS);
     const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
     const int32_t *inv = INV;
     const int64_t k = ck->k, d = ck->d;
-    if (!dy && !dw)
+    const int sh = DL(SHARED_Y) || DL(SHARED_GATE);
+    if (!dy && !dw && !sh)
         return 0;
     const int ry = RSS(Y_SORTED), rw = RSS(TOPK_WEIGHTS);
 #pragma omp parallel for schedule(static)
@@ -281,7 +308,8 @@ static int p_out(dl__ck_t *ck, dl_value_t s, int warn, double *out)
                 lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
                 sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
             }
-            out[t * d + i] += comb(lin, sq);
+            const double ts = sh ? shared_out_delta(ck, warn, t, i) : 0.0;
+            out[t * d + i] += comb(lin + (RSS(SHARED_Y) ? 0.0 : ts), sq + (RSS(SHARED_Y) ? ts * ts : 0.0));
         }
     return 1;
 }
@@ -394,13 +422,86 @@ static int p_d_router_logits(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     return 1;
 }
 
+/* ------------------------------------------------------- shared experts */
+
+/* g = sigmoid(l): g (1 - g) dl */
+static int p_shared_gate(dl__ck_t *ck, dl_value_t s, int warn, double *out)
+{
+    const double *dl = DL(SHARED_GATE_LOGIT);
+    const float *g = ck->exact[s];
+    for (int64_t t = 0; dl && t < ck->T; t++)
+        out[t] += (double)g[t] * (1.0 - (double)g[t]) * dl[t];
+    return dl != NULL;
+}
+
+/* dg_t = <d_out[t], shared_y[t]>: sum_i |d_out| d_shared_y */
+static int p_d_shared_gate(dl__ck_t *ck, dl_value_t s, int warn, double *out)
+{
+    const double *dy = DL(SHARED_Y);
+    const int64_t d = ck->d;
+    const int ry = RSS(SHARED_Y);
+    for (int64_t t = 0; dy && t < ck->T; t++) {
+        double a = 0.0;
+        for (int64_t i = 0; i < d; i++) {
+            const double v = fabs((double)ck->in->d_out[t * d + i]) * dy[t * d + i];
+            a += ry ? v * v : v;
+        }
+        out[t] += ry ? sqrt(a) : a;
+    }
+    return dy != NULL;
+}
+
+/* dl = dg g (1 - g): g (1 - g) d_dg + |dg (1 - 2 g)| d_g */
+static int p_d_shared_gate_logit(dl__ck_t *ck, dl_value_t s, int warn, double *out)
+{
+    const double *ddg = DL(D_SHARED_GATE), *dgt = DL(SHARED_GATE);
+    const float *g = EF(SHARED_GATE), *dg = EF(D_SHARED_GATE);
+    for (int64_t t = 0; (ddg || dgt) && t < ck->T; t++)
+        out[t] += (ddg ? (double)g[t] * (1.0 - (double)g[t]) * ddg[t] : 0.0) +
+                  (dgt ? fabs((double)dg[t] * (1.0 - 2.0 * (double)g[t])) * dgt[t] : 0.0);
+    return ddg || dgt;
+}
+
+/* d_shared_y = g d_out: |d_out| d_g */
+static int p_d_shared_y(dl__ck_t *ck, dl_value_t s, int warn, double *out)
+{
+    const double *dgt = ck->c->shared_gate ? DL(SHARED_GATE) : NULL;
+    const int64_t d = ck->d;
+    for (int64_t t = 0; dgt && t < ck->T; t++)
+        for (int64_t i = 0; i < d; i++)
+            out[t * d + i] += fabs((double)ck->in->d_out[t * d + i]) * dgt[t];
+    return dgt != NULL;
+}
+
+/* The shared path's terms of d_x[t, i]: sum_c |Wsg[i,c]| d_dhg[t,c] +
+ * |Wsu[i,c]| d_dhu[t,c] + |w_g[i]| d_dl[t], into *lin and *sq. */
+static void shared_dx_delta(const dl__ck_t *ck, int warn, int64_t t, int64_t i, double *lin,
+                            double *sq)
+{
+    const double *dhg = DL(D_SHARED_H_GATE), *dhu = DL(D_SHARED_H_UP);
+    const double *dlg = ck->c->shared_gate ? DL(D_SHARED_GATE_LOGIT) : NULL;
+    const int64_t F = dl_value_dim(ck->c, 'S');
+    const int rg = RSS(D_SHARED_H_GATE), ru = RSS(D_SHARED_H_UP), rl = RSS(D_SHARED_GATE_LOGIT);
+    for (int64_t c = 0; c < F; c++) {
+        const double a = dhg ? fabs((double)ck->in->shared_w_gate[i * F + c]) * dhg[t * F + c] : 0.0;
+        const double b = dhu ? fabs((double)ck->in->shared_w_up[i * F + c]) * dhu[t * F + c] : 0.0;
+        *lin += (rg ? 0.0 : a) + (ru ? 0.0 : b);
+        *sq += (rg ? a * a : 0.0) + (ru ? b * b : 0.0);
+    }
+    const double l = dlg ? fabs((double)ck->in->shared_gate_weight[i]) * dlg[t] : 0.0;
+    *lin += rl ? 0.0 : l;
+    *sq += rl ? l * l : 0.0;
+}
+
 static int p_d_x(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 {
     const double *dxs = DL(D_X_SORTED), *dlg = DL(D_ROUTER_LOGITS);
     const float *wr = ck->in->router_weight;
     const int32_t *inv = INV;
     const int64_t k = ck->k, d = ck->d, E = ck->E;
-    if (!dxs && !dlg)
+    const int sh = ck->c->shared_experts > 0 &&
+                   (DL(D_SHARED_H_GATE) || DL(D_SHARED_H_UP) || DL(D_SHARED_GATE_LOGIT));
+    if (!dxs && !dlg && !sh)
         return 0;
     const int rx = RSS(D_X_SORTED), rl = RSS(D_ROUTER_LOGITS);
 #pragma omp parallel for schedule(static)
@@ -417,6 +518,8 @@ static int p_d_x(dl__ck_t *ck, dl_value_t s, int warn, double *out)
                 lin += rl ? 0.0 : a;
                 sq += rl ? a * a : 0.0;
             }
+            if (sh)
+                shared_dx_delta(ck, warn, t, i, &lin, &sq);
             out[t * d + i] += comb(lin, sq);
         }
     return 1;
@@ -449,6 +552,13 @@ static int (*const elementwise[DL_VALUE_COUNT])(dl__ck_t *, dl_value_t, int, dou
     [DL_VALUE_D_H_UP] = p_d_h_gu,
     [DL_VALUE_D_ROUTER_SCORES] = p_d_router_scores,
     [DL_VALUE_D_ROUTER_LOGITS] = p_d_router_logits,
+    [DL_VALUE_SHARED_H_ACT] = p_h_act,
+    [DL_VALUE_SHARED_GATE] = p_shared_gate,
+    [DL_VALUE_D_SHARED_GATE] = p_d_shared_gate,
+    [DL_VALUE_D_SHARED_GATE_LOGIT] = p_d_shared_gate_logit,
+    [DL_VALUE_D_SHARED_Y] = p_d_shared_y,
+    [DL_VALUE_D_SHARED_H_GATE] = p_d_h_gu,
+    [DL_VALUE_D_SHARED_H_UP] = p_d_h_gu,
     [DL_VALUE_D_X] = p_d_x,
 };
 

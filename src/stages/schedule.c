@@ -302,7 +302,7 @@ static int p_d_shared_w_up(const dl_stage_view_t *v)
 
 static int p_d_x(const dl_stage_view_t *v)
 {
-    const int gated = gate_of(v) != NULL;
+    const int gated = dl_cond_applies(DL_COND_SHARED_GATE, &v->c); /* reads no shared_gate */
     const dl_shared_grad_t sh = {shared_width(v), v->b.d_shared_h_gate, v->b.d_shared_h_up,
                                  v->in.shared_w_gate, v->in.shared_w_up,
                                  gated ? v->b.d_shared_gate_logit : NULL,
