@@ -68,12 +68,17 @@ def _cfg(spec):
 def _sizes(spec):
     c = _cfg(spec)
     T, E, k = int(c["tokens"]), int(c["experts"]), int(c["top_k"])
-    return {"T": T, "d": int(c["hidden"]), "f": int(c["ffn"]), "E": E, "k": k, "M": T * k, "P": E + 1}
+    S = int(c.get("shared_experts", 0)) * int(c.get("shared_ffn", 0))  # the shared experts' width
+    return {"T": T, "d": int(c["hidden"]), "f": int(c["ffn"]), "E": E, "k": k, "M": T * k, "P": E + 1,
+            "S": S}
 
 
 def _applies(row, c):
+    shared = int(c.get("shared_experts", 0)) > 0
     return (row["cond"] == "always" or (row["cond"] == "bias" and c["has_bias"] == "1") or
-            (row["cond"] == "swiglu" and c["ffn_kind"] == "swiglu"))
+            (row["cond"] == "swiglu" and c["ffn_kind"] == "swiglu") or
+            (row["cond"] == "shared" and shared) or
+            (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1"))
 
 
 @functools.lru_cache(maxsize=1)
