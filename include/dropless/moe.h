@@ -44,8 +44,8 @@ typedef struct {
     const float *w_gate, *w_up, *w_down;
     const float *d_out;
     /* shared experts only: shared_w_gate, shared_w_up [d,S*f_s] and
-     * shared_w_down [S*f_s,d] (the dtype), shared_gate_weight [d] (fp32,
-     * only with shared_gate) */
+     * shared_w_down [S*f_s,d] and shared_gate_weight [d] (only with
+     * shared_gate), all in the dtype */
     const float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight;
 } dl_moe_inputs_t;
 

@@ -45,7 +45,7 @@ extern "C" {
     X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED)          \
     X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED)              \
     X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED)          \
-    X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, F32, "d", SHARED_GATE) \
+    X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE) \
     X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS)                          \
     X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS)          \
     X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS)          \

@@ -551,7 +551,7 @@ static int dense1(dl__ck_t *ck, const float *lhs, int64_t K, const float *rhs, d
 }
 
 static int m_dense(dl__ck_t *ck, dl__cmp_t *cmp, dl__mprov_t *mp, const float *lhs, int64_t K,
-                   const float *rhs, dl_rhs_layout_t lay, int64_t N, dl_dtype_t rt)
+                   const float *rhs, dl_rhs_layout_t lay, int64_t N)
 {
     int64_t *o = all_rows(ck);
     if (!o)
@@ -561,7 +561,6 @@ static int m_dense(dl__ck_t *ck, dl__cmp_t *cmp, dl__mprov_t *mp, const float *l
     mp->E = 1;
     cmp->rows = ck->T; /* [T, N], also for the gate's logits (N = 1, stored [T]) */
     cmp->cols = N;
-    cmp->kappa_in = kin(ck, cmp, ck->act, rt);
     return 0;
 }
 
@@ -592,8 +591,7 @@ static int m_shared_fw(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *
     const float *lhs, *rhs;
     int64_t K, N;
     shared_fw_operands(ck, s, &lhs, &K, &rhs, &N);
-    return m_dense(ck, cmp, mp, lhs, K, rhs, DL_RHS_KN, N,
-                   s == DL_VALUE_SHARED_GATE_LOGIT ? DL_F32 : ck->act);
+    return m_dense(ck, cmp, mp, lhs, K, rhs, DL_RHS_KN, N);
 }
 
 static int ex_shared_h_act(dl__ck_t *ck, dl_value_t s, float *out)
@@ -680,7 +678,7 @@ static int ex_d_shared_h_act(dl__ck_t *ck, dl_value_t s, float *out)
 static int m_d_shared_h_act(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
 {
     return m_dense(ck, cmp, mp, EF(D_SHARED_Y), ck->d, ck->in->shared_w_down, DL_RHS_NK,
-                   dl_value_dim(ck->c, 'S'), ck->act);
+                   dl_value_dim(ck->c, 'S'));
 }
 
 /* A shared weight's gradient a^T b over all T tokens: [I, N] fp32. */

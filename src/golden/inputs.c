@@ -265,7 +265,9 @@ void dl__case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf
 
 /* The shared experts' weights (their own streams, so no other input's
  * bits move): gate and up N(0, 1/d), down N(0, 1/F) for the concatenated
- * width F, the gate weight N(0, 1/d) in fp32. Nothing without them. */
+ * width F, the gate weight N(0, 1/d); all in the dtype, as the models
+ * store them (Qwen2-MoE's shared_expert_gate is a Linear of the model's
+ * dtype). Nothing without them. */
 static int shared_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
 {
     const dl_moe_config_t *k = &c->config;
@@ -286,7 +288,7 @@ static int shared_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
     fill(in->shared_w_up, n, c->seed, S_SHARED_UP, sigma_of(d), k->dtype);
     fill(in->shared_w_down, n, c->seed, S_SHARED_DOWN, sigma_of(F), k->dtype);
     if (in->shared_gate_weight)
-        fill(in->shared_gate_weight, d, c->seed, S_SHARED_SG, sigma_of(d), DL_F32);
+        fill(in->shared_gate_weight, d, c->seed, S_SHARED_SG, sigma_of(d), k->dtype);
     return 0;
 }
 

@@ -99,7 +99,7 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                   (rc = check_tensor(in->shared_w_up, d * F, t)) ||
                   (rc = check_tensor(in->shared_w_down, F * d, t))))
         return rc;
-    if (F > 0 && c->shared_gate && (rc = check_tensor(in->shared_gate_weight, d, DL_F32)))
+    if (F > 0 && c->shared_gate && (rc = check_tensor(in->shared_gate_weight, d, t)))
         return rc;
     return 0;
 }
