@@ -48,6 +48,20 @@ if [ -n "$PY" ]; then
         'cand $c gate-sign && run 1 check "$T/$c.h5" "$T/$c.gate-sign.h5" &&
          grep -q "^shared_gate .*FAIL" "$T/out"'
 fi
+# the bf16 twins: PyTorch's roundings in bf16 stay within the bounds; the
+# missing shared expert does not
+if [ -n "$PY" ] && "$PY" -c 'import ml_dtypes' 2>/dev/null; then
+    for c in qwen2-moe-like-bf16 deepseek-v3-shared-bf16; do
+        "$DL" gen -q -o "$T/$c.h5" "$c"
+        check "$c: out rounded as PyTorch rounds it in bf16 is CONFORMANT" \
+            'cand $c fused-torch && run 0 check "$T/$c.h5" "$T/$c.fused-torch.h5" &&
+             grep -q "^CONFORMANT" "$T/out"'
+        check "$c: a kernel without the shared expert FAILs on out" \
+            'cand $c no-shared && run 1 check "$T/$c.h5" "$T/$c.no-shared.h5" && grep -q "^out .*FAIL" "$T/out"'
+    done
+else
+    skip "bf16 candidates" "no Python with h5py, numpy and ml_dtypes"
+fi
 check "a case without shared experts has no shared value in its golden" \
     'run 0 info "$top_srcdir/vectors/tiny.h5" && grep -q "^ *d_x " "$T/out" &&
      ! grep -qE "^ +(d_)?shared_|^ +shared_" "$T/out"'

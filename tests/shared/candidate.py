@@ -7,7 +7,8 @@ Writes CANDIDATE, a copy of GOLDEN changed as MODE says:
   fused       out and d_x only (a fused kernel's candidate)
   fused-torch out and d_x only, out recomputed as PyTorch's eager blocks do
               it: the routed combine and the (gated) shared output each
-              rounded to fp32, then added and rounded again (correct)
+              rounded to the case's dtype, then added and rounded again
+              (correct; bf16/fp16 need ml_dtypes)
   no-shared   fused, out without the shared experts' term (a kernel that
               forgot the shared expert: defective)
   ungated     fused, the shared term added unscaled (a wrong gate)
@@ -20,6 +21,15 @@ import sys
 
 import h5py
 import numpy as np
+
+
+def act_type(name):
+    if name == "fp32":
+        return np.float32
+    if name == "fp16":
+        return np.float16
+    import ml_dtypes
+    return ml_dtypes.bfloat16
 
 
 def main():
@@ -45,7 +55,9 @@ def main():
                     del f[grp][n]
         out = None
         if mode == "fused-torch":
-            out = routed.astype(np.float32) + (gate * sy).astype(np.float32)
+            act = act_type(g["config"].attrs["dtype"].decode())
+            out = (routed.astype(act).astype(np.float64) +
+                   (gate * sy).astype(act).astype(np.float64)).astype(act)
         elif mode == "no-shared":
             out = routed
         elif mode == "ungated":
