@@ -37,7 +37,25 @@ def _route(cfg, scores, bias):
     return np.argsort(-key, axis=-1, kind="stable")[:, :cfg["top_k"]].astype(np.int32)
 
 
-def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_up=None, **_):
+def _shared_forward(cfg, x, shared_w_gate, shared_w_up, shared_w_down, shared_gate_weight=None):
+    """The shared experts (one SwiGLU MLP of width shared_experts * shared_ffn)
+    and, with shared_gate, their sigmoid gate: the values they store."""
+    act, f64 = STORE[cfg["dtype"]], np.float64
+    D = lambda a: np.asarray(a, f64)
+    fw = {"shared_h_gate": (x @ D(shared_w_gate)).astype(act),
+          "shared_h_up": (x @ D(shared_w_up)).astype(act)}
+    hg, hu = D(fw["shared_h_gate"]), D(fw["shared_h_up"])
+    fw["shared_h_act"] = (hg * _sigmoid(hg) * hu).astype(act)
+    fw["shared_y"] = (D(fw["shared_h_act"]) @ D(shared_w_down)).astype(act)
+    if cfg.get("shared_gate"):
+        fw["shared_gate_logit"] = (x @ D(shared_gate_weight)).astype(np.float32)
+        fw["shared_gate"] = _sigmoid(D(fw["shared_gate_logit"])).astype(np.float32)
+    return fw
+
+
+def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_up=None,
+                shared_w_gate=None, shared_w_up=None, shared_w_down=None,
+                shared_gate_weight=None, **_):
     act, f64 = STORE[cfg["dtype"]], np.float64
     T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
     x = np.asarray(x, f64)
@@ -77,8 +95,43 @@ def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_
         h = fw["h_act"].astype(f64)
     fw["y_sorted"] = grouped(h, w_down).astype(act)
     y = fw["y_sorted"].astype(f64)[inv].reshape(T, k, cfg["hidden"])
-    fw["out"] = np.einsum("tkd,tk->td", y, weights.astype(f64)).astype(act)
+    out = np.einsum("tkd,tk->td", y, weights.astype(f64))
+    if cfg.get("shared_experts"):  # always-on experts, added (scaled by their gate)
+        fw.update(_shared_forward(cfg, x, shared_w_gate, shared_w_up, shared_w_down,
+                                  shared_gate_weight))
+        g = fw["shared_gate"].astype(f64)[:, None] if cfg.get("shared_gate") else 1.0
+        out = out + g * fw["shared_y"].astype(f64)
+    fw["out"] = out.astype(act)
     return fw
+
+
+def _shared_backward(cfg, inputs, fw, dout):
+    """The shared experts' gradients and their terms of d_x."""
+    act, f64 = STORE[cfg["dtype"]], np.float64
+    D = lambda a: np.asarray(a, f64)
+    x, bw, dx = D(inputs["x"]), {}, 0.0
+    g = 1.0
+    if cfg.get("shared_gate"):
+        g = D(fw["shared_gate"])[:, None]
+        bw["d_shared_gate"] = (dout * D(fw["shared_y"])).sum(-1).astype(np.float32)
+        gg = g[:, 0]
+        bw["d_shared_gate_logit"] = (D(bw["d_shared_gate"]) * gg * (1 - gg)).astype(np.float32)
+        dl = D(bw["d_shared_gate_logit"])
+        bw["d_shared_gate_weight"] = (x.T @ dl).astype(np.float32)
+        dx = np.outer(dl, D(inputs["shared_gate_weight"]))
+    bw["d_shared_y"] = (g * dout).astype(act)
+    dy = D(bw["d_shared_y"])
+    bw["d_shared_h_act"] = (dy @ D(inputs["shared_w_down"]).T).astype(act)
+    bw["d_shared_w_down"] = (D(fw["shared_h_act"]).T @ dy).astype(np.float32)
+    hg, hu, dha = D(fw["shared_h_gate"]), D(fw["shared_h_up"]), D(bw["d_shared_h_act"])
+    sg = _sigmoid(hg)
+    bw["d_shared_h_gate"] = (dha * hu * sg * (1 + hg * (1 - sg))).astype(act)
+    bw["d_shared_h_up"] = (dha * hg * sg).astype(act)
+    dhg, dhu = D(bw["d_shared_h_gate"]), D(bw["d_shared_h_up"])
+    bw["d_shared_w_gate"] = (x.T @ dhg).astype(np.float32)
+    bw["d_shared_w_up"] = (x.T @ dhu).astype(np.float32)
+    dx = dx + dhg @ D(inputs["shared_w_gate"]).T + dhu @ D(inputs["shared_w_up"]).T
+    return bw, dx
 
 
 def moe_backward(cfg, inputs, fw):
@@ -138,5 +191,9 @@ def moe_backward(cfg, inputs, fw):
     dl = D(bw["d_router_logits"])
     bw["d_router_weight"] = (x.T @ dl).astype(np.float32)
     dxs = D(bw["d_x_sorted"])[inv].reshape(T, k, cfg["hidden"]).sum(1)
-    bw["d_x"] = (dxs + dl @ wr.T).astype(act)
+    dx_shared = 0.0
+    if cfg.get("shared_experts"):
+        sbw, dx_shared = _shared_backward(cfg, inputs, fw, dout)
+        bw.update(sbw)
+    bw["d_x"] = (dxs + dl @ wr.T + dx_shared).astype(act)
     return bw

@@ -50,7 +50,9 @@ def moe_layer(g):
     cfg, act = g.config, STORE[g.config["dtype"]]
     T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
     inp = {n: t.to(F64) for n, t in g.inputs.as_storage("torch").items()}  # exact widening
-    leaves = {n: inp[n].requires_grad_() for n in ("x", "router_weight", "w_gate", "w_up", "w_down")
+    leaves = {n: inp[n].requires_grad_() for n in ("x", "router_weight", "w_gate", "w_up", "w_down",
+                                                    "shared_w_gate", "shared_w_up", "shared_w_down",
+                                                    "shared_gate_weight")
               if n in inp}
     grads, fw = {}, {}
 
@@ -81,7 +83,17 @@ def moe_layer(g):
         h = store("h_act", torch.nn.functional.silu(hg) * hu, act)
     y = store("y_sorted", grouped(h, inp["w_down"]), act)
     inv = torch.argsort(perm, stable=True)
-    out = store("out", torch.einsum("tkd,tk->td", y[inv].reshape(T, k, cfg["hidden"]), w), act)
+    out = torch.einsum("tkd,tk->td", y[inv].reshape(T, k, cfg["hidden"]), w)
+    if cfg.get("shared_experts"):  # always-on experts, added (scaled by their gate)
+        sg = store("shared_h_gate", inp["x"] @ inp["shared_w_gate"], act)
+        su = store("shared_h_up", inp["x"] @ inp["shared_w_up"], act)
+        sa = store("shared_h_act", torch.nn.functional.silu(sg) * su, act)
+        sy = store("shared_y", sa @ inp["shared_w_down"], act)
+        if cfg.get("shared_gate"):
+            logit = store("shared_gate_logit", inp["x"] @ inp["shared_gate_weight"], torch.float32)
+            sy = store("shared_gate", torch.sigmoid(logit), torch.float32)[:, None] * sy
+        out = out + sy
+    out = store("out", out, act)
     out.backward(inp["d_out"])
     res = {n: t.detach().to(act if g.dtype_of(n) != "fp32" else torch.float32)
            for n, t in fw.items()}

@@ -14,6 +14,7 @@
  *   lowp     FP8/FP4 element and scale formats (quant: block quantization,
  *            block-scaled GEMM; quantcheck: their checks)
  *   moe      the whole layer: configuration, forward, backward
+ *   shared   shared experts: the gate, the combine and input gradient with them
  *   values   the one table of the layer's arrays (DL_VALUE_MAP) and stage values
  *   schedule the one schedule of the layer: its producers and the scheduler
  *   features what configure chose (--enable-extra-value)
@@ -38,6 +39,7 @@
 #include "dropless/quantcheck.h"
 #include "dropless/qgolden.h"
 #include "dropless/moe.h"
+#include "dropless/shared.h"
 #include "dropless/values.h"
 #include "dropless/schedule.h"
 #include "dropless/ep.h"

@@ -779,7 +779,12 @@ START_TEST(missing_stages_skip)
     ck_assert_int_eq(find(&r, DL_VALUE_NONE, "zero_drops")->verdict, DL_VERDICT_PASS);
     ck_assert_int_eq(find(&r, DL_VALUE_H_GATE, "provided")->verdict, DL_VERDICT_SKIP);
     ck_assert_int_eq(find(&r, DL_VALUE_D_X, "provided")->verdict, DL_VERDICT_SKIP);
-    ck_assert_int_eq(count(&r, DL_VERDICT_SKIP), DL_VALUE_COUNT - 1);
+    /* every value of the case but out is a SKIP line (those of variants the
+     * case does not have, such as shared experts, do not exist) */
+    int live = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        live += dl_cond_applies(dl_layout_find(dl_value_name((dl_value_t)s))->cond, &g.c);
+    ck_assert_int_eq(count(&r, DL_VERDICT_SKIP), live - 1);
     dl_check_report_free(&r);
     /* nothing at all: everything SKIP, and nothing checked is not conformance */
     memset(&f, 0, sizeof f);

@@ -25,7 +25,8 @@ top_builddir = os.environ.get("top_builddir", ".")
 top_srcdir = os.environ.get("top_srcdir", ".")
 DL = os.path.join(top_builddir, "dropless")
 CASES = ["tiny", "mixtral-small-bf16", "zipf", "deepseek-v3-small-fp16", "ties-grouped-bf16",
-         "ties", "empty-experts-fp16", "one-hot", "plain-ffn-fp16", "odd-shapes"]
+         "ties", "empty-experts-fp16", "one-hot", "plain-ffn-fp16", "odd-shapes",
+         "qwen2-moe-like-bf16", "deepseek-v3-shared"]
 
 results = []
 
@@ -129,6 +130,14 @@ def derive_inputs(f):
            "d_out": [rn(normal(kw, i), act) for i in range(T * d)]}
     if bias:
         out["expert_bias"] = bias
+    S = int(a["shared_experts"]) * int(a["shared_ffn"]) if "shared_experts" in a else 0
+    if S:  # the shared experts' weights: streams 32-35
+        k1, k2, k3, k4 = (key(seed, s) for s in (32, 33, 34, 35))
+        out["shared_w_gate"] = [rn(normal(k1, i) * sd, act) for i in range(d * S)]
+        out["shared_w_up"] = [rn(normal(k2, i) * sd, act) for i in range(d * S)]
+        out["shared_w_down"] = [rn(normal(k3, i) * (1.0 / math.sqrt(S)), act) for i in range(S * d)]
+        if int(a["shared_gate"]):
+            out["shared_gate_weight"] = [rn(normal(k4, i) * sd, act) for i in range(d)]
     return out
 
 

@@ -22,6 +22,15 @@ typedef struct {
     dl_dtype_t dtype;            /* activations, expert weights, d_out */
     int lowp;                    /* the expert GEMMs' low-precision layer recipe:
                                   * DL_LOWP_* of quant.h (0: none, the default) */
+    /* Shared experts (doc/reference_layer.md): shared_experts S >= 0 dense
+     * SwiGLU experts of width shared_ffn f_s applied to every token,
+     * stored concatenated as one SwiGLU MLP of width S*f_s (every value is
+     * an exact sum rounded once, so the S experts' summed outputs and the
+     * concatenated MLP's are the same number); shared_gate 1: their output
+     * is scaled by sigmoid(x shared_gate_weight) (Qwen2-MoE), 0: unscaled
+     * (DeepSeek-V2/V3). All 0: no shared experts. */
+    int64_t shared_experts, shared_ffn;
+    int shared_gate;
 } dl_moe_config_t;
 
 /* Checks shapes, routing and sizes (every tensor's element count must fit
@@ -36,6 +45,10 @@ typedef struct {
     const float *x, *router_weight, *expert_bias;
     const float *w_gate, *w_up, *w_down;
     const float *d_out;
+    /* shared experts only: shared_w_gate, shared_w_up [d,S*f_s] and
+     * shared_w_down [S*f_s,d] and shared_gate_weight [d] (only with
+     * shared_gate), all in the dtype */
+    const float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight;
 } dl_moe_inputs_t;
 
 /* Checks the inputs: present where needed, finite, and each on the grid
@@ -61,7 +74,13 @@ typedef struct {
 #if DL_EXTRA_VALUE
     float *y_half;          /* [M,d] act: dl_extra_half(y_sorted) (--enable-extra-value) */
 #endif
-    float *out;             /* [T,d] act */
+    /* shared experts only (F = S*f_s): */
+    float *shared_h_gate, *shared_h_up; /* [T,F] act: x Wsg, x Wsu */
+    float *shared_h_act;    /* [T,F] act: dl_swiglu */
+    float *shared_y;        /* [T,d] act: shared_h_act Wsd */
+    float *shared_gate_logit; /* [T] fp32: x w_sg (shared_gate only) */
+    float *shared_gate;     /* [T] fp32: sigmoid(shared_gate_logit) (shared_gate only) */
+    float *out;             /* [T,d] act: the combine + (g_t) shared_y */
     dl_tier_stats_t stats;  /* tiers taken by all the GEMMs */
 } dl_moe_forward_t;
 
@@ -106,7 +125,18 @@ typedef struct {
     float *d_router_scores; /* [T,E] fp32 */
     float *d_router_logits; /* [T,E] fp32 */
     float *d_router_weight; /* [d,E] fp32: x^T d_router_logits */
-    float *d_x;             /* [T,d] act: un-permuted d_x_sorted + d_router_logits W_r^T */
+    /* shared experts only (F = S*f_s): */
+    float *d_shared_gate;   /* [T] fp32: <d_out[t], shared_y[t]> (shared_gate only) */
+    float *d_shared_gate_logit; /* [T] fp32: d_shared_gate g (1 - g) (shared_gate only) */
+    float *d_shared_gate_weight; /* [d] fp32: x^T d_shared_gate_logit (shared_gate only) */
+    float *d_shared_y;      /* [T,d] act: g_t d_out (d_out without the gate) */
+    float *d_shared_h_act;  /* [T,F] act: d_shared_y Wsd^T */
+    float *d_shared_w_down; /* [F,d] fp32: shared_h_act^T d_shared_y */
+    float *d_shared_h_gate, *d_shared_h_up; /* [T,F] act: SwiGLU backward */
+    float *d_shared_w_gate, *d_shared_w_up; /* [d,F] fp32: x^T d_shared_h_gate, _up */
+    float *d_x;             /* [T,d] act: un-permuted d_x_sorted + d_router_logits W_r^T
+                             * (+ the shared experts' d_shared_h_gate Wsg^T +
+                             * d_shared_h_up Wsu^T + d_shared_gate_logit w_sg^T) */
     dl_tier_stats_t stats;
 } dl_moe_backward_t;
 

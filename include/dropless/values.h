@@ -24,8 +24,10 @@ extern "C" {
  *   name   the struct member and the dataset name;
  *   store  ACT the case's dtype, F32, I32 (int32_t), I64 (int64_t);
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
- *          k top_k, M = T*k, P = E+1;
- *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only).
+ *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
+ *          shared experts' concatenated width);
+ *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only),
+ *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
  * value"; IN and AUX rows: NONE, NONE, 0, 0):
  *   check  how the value is judged: NUM against its exact value within the
@@ -63,6 +65,10 @@ extern "C" {
     X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
     X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
     X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0) \
+    X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED, NONE, NONE, 0, 0) \
+    X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED, NONE, NONE, 0, 0) \
+    X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0) \
+    X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE, NONE, NONE, 0, 0) \
     X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0) \
     X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS, NUM, GEMM, 0, 0) \
     X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0) \
@@ -79,7 +85,13 @@ extern "C" {
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0) \
     X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH) \
     DL__EXTRA_VALUE_ROW(X)                                          \
-    X(FW, OUT, out, ACT, "Td", ALWAYS, OUT, ELEM, DL__UP(Y_SORTED) | DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0) \
+    X(FW, SHARED_H_GATE, shared_h_gate, ACT, "TS", SHARED, NUM, GEMM, 0, 0) \
+    X(FW, SHARED_H_UP, shared_h_up, ACT, "TS", SHARED, NUM, GEMM, 0, 0) \
+    X(FW, SHARED_H_ACT, shared_h_act, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP), 0) \
+    X(FW, SHARED_Y, shared_y, ACT, "Td", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT), 0) \
+    X(FW, SHARED_GATE_LOGIT, shared_gate_logit, F32, "T", SHARED_GATE, NUM, GEMM, 0, 0) \
+    X(FW, SHARED_GATE, shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE_LOGIT), 0) \
+    X(FW, OUT, out, ACT, "Td", ALWAYS, OUT, ELEM, DL__UP(Y_SORTED) | DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH | DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0) \
     X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0) \
     X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0) \
     X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0) \
@@ -92,7 +104,17 @@ extern "C" {
     X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS), 0) \
     X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0) \
     X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0) \
-    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH, 0)
+    X(BW, D_SHARED_GATE, d_shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0) \
+    X(BW, D_SHARED_GATE_LOGIT, d_shared_gate_logit, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE) | DL__UP(D_SHARED_GATE), 0) \
+    X(BW, D_SHARED_GATE_WEIGHT, d_shared_gate_weight, F32, "d", SHARED_GATE, NUM, GEMM, DL__UP(D_SHARED_GATE_LOGIT), 0) \
+    X(BW, D_SHARED_Y, d_shared_y, ACT, "Td", SHARED, NUM, ELEM, DL__UP(SHARED_GATE), 0) \
+    X(BW, D_SHARED_H_ACT, d_shared_h_act, ACT, "TS", SHARED, NUM, GEMM, DL__UP(D_SHARED_Y), 0) \
+    X(BW, D_SHARED_W_DOWN, d_shared_w_down, F32, "Sd", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT) | DL__UP(D_SHARED_Y), 0) \
+    X(BW, D_SHARED_H_GATE, d_shared_h_gate, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0) \
+    X(BW, D_SHARED_H_UP, d_shared_h_up, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0) \
+    X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_GATE), 0) \
+    X(BW, D_SHARED_W_UP, d_shared_w_up, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_UP), 0) \
+    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH | DL__UP(D_SHARED_H_GATE) | DL__UP(D_SHARED_H_UP) | DL__UP(D_SHARED_GATE_LOGIT), 0)
 
 /* The row's enumerator, for FW and BW rows only. */
 #define DL__VALUE_ENUM_IN(E)
@@ -128,7 +150,9 @@ typedef enum {
 typedef enum {
     DL_COND_ALWAYS = 0,
     DL_COND_BIAS = 1,  /* only when route.has_bias */
-    DL_COND_SWIGLU = 2 /* only with DL_FFN_SWIGLU */
+    DL_COND_SWIGLU = 2, /* only with DL_FFN_SWIGLU */
+    DL_COND_SHARED = 3, /* only with shared experts (shared_experts > 0) */
+    DL_COND_SHARED_GATE = 4 /* only with the shared experts' sigmoid gate */
 } dl_cond_t;
 
 /* Which struct an array lives in. */

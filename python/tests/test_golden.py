@@ -22,6 +22,21 @@ def test_cases_catalogue():
     assert c.dims["M"] == c.dims["T"] * c.dims["k"] and c.dims["P"] == c.dims["E"] + 1
 
 
+def test_shared_experts_config_and_arrays(goldens):
+    # the shared experts' keys exist only for the cases that have them
+    by = {c.name: c for c in dropless.cases(large=False)}
+    q, d, t = by["qwen2-moe-like"], by["deepseek-v3-shared-bf16"], by["tiny"]
+    assert (q.config["shared_experts"], q.config["shared_ffn"], q.config["shared_gate"]) == (1, 32, 1)
+    assert (d.config["shared_experts"], d.config["shared_gate"]) == (2, 0)
+    assert "shared_experts" not in t.config and t.dims["S"] == 0 and q.dims["S"] == 32
+    g = goldens("qwen2-moe-like-bf16")
+    assert g.inputs["shared_w_gate"].shape == (g.dims["d"], 32)
+    assert g.forward["shared_gate"].shape == (g.dims["T"],) and "d_shared_w_up" in g.backward
+    assert g.dtype_of("shared_y") == "bf16" and g.dtype_of("shared_gate") == "fp32"
+    assert "shared_gate" not in goldens("deepseek-v3-shared").forward
+    assert not [n for n in goldens("mixtral-small").stages() if "shared" in n]
+
+
 def test_generate_arrays(goldens):
     g = goldens("mixtral-small-bf16")
     assert g.case == "mixtral-small-bf16" and g.config["dtype"] == "bf16" and g.has_backward

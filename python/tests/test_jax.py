@@ -20,7 +20,9 @@ from dropless import jax as djax  # noqa: E402
 jax.config.update("jax_default_device", jax.devices("cpu")[0])
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
-SMALL = [c.name for c in dropless.cases(large=False)]
+# dropless.jax's moe_forward/moe_backward take no shared-expert weights yet
+# (doc/python.md): the small cases without shared experts
+SMALL = [c.name for c in dropless.cases(large=False) if "shared_experts" not in c.config]
 # one of each kind for the slower tests: fp32/bf16/fp16, bias and sigmoid,
 # plain FFN, no tokens, group-limited routing with ties
 KINDS = ["mixtral-small", "mixtral-small-bf16", "deepseek-v3-small-fp16", "plain-ffn-bf16",
@@ -184,6 +186,10 @@ def test_bad_inputs_raise(fwd):
         djax.moe_forward(**kw, config={"topk": 2})
     with pytest.raises(dropless.Error, match="not a catalogue case") as e:
         djax.moe_forward(**kw, config="no-such-case")
+    # shared experts: refused by name, not computed without them
+    with pytest.raises(dropless.Error, match="shared experts .* not supported") as e:
+        djax.moe_forward(**kw, config="qwen2-moe-like")
+    assert e.value.name == "DL_EINVAL"
     # NaN and infinity: data, found by the library when the program runs
     for name, where in (("x", (3, 2)), ("w_up", (1, 2, 3)), ("router_weight", (0, 0))):
         a = np.array(kw[name])

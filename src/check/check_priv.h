@@ -255,6 +255,28 @@ int dl__ck_ep(dl__ck_t *ck);
 int dl__ck_layouts_feed(dl__ck_t *ck);
 int dl__ck_layouts(dl__ck_t *ck);
 
+/* The shared experts' term of out[t, i] on the effective values
+ * (dl__shared_out_term), and the first-order error the absent shared_y and
+ * shared_gate carry into it (their WARN-bound deltas), 0 without shared
+ * experts. A shared expert is never dropped: the zero-drop accounting
+ * keeps this term in every row. */
+static inline double dl__ck_shared_out(const dl__ck_t *ck, int64_t t, int64_t i)
+{
+    const int sh = ck->c->shared_experts > 0;
+    return dl__shared_out_term(sh ? ck->eff[DL_VALUE_SHARED_Y] : NULL,
+                               sh && ck->c->shared_gate ? ck->eff[DL_VALUE_SHARED_GATE] : NULL,
+                               ck->d, t, i);
+}
+
+static inline double dl__ck_shared_out_prop(const dl__ck_t *ck, int64_t t, int64_t i)
+{
+    const int sh = ck->c->shared_experts > 0;
+    return dl__shared_out_delta(sh ? ck->eff[DL_VALUE_SHARED_Y] : NULL,
+                                sh && ck->c->shared_gate ? ck->eff[DL_VALUE_SHARED_GATE] : NULL,
+                                ck->delta[1][DL_VALUE_SHARED_Y], ck->delta[1][DL_VALUE_SHARED_GATE],
+                                ck->d, t, i);
+}
+
 
 
 #endif

@@ -74,12 +74,24 @@ const dl__ck_desc_t *dl__ck_desc(dl_value_t s)
     return (int)s >= 0 && s < DL_VALUE_COUNT ? &table[s] : NULL;
 }
 
+/* The values of mask m that exist for the case: a variant's values (the
+ * shared experts') are no stage's upstream in a case without it, so they
+ * cannot make a stage look recomputed on a changed upstream. */
+static uint64_t existing(const dl__ck_t *ck, uint64_t m)
+{
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        if (((m >> u) & 1) &&
+            !dl_cond_applies(dl_layout_find(dl_value_name((dl_value_t)u))->cond, ck->c))
+            m &= ~((uint64_t)1 << u);
+    return m;
+}
+
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 {
     const dl__ck_desc_t *d = dl__ck_desc(s);
     if (!d)
         return 0;
-    return !ck->swiglu && d->up_plain ? d->up_plain : d->up;
+    return existing(ck, !ck->swiglu && d->up_plain ? d->up_plain : d->up);
 }
 
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)

@@ -467,7 +467,8 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
                        const float *y, const float *w, const int32_t *inv, double *p)
 {
     const int64_t k = ck->k, d = ck->d;
-    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
+    const int64_t K = k + (ck->c->shared_experts > 0); /* the shared term is one more */
+    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
     /* the worst-case error the absent y_sorted and weights carry into the
      * slots kept (prop.c) */
     const double *dy = ck->delta[1][DL_VALUE_Y_SORTED], *dw = ck->delta[1][DL_VALUE_TOPK_WEIGHTS];
@@ -485,6 +486,13 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
                     (dw ? dw[t * k + j] * fabs((double)y[q]) : 0.0);
             n++;
         }
+        /* the shared experts' term: never dropped, in every row */
+        const double sh = dl__ck_shared_out(ck, t, i);
+        if (ck->c->shared_experts > 0) {
+            p[n++] = sh;
+            m += fabs(sh);
+            prop += dl__ck_shared_out_prop(ck, t, i);
+        }
         int bad = 0;
         const double g = dl__sum_exact(p, n, ck->act, &bad);
         const double c = cand_row[i];
@@ -496,7 +504,7 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
         double pr = prop * (1.0 + 0x1p-20);
         if (ps)
             pr = fmin(pr, ck->lambda * ps[t * d + i]);
-        const double B = dl__ck_bound(ck, &cmp, g, m, k, 1) + pr;
+        const double B = dl__ck_bound(ck, &cmp, g, m, K, 1) + pr;
         if (fabs(c - g) > B)
             return 0;
         /* a removed slot must be visible: its contribution beyond B
@@ -560,7 +568,7 @@ int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand
     int64_t nrows = 0, unexplained = 0;
 #pragma omp parallel reduction(+ : nrows, unexplained)
     {
-        double *p = malloc((size_t)k * sizeof *p);
+        double *p = malloc((size_t)(k + 1) * sizeof *p); /* + the shared term */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < T; t++) {
             if (!row_fail[t] || !p)
@@ -620,7 +628,8 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
     const double *prop = ck->prop_out[1], *ps = ck->prop_out[DL__TIER_STAT];
     const float *c = ck->eff_is_cand[DL_VALUE_OUT] ? ck->eff[DL_VALUE_OUT] : NULL;
     const double uo = dl_dtype_unit_roundoff(ck->act), shrink = 1.0 - 2.0 * uo * (1.0 + 2.0 * uo);
-    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = k, .short_sum = 1};
+    const int64_t K = k + (ck->c->shared_experts > 0); /* the shared term is one more */
+    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
     int64_t n = 0;
     *zero = 0;
     *weak_ratio = INFINITY;
@@ -634,13 +643,14 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
                 double m = 0.0;
                 for (int64_t l = 0; l < k; l++)
                     m += fabs((double)w[t * k + l] * (double)y[(int64_t)inv[t * k + l] * d + i]);
+                m += fabs(dl__ck_shared_out(ck, t, i)); /* never dropped, in every row */
                 /* out FAILs beyond B, the tighter of its worst-case and
                  * statistical bounds; the floor is B plus the candidate's
                  * own error there (2B without it) */
                 double pr = prop ? prop[t * d + i] : 0.0;
                 if (ps)
                     pr = fmin(pr, ck->lambda * ps[t * d + i]);
-                const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, k, 1) + pr;
+                const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, K, 1) + pr;
                 const double fl = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) /
                                   shrink;
                 if (fl < *floor_min)

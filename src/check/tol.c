@@ -46,14 +46,21 @@ const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s)
 static uint64_t part_mask(const char *name)
 {
 #define B(s) (UINT64_C(1) << DL_VALUE_##s)
+    /* the shared experts: their gate with the router, their FFN with the
+     * experts, their combine gradients with the combine */
     if (!strcasecmp(name, "router"))
         return B(ROUTER_LOGITS) | B(ROUTER_SCORES) | B(TOPK_WEIGHTS) | B(D_ROUTER_SCORES) |
-               B(D_ROUTER_LOGITS) | B(D_ROUTER_WEIGHT);
+               B(D_ROUTER_LOGITS) | B(D_ROUTER_WEIGHT) | B(SHARED_GATE_LOGIT) | B(SHARED_GATE) |
+               B(D_SHARED_GATE_LOGIT) | B(D_SHARED_GATE_WEIGHT);
     if (!strcasecmp(name, "experts"))
         return B(H_GATE) | B(H_UP) | B(H_ACT) | B(Y_SORTED) | B(D_H_ACT) | B(D_H_GATE) | B(D_H_UP) |
-               B(D_X_SORTED) | B(D_W_GATE) | B(D_W_UP) | B(D_W_DOWN);
+               B(D_X_SORTED) | B(D_W_GATE) | B(D_W_UP) | B(D_W_DOWN) | B(SHARED_H_GATE) |
+               B(SHARED_H_UP) | B(SHARED_H_ACT) | B(SHARED_Y) | B(D_SHARED_H_ACT) |
+               B(D_SHARED_H_GATE) | B(D_SHARED_H_UP) | B(D_SHARED_W_GATE) | B(D_SHARED_W_UP) |
+               B(D_SHARED_W_DOWN);
     if (!strcasecmp(name, "combine"))
-        return B(OUT) | B(D_TOPK_WEIGHTS) | B(D_Y_SORTED) | B(D_X);
+        return B(OUT) | B(D_TOPK_WEIGHTS) | B(D_Y_SORTED) | B(D_X) | B(D_SHARED_GATE) |
+               B(D_SHARED_Y);
 #undef B
     dl_value_t v;
     return dl_value_parse(name, &v) == 0 && v != DL_VALUE_NONE ? UINT64_C(1) << v : 0;

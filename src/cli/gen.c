@@ -629,14 +629,19 @@ int dl_cli_cases(int argc, char **argv)
                      r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
                      r->has_bias ? "+bias" : "");
         human(dl_case_data_bytes(c), sz, sizeof sz);
+        char sh[64] = ""; /* the shared experts: S x f_s, gated or not */
+        if (k->shared_experts > 0)
+            snprintf(sh, sizeof sh, "  shared %" PRId64 "x%" PRId64 "%s", k->shared_experts,
+                     k->shared_ffn, k->shared_gate ? " gated" : "");
         printf("%-24s T=%-5" PRId64 " d=%-5" PRId64 " f=%-6" PRId64 " E=%-4" PRId64
-               " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s\n",
+               " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s%s\n",
                c->name, k->tokens, k->hidden, k->ffn, r->experts, r->top_k, route,
                k->ffn_kind == DL_FFN_PLAIN ? "plain" : "swiglu", dl_dtype_name(k->dtype),
                r->renormalize ? "norm" : "", sz,
                c->tier == DL_TIER_KERNEL  ? "  on demand (kernel)"
                : c->tier == DL_TIER_LAYER ? "  on demand (layer)"
-                                          : "");
+                                          : "",
+               sh);
         if (verbose)
             printf("    %s\n", c->description);
     }

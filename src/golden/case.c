@@ -49,6 +49,18 @@
 #define LCASE_TWIN(nm, desc, lp) LCASE_X(nm, desc, KSIZES_TWIN(lp))
 #define LCASE_X(...) LCASE(__VA_ARGS__)
 #define KSIZES_TWIN(lp) 1024, 512, 512, (64, 2, SM, 1, 1, GMAX, 1, 1.0, 0), 201, DL_INPUTS_SIZES, lp
+/* A case with shared experts (S of width fs; gate 1: Qwen2-MoE's sigmoid
+ * gate) in the three dtypes. */
+#define SONE(nm, desc, T, d, f, rt, dt, seed_, S, fs, gate)                           \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt,                 \
+                .ffn_kind = DL_FFN_SWIGLU, .dtype = dt, .shared_experts = S,          \
+                .shared_ffn = fs, .shared_gate = gate},                               \
+     .seed = seed_, .inputs = DL_INPUTS_RANDOM, .tier = DL_TIER_VECTORS}
+#define SCASE3(nm, desc, T, d, f, rt, seed_, S, fs, gate)                              \
+    SONE(nm, desc, T, d, f, rt, DL_F32, seed_, S, fs, gate),                          \
+    SONE(nm "-bf16", desc, T, d, f, rt, DL_BF16, seed_, S, fs, gate),                 \
+    SONE(nm "-fp16", desc, T, d, f, rt, DL_F16, seed_, S, fs, gate)
 
 #define SM DL_SCORE_SOFTMAX
 #define SG DL_SCORE_SIGMOID
@@ -85,6 +97,10 @@ static const dl_case_t catalogue[] = {
           24, 8, 8, (16, 3, SM, 4, 2, GMAX, 0, 2.0, 0), SWI, 12, DL_INPUTS_RANDOM, 0, 0),
     CASE3("plain-ffn", "single grouped GEMM per expert (y = x Wd): tests a grouped GEMM alone",
           24, 24, 24, (6, 2, SM, 1, 1, GMAX, 1, 1.0, 0), PLN, 13, DL_INPUTS_RANDOM, 0, 0),
+    SCASE3("qwen2-moe-like", "Qwen2-MoE: softmax top-4 of 8 without renormalisation, one shared expert of width 4f scaled by sigmoid(x w_sg)",
+           24, 16, 8, (8, 4, SM, 1, 1, GMAX, 0, 1.0, 0), 301, 1, 32, 1),
+    SCASE3("deepseek-v3-shared", "DeepSeek-V3 routing with always-on shared experts added unscaled: 2 of width f (V2's count; one MLP of width 2f)",
+           16, 8, 8, (32, 8, SG, 8, 4, G2, 1, 2.5, 1), 302, 2, 8, 0),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -241,6 +257,14 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
     int64_t m;
     if (dl_mul_size(c->tokens, r->top_k, &m) || m > INT32_MAX)
         BAD("tokens * top_k must fit int32");
+    if (c->shared_experts < 0 || c->shared_ffn < 0 || (c->shared_experts > 0) != (c->shared_ffn > 0))
+        BAD("shared_experts and shared_ffn must both be >= 1 (shared experts) or both 0");
+    if (c->shared_gate && c->shared_experts == 0)
+        BAD("shared_gate needs shared experts (shared_experts >= 1)");
+    if (c->shared_gate != 0 && c->shared_gate != 1)
+        BAD("shared_gate must be 0 or 1");
+    if (dl_mul_size(c->shared_experts, c->shared_ffn, &m))
+        BAD("shared_experts * shared_ffn overflows 64 bits");
     for (int i = 0; i < dl_golden_dataset_count(); i++) {
         int64_t dims[3];
         if (dl_golden_dataset_shape(dl_golden_dataset(i), c, dims) < 0)
@@ -276,6 +300,10 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
     if (w >= 0 && (size_t)w < n && c->lowp) /* only a layer recipe's case has the key */
         w += snprintf(buf + w, n - (size_t)w, "%slowp = %s", sep,
                       dl_lowp_layer(c->lowp) ? dl_lowp_layer(c->lowp)->name : "?");
+    if (w >= 0 && (size_t)w < n && c->shared_experts > 0) /* only where there are some */
+        w += snprintf(buf + w, n - (size_t)w,
+                      "%sshared_experts = %" PRId64 "%sshared_ffn = %" PRId64 "%sshared_gate = %d",
+                      sep, c->shared_experts, sep, c->shared_ffn, sep, c->shared_gate != 0);
     return w < 0 || (size_t)w >= n ? DL_EOVERFLOW : 0;
 }
 
@@ -358,12 +386,13 @@ static char *trim(char *s)
 enum {
     K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
     K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
-    K_ZIPF, K_LOWP, NKEYS
+    K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, NKEYS
 };
 static const char *const keys[NKEYS] = {
     "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
-    "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp"};
+    "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp", "shared_experts", "shared_ffn",
+    "shared_gate"};
 
 static void case_defaults(dl_case_t *c)
 {
@@ -453,6 +482,16 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
             c->config.route.scaling > FLT_MAX)
             WHY("scaling must be a number in (0, %.17g] (FLT_MAX: finite in fp32), got '%.40s'",
                 (double)FLT_MAX, v);
+        return 0;
+    case K_SHARED:
+    case K_SHARED_FFN:
+        if (parse_i64(v, 0, INT32_MAX, key == K_SHARED ? &c->config.shared_experts
+                                                       : &c->config.shared_ffn))
+            WHY("%s must be an integer in [0, 2147483647], got '%.40s'", k, v);
+        return 0;
+    case K_SHARED_GATE:
+        if (parse_bool(v, &c->config.shared_gate))
+            WHY("%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
         return 0;
     case K_ZIPF:
         if (parse_double(v, &c->zipf_s) || c->zipf_s < 0 || c->zipf_s > 16)

@@ -38,6 +38,8 @@ typedef struct {
 #define COND_ALWAYS DL_GOLDEN_ALWAYS
 #define COND_BIAS DL_GOLDEN_IF_BIAS
 #define COND_SWIGLU DL_GOLDEN_IF_SWIGLU
+#define COND_SHARED DL_GOLDEN_IF_SHARED
+#define COND_SHARED_GATE DL_GOLDEN_IF_SHARED_GATE
 
 #define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
@@ -49,7 +51,9 @@ static const entry_t table[] = {DL_VALUE_MAP(DS)};
 
 _Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
                    (int)DL_GOLDEN_IF_BIAS == (int)DL_COND_BIAS &&
-                   (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU,
+                   (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU &&
+                   (int)DL_GOLDEN_IF_SHARED == (int)DL_COND_SHARED &&
+                   (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE,
                "golden dataset conditions out of sync with dl_cond_t");
 
 int dl_golden_dataset_count(void) { return NTABLE; }
@@ -79,7 +83,7 @@ int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_conf
 {
     int64_t n = 1;
     for (int i = 0; i < ds->rank; i++) {
-        if (!strchr("TdfEkMP", ds->dims[i]))
+        if (!strchr("TdfEkMPS", ds->dims[i]))
             return DL_EINTERNAL;
         int64_t v = dl_value_dim(c, ds->dims[i]);
         if (v < 0)

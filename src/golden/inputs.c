@@ -13,7 +13,9 @@
 
 enum {
     S_X = 1, S_ROUTER = 2, S_BIAS = 3, S_GATE = 4, S_UP = 5, S_DOWN = 6, S_DOUT = 7,
-    S_OFFSET = 8
+    S_OFFSET = 8,
+    /* the shared experts' weights (doc/format.md) */
+    S_SHARED_GATE = 32, S_SHARED_UP = 33, S_SHARED_DOWN = 34, S_SHARED_SG = 35
 };
 
 static inline uint64_t mix(uint64_t z)
@@ -95,13 +97,18 @@ void dl_golden_inputs_free(dl_golden_inputs_t *in)
     free(in->w_up);
     free(in->w_down);
     free(in->d_out);
+    free(in->shared_w_gate);
+    free(in->shared_w_up);
+    free(in->shared_w_down);
+    free(in->shared_gate_weight);
     memset(in, 0, sizeof *in);
 }
 
 dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in)
 {
     dl_moe_inputs_t v = {in->x, in->router_weight, in->expert_bias, in->w_gate,
-                         in->w_up, in->w_down, in->d_out};
+                         in->w_up, in->w_down, in->d_out, in->shared_w_gate, in->shared_w_up,
+                         in->shared_w_down, in->shared_gate_weight};
     return v;
 }
 
@@ -256,6 +263,35 @@ void dl__case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf
     fill_at(buf, e * n, n, c->seed, (uint64_t)stream, sd, k->dtype);
 }
 
+/* The shared experts' weights (their own streams, so no other input's
+ * bits move): gate and up N(0, 1/d), down N(0, 1/F) for the concatenated
+ * width F, the gate weight N(0, 1/d); all in the dtype, as the models
+ * store them (Qwen2-MoE's shared_expert_gate is a Linear of the model's
+ * dtype). Nothing without them. */
+static int shared_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    const dl_moe_config_t *k = &c->config;
+    const int64_t F = dl_value_dim(k, 'S'), d = k->hidden;
+    int64_t n;
+    if (F <= 0)
+        return 0;
+    if (dl_mul_size(F, d, &n))
+        return DL_EOVERFLOW;
+    in->shared_w_gate = alloc_f(n);
+    in->shared_w_up = alloc_f(n);
+    in->shared_w_down = alloc_f(n);
+    in->shared_gate_weight = k->shared_gate ? alloc_f(d) : NULL;
+    if (!in->shared_w_gate || !in->shared_w_up || !in->shared_w_down ||
+        (k->shared_gate && !in->shared_gate_weight))
+        return DL_ENOMEM;
+    fill(in->shared_w_gate, n, c->seed, S_SHARED_GATE, sigma_of(d), k->dtype);
+    fill(in->shared_w_up, n, c->seed, S_SHARED_UP, sigma_of(d), k->dtype);
+    fill(in->shared_w_down, n, c->seed, S_SHARED_DOWN, sigma_of(F), k->dtype);
+    if (in->shared_gate_weight)
+        fill(in->shared_gate_weight, d, c->seed, S_SHARED_SG, sigma_of(d), k->dtype);
+    return 0;
+}
+
 int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
 {
     if (!c || !in)
@@ -305,7 +341,7 @@ int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
 
     if (c->inputs == DL_INPUTS_TIES)
         make_ties(c, in);
-    if (c->inputs == DL_INPUTS_SIZES && (rc = plant(c, in))) {
+    if ((rc = shared_inputs(c, in)) || (c->inputs == DL_INPUTS_SIZES && (rc = plant(c, in)))) {
         dl_golden_inputs_free(in);
         return rc;
     }

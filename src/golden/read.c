@@ -156,6 +156,27 @@ fail:
 
 /* ------------------------------------------------------------ /config */
 
+/* The shared experts' attributes, written only when the layer has them
+ * (absent: none). */
+static int read_shared(rctx_t *r, hid_t g, dl_moe_config_t *c)
+{
+    static const char *const names[] = {"shared_experts", "shared_ffn", "shared_gate"};
+    int64_t v[3] = {0, 0, 0};
+    int rc = 0;
+    for (int i = 0; i < 3; i++)
+        if ((rc = ATTR_I64(g, "/config", names[i], 0, &v[i])) < 0)
+            return rc;
+    if (v[0] < 0 || v[0] > INT32_MAX || v[1] < 0 || v[1] > INT32_MAX || (v[2] != 0 && v[2] != 1))
+        FAILF(DL_EFORMAT, "/config: shared_experts and shared_ffn must be in [0, 2147483647] "
+                          "and shared_gate 0 or 1");
+    c->shared_experts = v[0];
+    c->shared_ffn = v[1];
+    c->shared_gate = (int)v[2];
+    return 0;
+fail:
+    return rc;
+}
+
 static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
 {
     int rc = 0;
@@ -215,6 +236,8 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     c->ffn_kind = (dl_ffn_t)ifk;
     c->dtype = t;
     c->lowp = ilp;
+    if ((rc = read_shared(r, g, c)) < 0)
+        goto fail;
     char why[200];
     if (dl__golden_config_check(c, why, sizeof why))
         FAILF(DL_EFORMAT, "/config: invalid configuration: %s", why);

@@ -11,6 +11,27 @@
 
 #define V(x) DL__BIT(DL_VALUE_##x)
 
+/* What each shared experts' value is computed from (the schedule's rows). */
+static uint64_t shared_deps(int s)
+{
+    switch (s) {
+    case DL_VALUE_SHARED_H_ACT: return V(SHARED_H_GATE) | V(SHARED_H_UP);
+    case DL_VALUE_SHARED_Y: return V(SHARED_H_ACT);
+    case DL_VALUE_SHARED_GATE: return V(SHARED_GATE_LOGIT);
+    case DL_VALUE_D_SHARED_GATE: return V(SHARED_Y);
+    case DL_VALUE_D_SHARED_GATE_LOGIT: return V(SHARED_GATE) | V(D_SHARED_GATE);
+    case DL_VALUE_D_SHARED_GATE_WEIGHT: return V(D_SHARED_GATE_LOGIT);
+    case DL_VALUE_D_SHARED_Y: return V(SHARED_GATE);
+    case DL_VALUE_D_SHARED_H_ACT: return V(D_SHARED_Y);
+    case DL_VALUE_D_SHARED_W_DOWN: return V(SHARED_H_ACT) | V(D_SHARED_Y);
+    case DL_VALUE_D_SHARED_H_GATE: case DL_VALUE_D_SHARED_H_UP:
+        return V(SHARED_H_GATE) | V(SHARED_H_UP) | V(D_SHARED_H_ACT);
+    case DL_VALUE_D_SHARED_W_GATE: return V(D_SHARED_H_GATE);
+    case DL_VALUE_D_SHARED_W_UP: return V(D_SHARED_H_UP);
+    default: return 0; /* shared_h_gate, _up, shared_gate_logit: the inputs only */
+    }
+}
+
 /* What each stage is computed from (doc/conformance.md, "Dependencies"). */
 static uint64_t deps(int s, int swiglu)
 {
@@ -23,7 +44,7 @@ static uint64_t deps(int s, int swiglu)
     case DL_VALUE_H_GATE: case DL_VALUE_H_UP: return V(X_SORTED) | V(GROUP_OFFSETS);
     case DL_VALUE_H_ACT: return V(H_GATE) | V(H_UP);
     case DL_VALUE_Y_SORTED: return (swiglu ? V(H_ACT) : V(X_SORTED)) | V(GROUP_OFFSETS);
-    case DL_VALUE_OUT: return V(Y_SORTED) | V(TOPK_WEIGHTS) | V(INV_PERM);
+    case DL_VALUE_OUT: return V(Y_SORTED) | V(TOPK_WEIGHTS) | V(INV_PERM) | V(SHARED_Y) | V(SHARED_GATE);
     case DL_VALUE_D_TOPK_WEIGHTS: return V(Y_SORTED) | V(INV_PERM);
     case DL_VALUE_D_Y_SORTED: return V(TOPK_WEIGHTS) | V(INV_PERM);
     case DL_VALUE_D_H_ACT: return V(D_Y_SORTED) | V(GROUP_OFFSETS);
@@ -37,8 +58,10 @@ static uint64_t deps(int s, int swiglu)
     case DL_VALUE_D_ROUTER_SCORES: return V(ROUTER_SCORES) | V(TOPK_IDS) | V(D_TOPK_WEIGHTS);
     case DL_VALUE_D_ROUTER_LOGITS: return V(ROUTER_SCORES) | V(D_ROUTER_SCORES);
     case DL_VALUE_D_ROUTER_WEIGHT: return V(D_ROUTER_LOGITS);
-    case DL_VALUE_D_X: return V(D_X_SORTED) | V(INV_PERM) | V(D_ROUTER_LOGITS);
-    default: return 0; /* router_logits: the inputs only */
+    case DL_VALUE_D_X:
+        return V(D_X_SORTED) | V(INV_PERM) | V(D_ROUTER_LOGITS) | V(D_SHARED_H_GATE) |
+               V(D_SHARED_H_UP) | V(D_SHARED_GATE_LOGIT);
+    default: return shared_deps(s); /* router_logits: the inputs only */
     }
 }
 
@@ -146,6 +169,28 @@ static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_m
     return rc;
 }
 
+/* Stage s by the schedule's own producer on the whole layer: the shared
+ * experts' values, and out and d_x with their shared terms. The SwiGLU
+ * backward's producer writes both its values, so those two are called
+ * apart (the other may be the mutated one). */
+static int via_schedule(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
+                        dl_moe_backward_t *b, int s)
+{
+    const int64_t n = c->tokens * dl_value_dim(c, 'S');
+    if (s == DL_VALUE_D_SHARED_H_GATE || s == DL_VALUE_D_SHARED_H_UP)
+        return dl_swiglu_backward(f->shared_h_gate, f->shared_h_up, b->d_shared_h_act, n,
+                                  c->dtype, s == DL_VALUE_D_SHARED_H_GATE ? b->d_shared_h_gate : NULL,
+                                  s == DL_VALUE_D_SHARED_H_UP ? b->d_shared_h_up : NULL);
+    int row = -1;
+    for (int i = 0; i < dl_layout_count() && row < 0; i++)
+        if (!strcmp(dl_layout_row(i)->name, dl_value_name((dl_value_t)s)))
+            row = i;
+    const dl_stage_view_t v = {.c = *c, .in = *in, .f = *f, .b = *b,
+                               .rows = c->tokens * c->route.top_k, .off = f->group_offsets,
+                               .ne = c->route.experts};
+    return dl_schedule_run(dl_schedule_writer(row), &v);
+}
+
 /* Stage s, recomputed into its array from the stored values. */
 static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
                    dl_moe_backward_t *b, int s)
@@ -158,6 +203,10 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     int expert;
     if (dl__mut_gemm_of(c, in, f, b, s, &g, &expert) == 0)
         return dl__mut_gemm_run(&g, dst);
+    const char *nm = dl_value_name((dl_value_t)s);
+    if (!strncmp(nm, "shared_", 7) || !strncmp(nm, "d_shared_", 9) ||
+        (c->shared_experts > 0 && (s == DL_VALUE_OUT || s == DL_VALUE_D_X)))
+        return via_schedule(c, in, f, b, s);
     switch (s) {
     case DL_VALUE_ROUTER_SCORES: return dl_route_scores(&c->route, f->router_logits, T, dst);
     case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: case DL_VALUE_SORT_PERM:

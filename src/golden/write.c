@@ -208,6 +208,13 @@ static int write_config(wctx_t *w, hid_t file, const dl_moe_config_t *c)
     /* only a layer recipe's case has the attribute: other goldens keep their bytes */
     if (c->lowp && (rc = attr_str(w, g, "lowp", dl_lowp_layer(c->lowp)->name)))
         goto fail;
+    /* the shared experts' keys only where there are shared experts: every
+     * other case's /config (and bytes) stay as they were */
+    if (c->shared_experts > 0 &&
+        ((rc = attr_i64(w, g, "shared_experts", c->shared_experts)) ||
+         (rc = attr_i64(w, g, "shared_ffn", c->shared_ffn)) ||
+         (rc = attr_i64(w, g, "shared_gate", c->shared_gate != 0))))
+        goto fail;
     rc = DL_EIO;
     H5TRY(H5Gclose(g), "closing /config");
     return 0;

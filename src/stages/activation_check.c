@@ -32,9 +32,16 @@ int dl__exact_h_act(const dl__vctx_t *v, float *out)
     return dl_swiglu(EF(H_GATE), EF(H_UP), v->M * v->f, v->act, out);
 }
 
-int dl__mag_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+/* The routed experts' SwiGLU values, or the shared experts' (shared_check.c). */
+static const dl__swiglu_vals_t routed = {DL_VALUE_H_GATE, DL_VALUE_H_UP, DL_VALUE_D_H_ACT};
+
+#define VF(s) ((const float *)v->v[s])
+#define VD(s) (v->delta[s])
+#define VRSS(s) ((int)((v->rss >> (s)) & 1))
+
+int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_t *m)
 {
-    const float *hg = EF(H_GATE), *hu = EF(H_UP);
+    const float *hg = VF(o.g), *hu = VF(o.u);
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -45,13 +52,13 @@ int dl__mag_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     return 0;
 }
 
-int dl__prop_h_act(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double *out)
 {
-    const double *dg = DL__DL(v, H_GATE), *du = DL__DL(v, H_UP);
-    const float *hg = EF(H_GATE), *hu = EF(H_UP);
+    const double *dg = VD(o.g), *du = VD(o.u);
+    const float *hg = VF(o.g), *hu = VF(o.u);
     if (!dg && !du)
         return 0;
-    const int rg = DL__RSS(v, H_GATE), ru = DL__RSS(v, H_UP);
+    const int rg = VRSS(o.g), ru = VRSS(o.u);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const double sg = sig(hg[i]), gi = hg[i];
@@ -63,22 +70,31 @@ int dl__prop_h_act(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     return 1;
 }
 
+int dl__mag_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    return dl__swiglu_mag(v, routed, n, m);
+}
+
+int dl__prop_h_act(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    return dl__swiglu_prop(v, routed, n, out);
+}
+
 /* ----------------------------------------------------------- backward */
 
 /* d_h_gate and d_h_up come out of one call; the other is scratch. */
-static int exact_d_h(const dl__vctx_t *v, int gate, float *out)
+int dl__swiglu_exact_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, float *out)
 {
-    const int64_t n = v->M * v->f;
     float *other = v->alloc(v->actx, n, sizeof *other);
     if (!other)
         return DL_ENOMEM;
-    return dl_swiglu_backward(EF(H_GATE), EF(H_UP), EF(D_H_ACT), n, v->act, gate ? out : other,
+    return dl_swiglu_backward(VF(o.g), VF(o.u), VF(o.dh), n, v->act, gate ? out : other,
                               gate ? other : out);
 }
 
-static int mag_d_h(const dl__vctx_t *v, int gate, int64_t n, dl__mag_t *m)
+int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, dl__mag_t *m)
 {
-    const float *hg = EF(H_GATE), *hu = EF(H_UP), *dh = EF(D_H_ACT);
+    const float *hg = VF(o.g), *hu = VF(o.u), *dh = VF(o.dh);
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -95,13 +111,13 @@ static int mag_d_h(const dl__vctx_t *v, int gate, int64_t n, dl__mag_t *m)
     return 0;
 }
 
-static int prop_d_h(const dl__vctx_t *v, int gate, int64_t n, double *out)
+int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, double *out)
 {
-    const double *dg = DL__DL(v, H_GATE), *du = DL__DL(v, H_UP), *dd = DL__DL(v, D_H_ACT);
-    const float *hg = EF(H_GATE), *hu = EF(H_UP), *dh = EF(D_H_ACT);
+    const double *dg = VD(o.g), *du = VD(o.u), *dd = VD(o.dh);
+    const float *hg = VF(o.g), *hu = VF(o.u), *dh = VF(o.dh);
     if (!dg && !du && !dd)
         return 0;
-    const int rg = DL__RSS(v, H_GATE), ru = DL__RSS(v, H_UP), rd = DL__RSS(v, D_H_ACT);
+    const int rg = VRSS(o.g), ru = VRSS(o.u), rd = VRSS(o.dh);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const double sg = sig(hg[i]), gi = hg[i], ui = hu[i], hi = dh[i];
@@ -124,30 +140,30 @@ static int prop_d_h(const dl__vctx_t *v, int gate, int64_t n, double *out)
 
 int dl__exact_d_h_gate(const dl__vctx_t *v, float *out)
 {
-    return exact_d_h(v, 1, out);
+    return dl__swiglu_exact_d(v, routed, 1, v->M * v->f, out);
 }
 
 int dl__mag_d_h_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
-    return mag_d_h(v, 1, n, m);
+    return dl__swiglu_mag_d(v, routed, 1, n, m);
 }
 
 int dl__prop_d_h_gate(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    return prop_d_h(v, 1, n, out);
+    return dl__swiglu_prop_d(v, routed, 1, n, out);
 }
 
 int dl__exact_d_h_up(const dl__vctx_t *v, float *out)
 {
-    return exact_d_h(v, 0, out);
+    return dl__swiglu_exact_d(v, routed, 0, v->M * v->f, out);
 }
 
 int dl__mag_d_h_up(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
-    return mag_d_h(v, 0, n, m);
+    return dl__swiglu_mag_d(v, routed, 0, n, m);
 }
 
 int dl__prop_d_h_up(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    return prop_d_h(v, 0, n, out);
+    return dl__swiglu_prop_d(v, routed, 0, n, out);
 }

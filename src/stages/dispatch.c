@@ -89,19 +89,29 @@ static int rows_args(int64_t T, int64_t d, int64_t k, int arrays_ok, const int32
 int dl_combine(const float *y_sorted, const float *w, const int32_t *inv_perm,
                int64_t T, int64_t k, int64_t d, dl_dtype_t t, float *out)
 {
+    return dl_combine_shared(y_sorted, w, inv_perm, NULL, NULL, T, k, d, t, out);
+}
+
+int dl_combine_shared(const float *y_sorted, const float *w, const int32_t *inv_perm,
+                      const float *shared_y, const float *gate, int64_t T, int64_t k,
+                      int64_t d, dl_dtype_t t, float *out)
+{
     int64_t M;
     int rc = rows_args(T, d, k, !(T > 0 && d > 0 && (!y_sorted || !w || !inv_perm || !out)),
                        inv_perm, &M);
     if (rc)
         return rc;
+    const int64_t n = k + (shared_y != NULL);
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (int64_t tk = 0; tk < T; tk++) {
         for (int64_t i = 0; i < d; i++) {
-            double p[DL__MAX_TOPK];
+            double p[DL__MAX_TOPK + 1];
             for (int64_t j = 0; j < k; j++) /* a product of two floats is exact in binary64 */
                 p[j] = (double)w[tk * k + j] * y_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
-            out[tk * d + i] = (float)dl__sum_exact(p, k, t, &bad);
+            if (shared_y) /* the shared experts' output, scaled by its gate */
+                p[k] = (gate ? (double)gate[tk] : 1.0) * shared_y[tk * d + i];
+            out[tk * d + i] = (float)dl__sum_exact(p, n, t, &bad);
         }
     }
     return bad ? DL_ENONFINITE : 0;
@@ -166,15 +176,45 @@ int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const fl
                       const float *w_r, int64_t T, int64_t k, int64_t d, int64_t E,
                       dl_dtype_t t, float *d_x)
 {
+    return dl_input_backward_shared(d_x_sorted, inv_perm, d_logits, w_r, NULL, T, k, d, E, t,
+                                    d_x);
+}
+
+/* The shared path's terms of d_x[t, i] into p (returns how many). */
+static int64_t shared_terms(const dl_shared_grad_t *sh, int64_t tk, int64_t i, double *p)
+{
+    const int64_t F = sh->width;
+    for (int64_t c = 0; c < F; c++) { /* float products: exact in binary64 */
+        p[2 * c] = (double)sh->d_h_gate[tk * F + c] * (double)sh->w_gate[i * F + c];
+        p[2 * c + 1] = (double)sh->d_h_up[tk * F + c] * (double)sh->w_up[i * F + c];
+    }
+    if (!sh->d_gate_logit)
+        return 2 * F;
+    p[2 * F] = (double)sh->d_gate_logit[tk] * (double)sh->gate_weight[i];
+    return 2 * F + 1;
+}
+
+static int shared_args(const dl_shared_grad_t *sh)
+{
+    if (sh->width < 0 || (sh->width > 0 && (!sh->d_h_gate || !sh->d_h_up || !sh->w_gate ||
+                                            !sh->w_up)))
+        return DL_EINVAL;
+    return !sh->d_gate_logit != !sh->gate_weight ? DL_EINVAL : 0;
+}
+
+int dl_input_backward_shared(const float *d_x_sorted, const int32_t *inv_perm,
+                             const float *d_logits, const float *w_r, const dl_shared_grad_t *sh,
+                             int64_t T, int64_t k, int64_t d, int64_t E, dl_dtype_t t, float *d_x)
+{
     int64_t M;
-    if (T < 0 || d < 0 || k < 1 || E < 1 || dl_mul_size(T, k, &M))
+    if (T < 0 || d < 0 || k < 1 || E < 1 || dl_mul_size(T, k, &M) || (sh && shared_args(sh)))
         return DL_EINVAL;
     if (T > 0 && d > 0 && (!d_x_sorted || !inv_perm || !d_logits || !w_r || !d_x))
         return DL_EINVAL;
     int rc = check_inv(inv_perm, M);
     if (rc)
         return rc;
-    const int64_t n = k + E;
+    const int64_t n = k + E + (sh ? 2 * sh->width + 1 : 0);
     int bad = 0, nomem = 0;
 #pragma omp parallel reduction(| : bad, nomem)
     {
@@ -190,7 +230,8 @@ int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const fl
                     p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
                 for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
                     p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
-                d_x[tk * d + i] = (float)dl__sum_exact(p, n, t, &bad);
+                const int64_t ns = sh ? shared_terms(sh, tk, i, p + k + E) : 0;
+                d_x[tk * d + i] = (float)dl__sum_exact(p, k + E + ns, t, &bad);
             }
         }
         free(p);

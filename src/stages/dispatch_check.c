@@ -5,7 +5,9 @@
  * (doc/tolerances.md, "Absent stages"):
  *   out[t] = sum_j w[t,j] y[inv[t,j]],  d_w[t,j] = <d_out[t], y[inv[t,j]]>,
  *   d_y[inv[t,j]] = w[t,j] d_out[t],
- *   d_x[t] = sum_j d_x_sorted[inv[t,j]] + d_logits[t] W_r^T. */
+ *   d_x[t] = sum_j d_x_sorted[inv[t,j]] + d_logits[t] W_r^T,
+ * plus, with shared experts, their terms (shared_check.c): g_t shared_y[t]
+ * in out, and their input gradients in d_x. */
 #include "config.h"
 #include "stages/stages_priv.h"
 
@@ -21,7 +23,10 @@ int dl__exact_x_sorted(const dl__vctx_t *v, float *out)
 
 int dl__exact_out(const dl__vctx_t *v, float *out)
 {
-    return dl_combine(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, v->T, v->k, v->d, v->act, out);
+    const float *sy, *sg;
+    dl__shared_out_operands(v, &sy, &sg);
+    return dl_combine_shared(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, sy, sg, v->T, v->k, v->d, v->act,
+                             out);
 }
 
 int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -29,6 +34,8 @@ int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
     const int32_t *inv = INV;
     const int64_t d = v->d, k = v->k;
+    const float *sy, *sg;
+    dl__shared_out_operands(v, &sy, &sg);
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -38,9 +45,9 @@ int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
             double s = 0.0;
             for (int64_t j = 0; j < k; j++)
                 s += fabs((double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i]);
-            a[t * d + i] = s;
+            a[t * d + i] = s + fabs(dl__shared_out_term(sy, sg, d, t, i));
         }
-    m->K = k;
+    m->K = k + (v->c->shared_experts > 0); /* the shared experts' term is one more */
     m->short_sum = 1;
     return 0;
 }
@@ -51,7 +58,11 @@ int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
     const int32_t *inv = INV;
     const int64_t k = v->k, d = v->d;
-    if (!dy && !dw)
+    const float *sy, *sg;
+    dl__shared_out_operands(v, &sy, &sg);
+    const double *dsy = DL__DL(v, SHARED_Y), *dsg = DL__DL(v, SHARED_GATE);
+    const int sh = dsy || dsg, rs = DL__RSS(v, SHARED_Y);
+    if (!dy && !dw && !sh)
         return 0;
     const int ry = DL__RSS(v, Y_SORTED), rw = DL__RSS(v, TOPK_WEIGHTS);
 #pragma omp parallel for schedule(static)
@@ -65,7 +76,8 @@ int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
                 lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
                 sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
             }
-            out[t * d + i] += dl__comb(lin, sq);
+            const double ts = sh ? dl__shared_out_delta(sy, sg, dsy, dsg, d, t, i) : 0.0;
+            out[t * d + i] += dl__comb(lin + (rs ? 0.0 : ts), sq + (rs ? ts * ts : 0.0));
         }
     return 1;
 }
@@ -154,8 +166,10 @@ int dl__prop_d_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, double *
 
 int dl__exact_d_x(const dl__vctx_t *v, float *out)
 {
-    return dl_input_backward(EF(D_X_SORTED), INV, EF(D_ROUTER_LOGITS), v->in->router_weight, v->T,
-                             v->k, v->d, v->E, v->act, out);
+    dl_shared_grad_t sh;
+    dl__shared_grad(v, &sh);
+    return dl_input_backward_shared(EF(D_X_SORTED), INV, EF(D_ROUTER_LOGITS), v->in->router_weight,
+                                    sh.width > 0 ? &sh : NULL, v->T, v->k, v->d, v->E, v->act, out);
 }
 
 int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -163,6 +177,8 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     const float *dxs = EF(D_X_SORTED), *dlg = EF(D_ROUTER_LOGITS), *wr = v->in->router_weight;
     const int32_t *inv = INV;
     const int64_t d = v->d, k = v->k, E = v->E;
+    dl_shared_grad_t sh;
+    dl__shared_grad(v, &sh);
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -174,9 +190,9 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
                 s += fabs((double)dxs[(int64_t)inv[t * k + j] * d + i]);
             for (int64_t e = 0; e < E; e++)
                 s += fabs((double)dlg[t * E + e] * (double)wr[i * E + e]);
-            a[t * d + i] = s;
+            a[t * d + i] = s + dl__shared_dx_m(&sh, t, i);
         }
-    m->K = k + E;
+    m->K = k + E + dl__shared_dx_terms(&sh);
     m->short_sum = 1;
     m->nops = 2;
     m->op[0] = m->op[1] = DL_F32;
@@ -189,7 +205,9 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     const float *wr = v->in->router_weight;
     const int32_t *inv = INV;
     const int64_t k = v->k, d = v->d, E = v->E;
-    if (!dxs && !dlg)
+    const int sh = v->c->shared_experts > 0 && (DL__DL(v, D_SHARED_H_GATE) || DL__DL(v, D_SHARED_H_UP) ||
+                                                DL__DL(v, D_SHARED_GATE_LOGIT));
+    if (!dxs && !dlg && !sh)
         return 0;
     const int rx = DL__RSS(v, D_X_SORTED), rl = DL__RSS(v, D_ROUTER_LOGITS);
 #pragma omp parallel for schedule(static)
@@ -206,6 +224,8 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
                 lin += rl ? 0.0 : a;
                 sq += rl ? a * a : 0.0;
             }
+            if (sh)
+                dl__shared_dx_prop(v, t, i, &lin, &sq);
             out[t * d + i] += dl__comb(lin, sq);
         }
     return 1;

@@ -10,6 +10,22 @@
 #include "stages/quant_priv.h"
 
 
+/* The shared experts' configuration: none (all 0), or S >= 1 experts of
+ * width f_s >= 1 whose [T, S*f_s] and [d, S*f_s] arrays fit int64 bytes. */
+static int shared_validate(const dl_moe_config_t *c)
+{
+    if (c->shared_experts == 0)
+        return c->shared_ffn == 0 && c->shared_gate == 0 ? 0 : DL_EINVAL;
+    if (c->shared_experts < 0 || c->shared_ffn < 1 || (c->shared_gate != 0 && c->shared_gate != 1))
+        return DL_EINVAL;
+    int64_t F, a;
+    if (dl_mul_size(c->shared_experts, c->shared_ffn, &F) ||
+        dl_mul_size(F, c->tokens > c->hidden ? c->tokens : c->hidden, &a) ||
+        dl_mul_size(a, 8, &a))
+        return DL_EOVERFLOW;
+    return 0;
+}
+
 int dl_moe_config_validate(const dl_moe_config_t *c)
 {
     if (!c || c->tokens < 0 || c->hidden < 1 || c->ffn < 1)
@@ -39,7 +55,7 @@ int dl_moe_config_validate(const dl_moe_config_t *c)
         return DL_EOVERFLOW;
     if (dl_mul_size(d, E, &a) || dl_mul_size(a, 8, &a))
         return DL_EOVERFLOW;
-    return 0;
+    return shared_validate(c);
 }
 
 static int check_tensor(const float *p, int64_t n, dl_dtype_t t)
@@ -78,6 +94,13 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     if ((rc = check_tensor(in->w_down, E * f * d, t)))
         return rc;
     if (need_backward && (rc = check_tensor(in->d_out, T * d, t)))
+        return rc;
+    const int64_t F = c->shared_experts * c->shared_ffn; /* bounded by the validation */
+    if (F > 0 && ((rc = check_tensor(in->shared_w_gate, d * F, t)) ||
+                  (rc = check_tensor(in->shared_w_up, d * F, t)) ||
+                  (rc = check_tensor(in->shared_w_down, F * d, t))))
+        return rc;
+    if (F > 0 && c->shared_gate && (rc = check_tensor(in->shared_gate_weight, d, t)))
         return rc;
     return 0;
 }

@@ -111,10 +111,68 @@ static int p_y_half(const dl_stage_view_t *v)
 }
 #endif
 
+/* ------------------------------------------- shared experts (shared.h) */
+
+/* A GEMM of the shared path: all the window's tokens as one group. */
+static int dense1(const dl_stage_view_t *v, const float *lhs, int64_t K, const float *rhs,
+                  dl_rhs_layout_t lay, int64_t N, dl_dtype_t t, float *out)
+{
+    const int64_t all[2] = {0, v->c.tokens};
+    dl_gemm_term_t term = {lhs, K, rhs, lay};
+    return dl_gemm_grouped(&term, 1, N, all, 1, t, out, v->stats);
+}
+
+static int64_t shared_width(const dl_stage_view_t *v)
+{
+    return dl_value_dim(&v->c, 'S');
+}
+
+static int p_shared_h_gate(const dl_stage_view_t *v)
+{
+    return dense1(v, v->in.x, v->c.hidden, v->in.shared_w_gate, DL_RHS_KN, shared_width(v),
+                  v->c.dtype, v->f.shared_h_gate);
+}
+
+static int p_shared_h_up(const dl_stage_view_t *v)
+{
+    return dense1(v, v->in.x, v->c.hidden, v->in.shared_w_up, DL_RHS_KN, shared_width(v),
+                  v->c.dtype, v->f.shared_h_up);
+}
+
+static int p_shared_h_act(const dl_stage_view_t *v)
+{
+    return dl_swiglu(v->f.shared_h_gate, v->f.shared_h_up, v->c.tokens * shared_width(v),
+                     v->c.dtype, v->f.shared_h_act);
+}
+
+static int p_shared_y(const dl_stage_view_t *v)
+{
+    return dense1(v, v->f.shared_h_act, shared_width(v), v->in.shared_w_down, DL_RHS_KN,
+                  v->c.hidden, v->c.dtype, v->f.shared_y);
+}
+
+static int p_shared_gate_logit(const dl_stage_view_t *v)
+{
+    return dense1(v, v->in.x, v->c.hidden, v->in.shared_gate_weight, DL_RHS_KN, 1, DL_F32,
+                  v->f.shared_gate_logit);
+}
+
+static int p_shared_gate(const dl_stage_view_t *v)
+{
+    return dl_shared_gate(v->f.shared_gate_logit, v->c.tokens, v->f.shared_gate);
+}
+
+/* The shared gate when the layer has one (else NULL: unscaled). */
+static const float *gate_of(const dl_stage_view_t *v)
+{
+    return dl_cond_applies(DL_COND_SHARED_GATE, &v->c) ? v->f.shared_gate : NULL;
+}
+
 static int p_out(const dl_stage_view_t *v)
 {
-    return dl_combine(v->f.y_sorted, v->f.topk_weights, v->f.inv_perm, v->c.tokens,
-                      v->c.route.top_k, v->c.hidden, v->c.dtype, v->f.out);
+    const float *sy = v->c.shared_experts > 0 ? v->f.shared_y : NULL;
+    return dl_combine_shared(v->f.y_sorted, v->f.topk_weights, v->f.inv_perm, sy, gate_of(v),
+                             v->c.tokens, v->c.route.top_k, v->c.hidden, v->c.dtype, v->f.out);
 }
 
 static int p_d_topk_weights(const dl_stage_view_t *v)
@@ -198,11 +256,80 @@ static int p_d_router_weight(const dl_stage_view_t *v)
                             1, DL_F32, v->b.d_router_weight, v->stats);
 }
 
+static int p_d_shared_gate(const dl_stage_view_t *v)
+{
+    return dl_shared_combine_backward(v->in.d_out, v->f.shared_y, v->f.shared_gate, v->c.tokens,
+                                      v->c.hidden, v->c.dtype, v->b.d_shared_gate, NULL);
+}
+
+static int p_d_shared_gate_logit(const dl_stage_view_t *v)
+{
+    return dl_shared_gate_backward(v->b.d_shared_gate, v->f.shared_gate, v->c.tokens,
+                                   v->b.d_shared_gate_logit);
+}
+
+/* x^T g over all the window's tokens, [d, N] fp32 (the shared weights' gradients). */
+static int dense_dw(const dl_stage_view_t *v, const float *a, int64_t I, const float *g,
+                    int64_t N, float *out)
+{
+    const int64_t all[2] = {0, v->c.tokens};
+    return dl_gemm_ragged_k(a, I, g, N, all, 1, DL_F32, out, v->stats);
+}
+
+static int p_d_shared_gate_weight(const dl_stage_view_t *v)
+{
+    return dense_dw(v, v->in.x, v->c.hidden, v->b.d_shared_gate_logit, 1,
+                    v->b.d_shared_gate_weight);
+}
+
+static int p_d_shared_y(const dl_stage_view_t *v)
+{
+    return dl_shared_combine_backward(v->in.d_out, NULL, gate_of(v), v->c.tokens, v->c.hidden,
+                                      v->c.dtype, NULL, v->b.d_shared_y);
+}
+
+static int p_d_shared_h_act(const dl_stage_view_t *v)
+{
+    return dense1(v, v->b.d_shared_y, v->c.hidden, v->in.shared_w_down, DL_RHS_NK,
+                  shared_width(v), v->c.dtype, v->b.d_shared_h_act);
+}
+
+static int p_d_shared_w_down(const dl_stage_view_t *v)
+{
+    return dense_dw(v, v->f.shared_h_act, shared_width(v), v->b.d_shared_y, v->c.hidden,
+                    v->b.d_shared_w_down);
+}
+
+static int p_d_shared_h_gate(const dl_stage_view_t *v)
+{
+    return dl_swiglu_backward(v->f.shared_h_gate, v->f.shared_h_up, v->b.d_shared_h_act,
+                              v->c.tokens * shared_width(v), v->c.dtype, v->b.d_shared_h_gate,
+                              v->b.d_shared_h_up);
+}
+
+static int p_d_shared_w_gate(const dl_stage_view_t *v)
+{
+    return dense_dw(v, v->in.x, v->c.hidden, v->b.d_shared_h_gate, shared_width(v),
+                    v->b.d_shared_w_gate);
+}
+
+static int p_d_shared_w_up(const dl_stage_view_t *v)
+{
+    return dense_dw(v, v->in.x, v->c.hidden, v->b.d_shared_h_up, shared_width(v),
+                    v->b.d_shared_w_up);
+}
+
 static int p_d_x(const dl_stage_view_t *v)
 {
-    return dl_input_backward(v->b.d_x_sorted, v->f.inv_perm, v->b.d_router_logits,
-                             v->in.router_weight, v->c.tokens, v->c.route.top_k, v->c.hidden,
-                             v->c.route.experts, v->c.dtype, v->b.d_x);
+    const int gated = dl_cond_applies(DL_COND_SHARED_GATE, &v->c); /* reads no shared_gate */
+    const dl_shared_grad_t sh = {shared_width(v), v->b.d_shared_h_gate, v->b.d_shared_h_up,
+                                 v->in.shared_w_gate, v->in.shared_w_up,
+                                 gated ? v->b.d_shared_gate_logit : NULL,
+                                 gated ? v->in.shared_gate_weight : NULL};
+    return dl_input_backward_shared(v->b.d_x_sorted, v->f.inv_perm, v->b.d_router_logits,
+                                    v->in.router_weight, v->c.shared_experts > 0 ? &sh : NULL,
+                                    v->c.tokens, v->c.route.top_k, v->c.hidden,
+                                    v->c.route.experts, v->c.dtype, v->b.d_x);
 }
 
 /* ----------------------------------------------------------- the table */
@@ -229,7 +356,15 @@ static int p_d_x(const dl_stage_view_t *v)
     P(h_act, EXPERTS, FW, SWIGLU, R(H_GATE) | R(H_UP), 0, R(H_ACT))                             \
     P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN), R(X_SORTED) | R(IN_W_DOWN), R(Y_SORTED)) \
     DL__EXTRA_PRODUCER(P)                                                                       \
-    P(out, TOKENS, FW, ALWAYS, R(Y_SORTED) | R(TOPK_WEIGHTS) | R(INV_PERM), 0, R(OUT))          \
+    P(shared_h_gate, TOKENS, FW, SHARED, R(IN_X) | R(IN_SHARED_W_GATE), 0, R(SHARED_H_GATE))   \
+    P(shared_h_up, TOKENS, FW, SHARED, R(IN_X) | R(IN_SHARED_W_UP), 0, R(SHARED_H_UP))         \
+    P(shared_h_act, TOKENS, FW, SHARED, R(SHARED_H_GATE) | R(SHARED_H_UP), 0, R(SHARED_H_ACT)) \
+    P(shared_y, TOKENS, FW, SHARED, R(SHARED_H_ACT) | R(IN_SHARED_W_DOWN), 0, R(SHARED_Y))     \
+    P(shared_gate_logit, TOKENS, FW, SHARED_GATE, R(IN_X) | R(IN_SHARED_GATE_WEIGHT), 0,        \
+      R(SHARED_GATE_LOGIT))                                                                     \
+    P(shared_gate, TOKENS, FW, SHARED_GATE, R(SHARED_GATE_LOGIT), 0, R(SHARED_GATE))            \
+    P(out, TOKENS, FW, ALWAYS,                                                                  \
+      R(Y_SORTED) | R(TOPK_WEIGHTS) | R(INV_PERM) | R(SHARED_Y) | R(SHARED_GATE), 0, R(OUT))    \
     P(d_topk_weights, TOKENS, BW, ALWAYS, R(IN_D_OUT) | R(Y_SORTED) | R(INV_PERM), 0,              \
       R(D_TOPK_WEIGHTS))                                                                        \
     P(d_y_sorted, TOKENS, BW, ALWAYS, R(IN_D_OUT) | R(TOPK_WEIGHTS) | R(INV_PERM), 0,              \
@@ -246,8 +381,24 @@ static int p_d_x(const dl_stage_view_t *v)
     P(d_router_scores, TOKENS, BW, ALWAYS, R(ROUTER_SCORES) | R(TOPK_IDS) | R(D_TOPK_WEIGHTS),  \
       0, R(D_ROUTER_SCORES) | R(D_ROUTER_LOGITS))                                               \
     P(d_router_weight, ALL, BW, ALWAYS, R(IN_X) | R(D_ROUTER_LOGITS), 0, R(D_ROUTER_WEIGHT))      \
+    P(d_shared_gate, TOKENS, BW, SHARED_GATE, R(IN_D_OUT) | R(SHARED_Y) | R(SHARED_GATE), 0,     \
+      R(D_SHARED_GATE))                                                                         \
+    P(d_shared_gate_logit, TOKENS, BW, SHARED_GATE, R(D_SHARED_GATE) | R(SHARED_GATE), 0,       \
+      R(D_SHARED_GATE_LOGIT))                                                                   \
+    P(d_shared_gate_weight, ALL, BW, SHARED_GATE, R(IN_X) | R(D_SHARED_GATE_LOGIT), 0,          \
+      R(D_SHARED_GATE_WEIGHT))                                                                  \
+    P(d_shared_y, TOKENS, BW, SHARED, R(IN_D_OUT) | R(SHARED_GATE), 0, R(D_SHARED_Y))           \
+    P(d_shared_h_act, TOKENS, BW, SHARED, R(D_SHARED_Y) | R(IN_SHARED_W_DOWN), 0,               \
+      R(D_SHARED_H_ACT))                                                                        \
+    P(d_shared_w_down, ALL, BW, SHARED, R(SHARED_H_ACT) | R(D_SHARED_Y), 0, R(D_SHARED_W_DOWN)) \
+    P(d_shared_h_gate, TOKENS, BW, SHARED, R(SHARED_H_GATE) | R(SHARED_H_UP) | R(D_SHARED_H_ACT), \
+      0, R(D_SHARED_H_GATE) | R(D_SHARED_H_UP))                                                 \
+    P(d_shared_w_gate, ALL, BW, SHARED, R(IN_X) | R(D_SHARED_H_GATE), 0, R(D_SHARED_W_GATE))    \
+    P(d_shared_w_up, ALL, BW, SHARED, R(IN_X) | R(D_SHARED_H_UP), 0, R(D_SHARED_W_UP))          \
     P(d_x, TOKENS, BW, ALWAYS,                                                                  \
-      R(D_X_SORTED) | R(INV_PERM) | R(D_ROUTER_LOGITS) | R(IN_ROUTER_WEIGHT), 0, R(D_X))
+      R(D_X_SORTED) | R(INV_PERM) | R(D_ROUTER_LOGITS) | R(IN_ROUTER_WEIGHT) |                  \
+      R(D_SHARED_H_GATE) | R(D_SHARED_H_UP) | R(IN_SHARED_W_GATE) | R(IN_SHARED_W_UP) |         \
+      R(D_SHARED_GATE_LOGIT) | R(IN_SHARED_GATE_WEIGHT), 0, R(D_X))
 
 #define PASS_FW 0
 #define PASS_BW 1

@@ -9,6 +9,7 @@
 #include "dropless/dispatch.h"
 #include "dropless/gemm.h"
 #include "dropless/moe.h"
+#include "dropless/shared.h"
 #include "dropless/values.h"
 #include "dropless/schedule.h"
 
@@ -234,5 +235,50 @@ static inline double dl__comb(double lin, double sq)
 {
     return lin + sqrt(sq);
 }
+
+/* The SwiGLU's values for its checking side (activation_check.c): gate,
+ * up and the gradient into its output, the routed experts' (h_gate, h_up,
+ * d_h_act) or the shared experts' (shared_check.c). dl__swiglu_mag and
+ * dl__swiglu_prop are h_act's M and propagation, the _d ones those of
+ * d_h_gate (gate 1) or d_h_up (gate 0); dl__swiglu_exact_d the exact
+ * gradient, n elements. */
+typedef struct {
+    dl_value_t g, u, dh;
+} dl__swiglu_vals_t;
+int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_t *m);
+int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double *out);
+int dl__swiglu_exact_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, float *out);
+int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, dl__mag_t *m);
+int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, double *out);
+
+/* The shared experts' term of out[t, i] (shared.h): g_t y[t, i], exact in
+ * binary64 (a product of two floats), g_t = 1 without the gate (g NULL);
+ * 0 without shared experts (y NULL). A shared expert is never dropped. */
+static inline double dl__shared_out_term(const float *y, const float *g, int64_t d, int64_t t,
+                                         int64_t i)
+{
+    return y ? (g ? (double)g[t] : 1.0) * (double)y[t * d + i] : 0.0;
+}
+/* The first-order error the bounds dy on y and dg on g (NULL: none) carry
+ * into that term: |g| dy + |y| dg. */
+static inline double dl__shared_out_delta(const float *y, const float *g, const double *dy,
+                                          const double *dg, int64_t d, int64_t t, int64_t i)
+{
+    if (!y)
+        return 0.0;
+    return (dy ? (g ? fabs((double)g[t]) : 1.0) * dy[t * d + i] : 0.0) +
+           (g && dg ? dg[t] * fabs((double)y[t * d + i]) : 0.0);
+}
+/* The shared experts' effective shared_y and gate (NULL where the case has
+ * none), for the combine's checking side (dispatch_check.c). */
+void dl__shared_out_operands(const dl__vctx_t *v, const float **y, const float **g);
+/* The shared path's terms of d_x on the effective values (sh->width 0
+ * without shared experts), the magnitudes of its terms of d_x[t, i], their
+ * count in the sum, and the first-order error their absent upstream
+ * carries into d_x[t, i], added to *lin and *sq (shared_check.c). */
+void dl__shared_grad(const dl__vctx_t *v, dl_shared_grad_t *sh);
+double dl__shared_dx_m(const dl_shared_grad_t *sh, int64_t t, int64_t i);
+int64_t dl__shared_dx_terms(const dl_shared_grad_t *sh);
+void dl__shared_dx_prop(const dl__vctx_t *v, int64_t t, int64_t i, double *lin, double *sq);
 
 #endif

@@ -103,6 +103,8 @@ int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
     switch (cond) {
     case DL_COND_BIAS: return c->route.has_bias != 0;
     case DL_COND_SWIGLU: return c->ffn_kind == DL_FFN_SWIGLU;
+    case DL_COND_SHARED: return c->shared_experts > 0;
+    case DL_COND_SHARED_GATE: return c->shared_experts > 0 && c->shared_gate;
     default: return 1;
     }
 }
@@ -118,6 +120,7 @@ int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
     case 'k': return c->route.top_k;
     case 'P': return c->route.experts + 1;
     case 'M': return dl_mul_size(c->tokens, c->route.top_k, &v) ? DL_EOVERFLOW : v;
+    case 'S': return dl_mul_size(c->shared_experts, c->shared_ffn, &v) ? DL_EOVERFLOW : v;
     default: return -1;
     }
 }

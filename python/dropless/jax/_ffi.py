@@ -68,12 +68,17 @@ def _cfg(spec):
 def _sizes(spec):
     c = _cfg(spec)
     T, E, k = int(c["tokens"]), int(c["experts"]), int(c["top_k"])
-    return {"T": T, "d": int(c["hidden"]), "f": int(c["ffn"]), "E": E, "k": k, "M": T * k, "P": E + 1}
+    S = int(c.get("shared_experts", 0)) * int(c.get("shared_ffn", 0))  # the shared experts' width
+    return {"T": T, "d": int(c["hidden"]), "f": int(c["ffn"]), "E": E, "k": k, "M": T * k, "P": E + 1,
+            "S": S}
 
 
 def _applies(row, c):
+    shared = int(c.get("shared_experts", 0)) > 0
     return (row["cond"] == "always" or (row["cond"] == "bias" and c["has_bias"] == "1") or
-            (row["cond"] == "swiglu" and c["ffn_kind"] == "swiglu"))
+            (row["cond"] == "swiglu" and c["ffn_kind"] == "swiglu") or
+            (row["cond"] == "shared" and shared) or
+            (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,17 +115,25 @@ def _dtype(row, spec):
     return jnp.dtype({"f32": jnp.float32, "i32": jnp.int32}[row["store"]])
 
 
+def _no_shared(cfg, where):
+    """The FFI handler takes no shared-expert weights yet (doc/python.md)."""
+    if int(cfg.get("shared_experts", 0) or 0) > 0:
+        raise _lib.error("DL_EINVAL", "%s: shared experts (shared_experts = %s) are not supported "
+                         "by dropless.jax yet" % (where, cfg["shared_experts"]))
+    return cfg
+
+
 def _config_dict(config, where):
     if isinstance(config, Golden):
-        return dict(config.config)
+        return _no_shared(dict(config.config), where)
     if isinstance(config, str):
         for c in cases():
             if c.name == config:
-                return dict(c.config)
+                return _no_shared(dict(c.config), where)
         raise _lib.error("DL_ENOTFOUND", "%s: config '%s' is not a catalogue case (see "
                          "dropless.cases())" % (where, config))
     if isinstance(config, Mapping):
-        return dict(config)
+        return _no_shared(dict(config), where)
     raise TypeError("%s: config must be a dropless.Golden, a catalogue name or a mapping of "
                     "case-file keys, not %s" % (where, type(config).__name__))
 

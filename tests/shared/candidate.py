@@ -1,0 +1,81 @@
+"""Candidates of a shared-experts golden for tests/test_shared_check.sh.
+
+usage: candidate.py GOLDEN CANDIDATE MODE
+
+Writes CANDIDATE, a copy of GOLDEN changed as MODE says:
+  full        every value as the golden has it (a correct candidate)
+  fused       out and d_x only (a fused kernel's candidate)
+  fused-torch out and d_x only, out recomputed as PyTorch's eager blocks do
+              it: the routed combine and the (gated) shared output each
+              rounded to the case's dtype, then added and rounded again
+              (correct; bf16/fp16 need ml_dtypes)
+  no-shared   fused, out without the shared experts' term (a kernel that
+              forgot the shared expert: defective)
+  ungated     fused, the shared term added unscaled (a wrong gate)
+  gate-sign   every value, shared_gate = sigmoid(-logit) (a wrong gate stage)
+  drop-slot   fused, token 3's first routed slot removed from out
+  dx-no-shared fused, d_x without the shared path's gradient (defective)
+"""
+import shutil
+import sys
+
+import h5py
+import numpy as np
+
+
+def act_type(name):
+    if name == "fp32":
+        return np.float32
+    if name == "fp16":
+        return np.float16
+    import ml_dtypes
+    return ml_dtypes.bfloat16
+
+
+def main():
+    src, dst, mode = sys.argv[1:4]
+    shutil.copy(src, dst)
+    with h5py.File(src, "r") as g, h5py.File(dst, "r+") as f:
+        fw = lambda n: g["/forward/" + n][...].astype(np.float64)
+        y, sy = fw("y_sorted"), fw("shared_y")
+        w, inv = fw("topk_weights"), g["/forward/inv_perm"][...]
+        gate = fw("shared_gate")[:, None] if "shared_gate" in g["/forward"] else 1.0
+        T, k = w.shape
+        routed = np.zeros_like(sy)
+        for j in range(k):
+            routed += w[:, j:j + 1] * y[inv.reshape(T, k)[:, j]]
+        if mode == "gate-sign":
+            logit = g["/forward/shared_gate_logit"][...].astype(np.float64)
+            f["/forward/shared_gate"][...] = (1.0 / (1.0 + np.exp(logit))).astype(np.float32)
+        if mode in ("full", "gate-sign"):
+            return
+        for grp in ("forward", "backward"):
+            for n in list(f[grp].keys()):
+                if (grp, n) not in (("forward", "out"), ("backward", "d_x")):
+                    del f[grp][n]
+        out = None
+        if mode == "fused-torch":
+            act = act_type(g["config"].attrs["dtype"].decode())
+            out = (routed.astype(act).astype(np.float64) +
+                   (gate * sy).astype(act).astype(np.float64)).astype(act)
+        elif mode == "no-shared":
+            out = routed
+        elif mode == "ungated":
+            out = routed + sy
+        elif mode == "drop-slot":
+            out = routed + gate * sy
+            out[3] -= w[3, 0] * y[inv[3 * k]]
+        if out is not None:
+            f["/forward/out"][...] = np.asarray(out, np.float32)
+        if mode == "dx-no-shared":
+            bw = lambda n: g["/backward/" + n][...].astype(np.float64)
+            inp = lambda n: g["/inputs/" + n][...].astype(np.float64)
+            dx = bw("d_x") - bw("d_shared_h_gate") @ inp("shared_w_gate").T \
+                - bw("d_shared_h_up") @ inp("shared_w_up").T
+            if "d_shared_gate_logit" in g["/backward"]:
+                dx -= np.outer(bw("d_shared_gate_logit"), inp("shared_gate_weight"))
+            f["/backward/d_x"][...] = dx.astype(np.float32)
+
+
+if __name__ == "__main__":
+    main()
