@@ -166,6 +166,7 @@ typedef struct {
  * M = |g|), the contraction length K (or per row, row_K), the comparison's
  * rows and columns (0: the value's shape), elem (an elementwise
  * transcendental), short_sum (a short sum of separately rounded parts),
+ * prod_store (products that may each be rounded to the case's type),
  * and the storage types of the nops GEMM operands (the runner counts those
  * off its profile's input grid). */
 typedef struct {
@@ -174,6 +175,9 @@ typedef struct {
     const int64_t *row_K;
     int64_t rows, cols;
     int elem, short_sum;
+    int prod_store; /* a dot whose products a framework stores in the case's
+                     * type before an fp32 sum (autograd's VJP of a
+                     * broadcast multiply: (d_out * y).sum(-1)) */
     int nops;
     dl_dtype_t op[2];
 } dl__mag_t;

@@ -111,7 +111,20 @@ def cfg_granite(cfg):
     # expresses it; its rounding differs, which the tolerances cover
     _swiglu(cfg)
     _softmax_topk(cfg, renorm=True)
+    # the mapping reads GraniteMoeTopKRouter's (router_logits, top_k_weights,
+    # top_k_index); transformers 5.17's router (on the H200 machine) hands
+    # the block another tuple, which the hooks misread as [T, k] logits
+    import transformers
+    _need(_version(transformers.__version__) >= (5, 24),
+          "the mapping reads transformers >= 5.24's GraniteMoeTopKRouter; %s's router "
+          "returns another tuple" % transformers.__version__)
     return _dims(cfg)
+
+
+def _version(v):
+    """(major, minor) of a version string: "5.24.0" -> (5, 24)."""
+    parts = (v.split(".") + ["0", "0"])[:2]
+    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)
 
 
 def cfg_deepseek_v2(cfg):
