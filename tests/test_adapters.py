@@ -98,6 +98,8 @@ def t_probe():
     assert common.probe_fp32(gemm(8))["mode"] == "bf16"
     assert common.probe_fp32(gemm(24, noise=1e-3))["mode"] == "unknown"
     assert common.profile_for("bf16") == "bf16-acc" and common.profile_for("fp32") == "fp32"
+    assert common.profile_for("bf16", elementwise=True) == "bf16-elem"
+    assert common.profile_for("fp32", elementwise=True) == "fp32"  # fp32 ops round once each
     assert common.profile_for("fp32", {"mode": "tf32"}) == "tf32"
     assert common.profile_for("fp32", {"mode": "unknown"}) == "fp32"  # the strictest
 
@@ -191,7 +193,7 @@ check("emit: a candidate file with its attributes, read back by the runner", t_e
 
 # ---------------------------------------------------------------- adapters
 
-PROFILES = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc"}
+PROFILES = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc", "bf16-elem", "fp16-elem"}
 
 
 def verify_candidate(path, g, rtol):

@@ -85,12 +85,15 @@ def probe_fp32(grouped_gemm):
     return {"mode": mode, "closest": closest, "rel_err_vs": rel}
 
 
-def profile_for(dtype, probe=None):
+def profile_for(dtype, probe=None, elementwise=False):
     """The profile a framework pipeline runs in: bf16/fp16 operands with fp32
     accumulation, and autograd / scatter-adds summing stored bf16/fp16 parts
-    (hence -acc); for fp32, what the probe saw (fp32 without one)."""
+    (hence -acc); -elem where, besides, its elementwise ops round their
+    intermediates to the storage type (JAX: jax.nn.silu(g) * u in bf16 is
+    three bf16 roundings, its VJP more; PyTorch's F.silu computes in fp32
+    and rounds once); for fp32, what the probe saw (fp32 without one)."""
     if dtype in ("bf16", "fp16"):
-        return dtype + "-acc"
+        return dtype + ("-elem" if elementwise else "-acc")
     mode = (probe or {}).get("mode", "fp32")
     return mode if mode in ("fp32", "tf32", "bf16") else "fp32"
 

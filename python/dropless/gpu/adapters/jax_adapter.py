@@ -268,7 +268,9 @@ def backend(mode, precision):
         if probe:
             notes["fp32_probe"] = probe
         name = ("jax-ragged_dot[%s]" if mode == "isolated" else "jax-moe[%s]") % precision
-        res = common.Result(name, outputs, notes, common.profile_for(g.config["dtype"], probe))
+        # XLA evaluates the SwiGLU and its VJP op by op in the storage type
+        res = common.Result(name, outputs, notes,
+                            common.profile_for(g.config["dtype"], probe, elementwise=True))
         return common.fused(res) if mode == "fused" else res
     return run
 
