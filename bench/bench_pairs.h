@@ -111,13 +111,18 @@ static inline const char *bench_vector_flags(char *buf, size_t len)
     return buf;
 }
 
-/* "# PROG: vector=... threads=N load1=L rounds=R" on stdout. */
+/* "# PROG: vector=... threads=N wait=W load1=L rounds=R" on stdout; wait is
+ * OMP_WAIT_POLICY as set (libgomp's default, spinning a while before
+ * sleeping, when unset): under load it moves the 2-thread figures of the
+ * many short parallel regions (doc/performance.md). */
 static inline void bench_env_line(const char *prog, int rounds)
 {
     char flags[256];
-    printf("# %s: vector=%s threads=%d load1=%.2f rounds=%d (ratios: median of interleaved "
-           "rounds, [min, max])\n",
-           prog, bench_vector_flags(flags, sizeof flags), bench_threads(), bench_load1(), rounds);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("# %s: vector=%s threads=%d wait=%s load1=%.2f rounds=%d (ratios: median of "
+           "interleaved rounds, [min, max])\n",
+           prog, bench_vector_flags(flags, sizeof flags), bench_threads(),
+           wait && *wait ? wait : "default", bench_load1(), rounds);
     fflush(stdout);
 }
 
