@@ -166,14 +166,14 @@ static int run_case(const bench_case_t *bc, int rounds, unsigned modes)
     const double tgen = bench_now() - t0;
     dl_moe_inputs_t in = dl_golden_inputs_view(&gf.in);
     dl_check_golden_t g = {&gf.config, &in, &gf.fwd, &gf.bwd, bc->name};
-    /* each timing at least ~0.2 s: one generation timed first */
+    /* each timing about 0.1 s or more (at most 100 repetitions) */
     check_ctx_t cal = {.c = &gf.config, .in = &in, .reps = 1};
-    double t1 = run_one(&cal); /* the least of three: the first call pays for thread start-up */
-    for (int i = 0; i < 2 && t1 >= 0; i++) {
-        const double ti = run_one(&cal);
-        t1 = ti < t1 ? ti : t1;
-    }
-    const int reps = t1 < 0 || t1 >= 0.2 ? 1 : t1 < 2e-5 ? 10000 : (int)ceil(0.2 / t1);
+    double tc[5]; /* the median of five: the first pays for thread start-up, and a
+                   * lucky or unlucky one under load would set reps far off */
+    for (int i = 0; i < 5; i++)
+        tc[i] = run_one(&cal);
+    const double t1 = bench__median(tc, 5);
+    const int reps = t1 < 0 || t1 >= 0.1 ? 1 : t1 < 1e-3 ? 100 : (int)ceil(0.1 / t1);
     float *copies[NMODES][DL_VALUE_COUNT] = {{0}};
     dl_check_candidate_t cand[NMODES];
     check_ctx_t cx[NMODES];
