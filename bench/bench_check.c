@@ -2,7 +2,7 @@
  * case sizes (the small catalogue case mixtral-small-bf16; T = 256,
  * d = f = 512, E = 8, k = 2, bf16; the kernel-tier kernel-sizes-bf16) and
  * in the three candidate modes of issue 31, every provided stage perturbed
- * (every 7th element one step of its storage type up):
+ * (every 7th nonzero element one step of its storage type up):
  *   full   every stage value (the integer ones as the golden's),
  *   fused  out and d_x only (what a fused kernel hands over),
  *   out    out only;
@@ -134,7 +134,8 @@ static int make_candidate(dl_golden_file_t *g, int mode, dl_check_candidate_t *c
             return DL_ENOMEM;
         const dl_dtype_t t = dl_value_dtype(&g->config, s);
         for (int64_t j = 0; j < n; j++)
-            cp[j] = j % 7 ? src[j] : step_up(src[j], t);
+            cp[j] = j % 7 || src[j] == 0 ? src[j] : step_up(src[j], t); /* zeros stay: an
+                                    * empty expert's gradient must be exactly 0 */
         copies[s] = cp;
         *slot = cp;
     }
