@@ -62,13 +62,6 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static double peak_rss_mb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
-}
-
 static uint64_t mix(uint64_t z)
 {
     z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -349,7 +342,7 @@ static int run_case(const bench_case_t *c, int quick)
     void *ctx[3] = {&g, &g, &g};
     bench_rounds_t r;
     int fail = bench_interleave(fns, ctx, 3, rounds, &r);
-    double rss = peak_rss_mb();
+    double rss = bench_peak_rss_mb();
     if (fail) {
         fprintf(stderr, "%s: %s\n", c->name, dl_strerror(g.rc));
         return 1;
@@ -379,22 +372,10 @@ static int run_case(const bench_case_t *c, int quick)
  * OMP_NUM_THREADS=1 when one_thread. */
 static int run_child(char *prog, const bench_case_t *c, int quick, int one_thread)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        char rs[16];
-        snprintf(rs, sizeof rs, "%d", rounds);
-        char *args[] = {prog, "--rounds", rs, "--case", (char *)c->name, quick ? "--quick" : NULL,
-                        NULL};
-        if (one_thread) {
-            setenv("OMP_NUM_THREADS", "1", 1);
-            setenv("OPENBLAS_NUM_THREADS", "1", 1);
-        }
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    char rs[16];
+    snprintf(rs, sizeof rs, "%d", rounds);
+    char *args[] = {prog, "--rounds", rs, "--case", (char *)c->name, quick ? "--quick" : NULL, NULL};
+    if (bench_run_child(args, one_thread)) {
         fprintf(stderr, "case %s failed\n", c->name);
         return 1;
     }

@@ -45,13 +45,6 @@ static float *fill(int64_t n, double scale)
     return p;
 }
 
-static double peak_rss_mb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss / 1024.0;
-}
-
 /* Time one GEMM shape per expert with BLAS, converting (untimed) one
  * expert's operands at a time so the baseline never holds a double copy of
  * all weights. op: 0 = [m,K]x[K,N], 1 = [K,m]^T x [m,N] (weight gradient). */
@@ -187,7 +180,7 @@ static void run(const shape_t *s)
     bench_ratio_t bdr = bench_ratio(&r, 1, 4), bsr = bench_ratio(&r, 1, 5);
     dl_moe_forward_t F = L.F;
     dl_moe_backward_t B = L.B;
-    double rss = peak_rss_mb();
+    double rss = bench_peak_rss_mb();
     const int64_t M = T * s->k;
     double in_b = 4.0 * (T * d * 2 + d * E + E + 3 * E * d * f);
     double fw_b = 4.0 * (2 * T * E + 3 * M + T + 2 * M + E * 3 + 2 * M * d + 3 * M * f + T * d);

@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -108,13 +111,18 @@ static inline const char *bench_vector_flags(char *buf, size_t len)
     return buf;
 }
 
-/* "# PROG: vector=... threads=N load1=L rounds=R" on stdout. */
+/* "# PROG: vector=... threads=N wait=W load1=L rounds=R" on stdout; wait is
+ * OMP_WAIT_POLICY as set (libgomp's default, spinning a while before
+ * sleeping, when unset): under load it moves the 2-thread figures of the
+ * many short parallel regions (doc/performance.md). */
 static inline void bench_env_line(const char *prog, int rounds)
 {
     char flags[256];
-    printf("# %s: vector=%s threads=%d load1=%.2f rounds=%d (ratios: median of interleaved "
-           "rounds, [min, max])\n",
-           prog, bench_vector_flags(flags, sizeof flags), bench_threads(), bench_load1(), rounds);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    printf("# %s: vector=%s threads=%d wait=%s load1=%.2f rounds=%d (ratios: median of "
+           "interleaved rounds, [min, max])\n",
+           prog, bench_vector_flags(flags, sizeof flags), bench_threads(),
+           wait && *wait ? wait : "default", bench_load1(), rounds);
     fflush(stdout);
 }
 
@@ -170,6 +178,38 @@ static inline double bench_median_time(const bench_rounds_t *r, int a)
     for (int i = 0; i < r->n; i++)
         v[i] = r->t[a][i];
     return r->n ? bench__median(v, r->n) : 0;
+}
+
+/* Runs this program again as argv (argv[0] ignored: /proc/self/exe) in a
+ * child process, so that each case's peak RSS and OpenMP pool are its own,
+ * at one thread (OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = 1) when
+ * one_thread. Returns 0 when it exits 0, else 1 (a line on stderr). */
+static inline int bench_run_child(char *const *argv, int one_thread)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (one_thread) {
+            setenv("OMP_NUM_THREADS", "1", 1);
+            setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        }
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "%s: a child run failed\n", argv[0]);
+        return 1;
+    }
+    return 0;
+}
+
+/* This process's peak resident set, MiB. */
+static inline double bench_peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
 }
 
 #endif

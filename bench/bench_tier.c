@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include "dropless.h"
+#include "bench_pairs.h"
 #include "golden/golden_priv.h"
 
 #ifndef DL_SRCDIR
@@ -211,6 +212,7 @@ int main(int argc, char **argv)
         r.nth[r.nt++] = (int)v;
         p = end;
     }
+    bench_env_line("bench_tier", 1);
     printf("# kernel tier: dropless gen per case, threads %s; limits %.0f s, %.0f MiB; "
            "manifest %s%s\n", threads, LIMIT_S, LIMIT_MB, manifest,
            pinned ? "" : " (bytes not compared: another HDF5 version)");

@@ -223,6 +223,14 @@ DL_EXTERN int dl_api_mutant(const dl_api_golden_t *g, const char *mutation, cons
  * dl_check_run. */
 DL_EXTERN int dl_api_check(const dl_api_golden_t *g, const dl_api_candidate_t *c, const char *options,
                            dl_api_report_t **out, char *err, size_t errlen);
+/* As dl_api_check, and progress (may be NULL) is called with ctx as the
+ * check goes (dl_check_options_t.progress): a stage's name and the share
+ * of the case's elements judged before it, non-decreasing in [0, 1], last
+ * ("done", 1). The call happens on the calling thread. */
+DL_EXTERN int dl_api_check_ex(const dl_api_golden_t *g, const dl_api_candidate_t *c,
+                              const char *options,
+                              void (*progress)(void *ctx, const char *stage, double done),
+                              void *ctx, dl_api_report_t **out, char *err, size_t errlen);
 /* The report as text: format "table", "json" or "junit"
  * (dl_report_format_parse); all lists SKIP lines in the table. NULL for an
  * unknown format, a bad handle, or when out of memory. */

@@ -23,8 +23,36 @@ _lib = None
 ERRLEN = 1024
 
 
-# dl_api_golden_generate_ex's progress callback: (ctx, phase, done in [0, 1])
+# The progress callback of dl_api_golden_generate_ex and dl_api_check_ex:
+# (ctx, phase or stage, done in [0, 1])
 PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_double)
+
+
+class Progress:
+    """A Python progress callable as the library's PROGRESS (.c; a NULL one
+    for None). An exception the callable raises cannot cross the C frames:
+    the first is kept, the callable is not called again, and reraise()
+    raises it once the library call has returned."""
+
+    def __init__(self, fn, what="progress(phase, done)"):
+        if fn is not None and not callable(fn):
+            raise TypeError("progress must be callable as " + what)
+        self.fn = fn
+        self.error = None
+        self.c = PROGRESS(self._call) if fn is not None else PROGRESS(0)
+
+    def _call(self, ctx, name, done):
+        if self.error is not None:
+            return
+        try:
+            self.fn(name.decode("utf-8", "replace"), done)
+        except BaseException as e:  # KeyboardInterrupt too: raised after the call
+            self.error = e
+
+    def reraise(self):
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise e
 
 
 class Error(Exception):
@@ -94,6 +122,8 @@ def _declare(lib):
         "dl_api_candidate_save": (c_int, [c_void_p, c_char_p, c_char_p, c_int, c_char_p, c_size_t]),
         "dl_api_candidate_free": (None, [c_void_p]),
         "dl_api_check": (c_int, [c_void_p, c_void_p, c_char_p, P(c_void_p), c_char_p, c_size_t]),
+        "dl_api_check_ex": (c_int, [c_void_p, c_void_p, c_char_p, PROGRESS, c_void_p, P(c_void_p),
+                                    c_char_p, c_size_t]),
         "dl_api_report_text": (c_void_p, [c_void_p, c_char_p, c_int]),
         "dl_api_report_conformant": (c_int, [c_void_p]),
         "dl_api_report_free": (None, [c_void_p]),

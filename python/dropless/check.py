@@ -148,7 +148,7 @@ def default_profile(golden):
 
 
 def check(golden, outputs, profile=None, isolated=None, strict_storage=False, backend="python",
-          compute_mode=None, backend_version=None, timeout=None, **options):
+          compute_mode=None, backend_version=None, timeout=None, progress=None, **options):
     """Checks a kernel's outputs against golden and returns a Report.
 
     outputs maps stage names ("out", "d_x", "router_logits", ...) to arrays
@@ -164,18 +164,26 @@ def check(golden, outputs, profile=None, isolated=None, strict_storage=False, ba
     isolation_spec; strict_storage: a float stage off its storage grid FAILs
     instead of being judged numerically. Further keyword options go to the
     library unchanged (dropless/api.h: stages, diagnose_drops, max_listed,
-    recompute_all). A nonconforming kernel is a Report, not an exception;
+    recompute_all). progress, if given, is called on this thread as
+    progress(stage, done) as each stage value is judged: its name and the
+    share of the case's elements judged before it, non-decreasing in
+    [0, 1], last ("done", 1.0) (dropless.progress_bar() draws a bar); the
+    verdicts do not depend on it. An exception it raises ends the calls;
+    the check runs to its end and the exception is raised instead of a
+    Report. A nonconforming kernel is a Report, not an exception;
     bad input (unknown stage, wrong shape or dtype) raises Error."""
     if not isinstance(golden, Golden):
         raise TypeError("golden must be a dropless.Golden (dropless.generate or dropless.load)")
     if profile is None and compute_mode is None and isinstance(outputs, Mapping):
         profile = default_profile(golden)
+    cb = _lib.Progress(progress, "progress(stage, done)")
     opts = _options(profile, isolated, strict_storage, options)
     with _Candidate(golden, outputs, backend, compute_mode, timeout,
                     backend_version=backend_version) as cand:
         r = ctypes.c_void_p()
-        _lib.call("dl_api_check", golden._handle(), cand.h, opts, ctypes.byref(r))
+        _lib.call("dl_api_check_ex", golden._handle(), cand.h, opts, cb.c, None, ctypes.byref(r))
     try:
+        cb.reraise()
         L = _lib.lib()
         texts = {(f, a): _lib.text(L.dl_api_report_text(r, f.encode(), a))
                  for f, a in (("table", 0), ("table", 1), ("json", 0), ("junit", 0))}

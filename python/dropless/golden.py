@@ -71,20 +71,21 @@ def generate(case, seed=None, backward=True, ignore_memory=False, progress=None)
     memory estimate is checked first, as `dropless gen` does: a case that
     does not fit raises Error (DL_ENOMEM) unless ignore_memory. progress,
     if given, is called as progress(phase, done) with done in [0, 1] while
-    generating (a bar: dropless.progress_bar()). Returns a Golden; raises
-    Error."""
+    generating (a bar: dropless.progress_bar()); an exception it raises
+    ends the calls and is raised here once generation returns (no Golden).
+    Returns a Golden; raises Error."""
     h = ctypes.c_void_p()
     s = _args.seed(seed)
-    cb = _lib.PROGRESS(0)
-    if progress is not None:
-        if not callable(progress):
-            raise TypeError("progress must be callable as progress(phase, done)")
-        cb = _lib.PROGRESS(lambda ctx, phase, done: progress(phase.decode(), done))
+    cb = _lib.Progress(progress)
     _lib.call("dl_api_golden_generate_ex", _spec(case), int(s is not None), s or 0,
-              int(not backward), int(bool(ignore_memory)), cb, None, ctypes.byref(h))
+              int(not backward), int(bool(ignore_memory)), cb.c, None, ctypes.byref(h))
+    g = Golden(h)
+    if cb.error is not None:  # the callback raised: no golden, the exception instead
+        g.close()
+        cb.reraise()
     if progress is not None:
         progress("done", 1.0)
-    return Golden(h)
+    return g
 
 
 def progress_bar(file=None, width=30):

@@ -247,3 +247,85 @@ def test_report_plot(goldens, tmp_path):
     bars = {lab: p for lab, p in zip(labels, fig.axes[0].patches)}
     assert bars["d_w_up (expert 5)"].get_height() > 1  # over the PASS bound
     plt.close(fig)
+
+
+def record_progress():
+    """A progress callable and the list of its (stage, done) calls."""
+    calls = []
+    return calls, lambda stage, done: calls.append((stage, done))
+
+
+def assert_progress_run(calls):
+    """One non-decreasing run in [0, 1], stage values named, one final ("done", 1.0)."""
+    stages = set(dropless.stage_names())
+    done = [d for _, d in calls]
+    assert len(calls) >= 3 and done == sorted(done), calls
+    assert 0.0 <= done[0] and calls[-1] == ("done", 1.0), calls
+    assert [s for s, _ in calls].count("done") == 1, calls
+    assert all(isinstance(s, str) and s for s, _ in calls)
+    assert all(s in stages for s, _ in calls[:-1]), calls
+
+
+@pytest.mark.parametrize("isolated", [None, True], ids=["chained", "isolated"])
+def test_check_progress_both_directions(goldens, isolated):
+    # the callback is called as the check goes, monotonically, and the
+    # verdicts do not depend on it: the golden's own values pass with it,
+    # a defective candidate still fails with it
+    g = goldens("mixtral-small")
+    good = stage_values(g, ["h_gate", "h_up", "h_act", "y_sorted", "out", "d_x"])
+    calls, cb = record_progress()
+    r = dropless.check(g, good, isolated=isolated, progress=cb)
+    assert r.conformant, r.explain()
+    assert_progress_run(calls)
+    names = {c.stage for c in r.checks}
+    assert {"h_gate", "out", "d_x"} <= {s for s, _ in calls} and "out" in names
+    bad = dict(good, out=perturbed(good["out"], by=0.5))
+    calls, cb = record_progress()
+    r2 = dropless.check(g, bad, isolated=isolated, progress=cb)
+    assert not r2.conformant and any(c.stage == "out" for c in r2.failures)
+    assert_progress_run(calls)
+    plain = dropless.check(g, bad, isolated=isolated)
+    assert [(c.stage, c.check, c.verdict) for c in plain.checks] == \
+        [(c.stage, c.check, c.verdict) for c in r2.checks]
+
+
+@pytest.mark.parametrize("exc", [ValueError, KeyboardInterrupt])
+def test_check_progress_exception(goldens, exc):
+    # an exception in the callback cannot cross the C frames: it ends the
+    # calls and check() raises it (no Report, no "Exception ignored" noise),
+    # and the library is fine afterwards
+    g = goldens("mixtral-small")
+    vals = stage_values(g, ["h_gate", "y_sorted", "out"])
+    seen = []
+
+    def boom(stage, done):
+        seen.append(stage)
+        if len(seen) == 2:
+            raise exc("stop at %s" % stage)
+    with pytest.raises(exc, match="stop at"):
+        dropless.check(g, vals, progress=boom)
+    assert len(seen) == 2  # not called again after raising
+    calls, cb = record_progress()
+    assert dropless.check(g, vals, progress=cb).conformant
+    assert_progress_run(calls)
+    with pytest.raises(TypeError, match="progress"):
+        dropless.check(g, vals, progress=3)
+
+
+def test_check_progress_bar(goldens):
+    import io
+    g = goldens("mixtral-small")
+    buf = io.StringIO()
+    assert dropless.check(g, stage_values(g, ["out"]), progress=dropless.progress_bar(buf))
+    assert buf.getvalue().endswith("100% done      \n")
+
+
+def test_generate_progress_exception():
+    seen = []
+
+    def boom(phase, done):
+        seen.append(phase)
+        raise RuntimeError("no more")
+    with pytest.raises(RuntimeError, match="no more"):
+        dropless.generate("tiny", progress=boom)
+    assert len(seen) == 1

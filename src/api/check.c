@@ -176,6 +176,13 @@ static void build(const dl_api_candidate_t *h, const opts_t *o, dl_golden_file_t
 int dl_api_check(const dl_api_golden_t *g, const dl_api_candidate_t *c, const char *options,
                  dl_api_report_t **out, char *err, size_t errlen)
 {
+    return dl_api_check_ex(g, c, options, NULL, NULL, out, err, errlen);
+}
+
+int dl_api_check_ex(const dl_api_golden_t *g, const dl_api_candidate_t *c, const char *options,
+                    void (*progress)(void *ctx, const char *stage, double done), void *ctx,
+                    dl_api_report_t **out, char *err, size_t errlen)
+{
     const dl_golden_file_t *gf = dl__api_golden_file(g);
     const dl_api_candidate_t *h = c && c->tag == DL__API_CANDIDATE ? c : NULL;
     if (out)
@@ -189,6 +196,8 @@ int dl_api_check(const dl_api_golden_t *g, const dl_api_candidate_t *c, const ch
     if (!o)
         return dl__api_fail(err, errlen, DL_ENOMEM, "out of memory");
     int rc = parse_options(options, o, err, errlen);
+    o->co.progress = progress;
+    o->co.progress_ctx = ctx;
     dl_golden_file_t view;
     dl_check_candidate_t cand;
     uint64_t provided, groups[DL_VALUE_COUNT];

@@ -46,6 +46,22 @@ static int merge(dl_check_report_t *dst, const dl_check_report_t *src, uint64_t 
     return 0;
 }
 
+/* The caller's progress across the passes: pass i of n reports in
+ * [i/n, (i+1)/n], so the caller sees one non-decreasing run ending once
+ * with ("done", 1). */
+typedef struct {
+    void (*fn)(void *ctx, const char *stage, double done);
+    void *ctx;
+    double lo, span;
+} pass_progress_t;
+
+static void pass_progress(void *ctx, const char *stage, double done)
+{
+    const pass_progress_t *p = ctx;
+    if (strcmp(stage, "done") != 0)
+        p->fn(p->ctx, stage, p->lo + p->span * done);
+}
+
 int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t *c,
                           const dl_check_options_t *o, const uint64_t *groups, int ngroups,
                           dl_check_report_t *r)
@@ -58,6 +74,8 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
     int rc = 0;
     double seconds = 0;
     uint64_t covered = 0;
+    pass_progress_t pp = {o ? o->progress : NULL, o ? o->progress_ctx : NULL, 0,
+                          1.0 / (ngroups + 1)};
     for (int i = 0; i <= ngroups && rc == 0; i++) {
         /* the last pass carries the values no group claims, and the case-level checks */
         uint64_t mask = i < ngroups ? groups[i] : ~covered;
@@ -86,6 +104,11 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
         else
             dl_check_options_default(&so);
         so.exact_upstream = 1; /* each group was fed golden values */
+        if (pp.fn) {
+            pp.lo = (double)i / (ngroups + 1);
+            so.progress = pass_progress;
+            so.progress_ctx = &pp;
+        }
         rc = dl_check_run(g, &sub, &so, &part);
         if (rc == 0) {
             if (r->case_name[0] == '\0') {
@@ -114,6 +137,8 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
     }
     r->verdict = dl__ck_worst_verdict(r);
     r->seconds = seconds;
+    if (pp.fn)
+        pp.fn(pp.ctx, "done", 1.0);
     return 0;
 }
 

@@ -47,6 +47,10 @@ typedef struct {
     double after; /* seconds before the first redraw */
 } dl_cli_progress_t;
 void dl_cli_progress_init(dl_cli_progress_t *p, const char *name);
+/* Unless OMP_WAIT_POLICY is set: sets it to passive and executes the
+ * command again with argv (src/cli/omp_env.c says why); returns only when
+ * it does not. */
+void dl_cli_omp_wait_policy(char **argv);
 void dl_cli_progress_cb(void *ctx, const char *phase, double done);
 void dl_cli_progress_end(dl_cli_progress_t *p);
 #endif

@@ -120,6 +120,7 @@ static int finish(const char *cmd, int status)
 
 int main(int argc, char **argv)
 {
+    dl_cli_omp_wait_policy(argv);
     if (argc < 2) {
         fprintf(stderr, "dropless: no command given (try 'dropless help')\n");
         return DL_EXIT_USAGE;
