@@ -10,7 +10,13 @@ extern "C" {
 
 typedef enum {
     DL_SCORE_SOFTMAX = 0, /* softmax over all experts (Mixtral) */
-    DL_SCORE_SIGMOID = 1  /* per-expert sigmoid (DeepSeek-V3) */
+    DL_SCORE_SIGMOID = 1, /* per-expert sigmoid (DeepSeek-V3) */
+    DL_SCORE_SQRTSOFTPLUS = 2, /* per-expert sqrt(softplus(logit)) (DeepSeek-V4) */
+    DL_SCORE_SOFTMAX_TOPK = 3  /* top-k on the logits, then softmax over the k
+                                  selected (gpt-oss, "top-k then softmax"):
+                                  the scores are the logits themselves and
+                                  the weights c exp(l_j) / sum_sel exp(l_i);
+                                  renormalize changes nothing (they sum to 1) */
 } dl_score_fn_t;
 
 /* Group-limited routing: how a group of experts is scored before the best
@@ -37,7 +43,8 @@ typedef struct {
  * positive scaling. Returns 0 or DL_EINVAL. */
 DL_EXTERN int dl_route_config_validate(const dl_route_config_t *c);
 
-/* scores[t, e] = RN_fp32(softmax_e(logits[t, :])) or RN_fp32(sigmoid(logits[t,e])),
+/* scores[t, e] = RN_fp32(softmax_e(logits[t, :])), RN_fp32(sigmoid(logits[t,e])),
+ * RN_fp32(sqrt(log(1 + exp(logits[t, e])))) or, for softmax_topk, logits[t, e],
  * correctly rounded on every platform (certified binary64 evaluation, MPFR
  * for undecided cases; no libm exp). logits and scores are [T, E],
  * caller-owned, and must not overlap. A score whose exact value is
@@ -54,6 +61,7 @@ DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, i
  * lower group index). Then the k best keys among kept experts, ties to the
  * lower expert index (-0 and +0 tie); ids are listed best first. Weights:
  *   w[t, j] = RN_fp32(scaling * s[id_j] / (renormalize ? sum_j' s[id_j'] : 1))
+ * (softmax_topk: RN_fp32(scaling * exp(s[id_j]) / sum_j' exp(s[id_j'])))
  * exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
  * the tie margin: the smallest gap, as RN_fp32 of the exact difference,
  * between the k-th and (k+1)-th selectable keys and between the
@@ -85,8 +93,10 @@ DL_EXTERN int64_t dl_route_group_terms(const dl_route_config_t *c);
 /* The VJP of the score function alone, for any stored d_scores [T, E] (not
  * only zero off the selection): d_logits[t, e] = RN_fp32(softmax: s_e (ds_e
  * - sum_j s_j ds_j); sigmoid: ds_e s_e (1 - s_e)) at the stored scores s,
- * exact then rounded once. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE
- * (a NaN/Inf product). */
+ * exact then rounded once; sqrtsoftplus: ds_e (1 - exp(-s_e^2)) / (2 s_e), +0 at
+ * s_e = 0 (sigmoid(l) = 1 - exp(-softplus(l)), so the derivative is a function
+ * of the stored score); softmax_topk: ds_e (the identity; -0 becomes +0).
+ * Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE (a NaN/Inf product). */
 DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,
                                        const float *d_scores, int64_t T, float *d_logits);
 
@@ -95,10 +105,10 @@ DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *
  * d_scores[t, e] = RN_fp32(exact d weights/d scores contracted with d_weights)
  * (zero for unselected experts; the bias and the discrete selection get no
  * gradient): with renormalisation c (dw_i S - sum_j dw_j s_j) / S^2, S the
- * sum of selected scores, else c dw_i. Then d_logits[t, e] = RN_fp32(exact
+ * sum of selected scores, else c dw_i; softmax_topk: c p_i (dw_i - sum_j p_j
+ * dw_j), p the exact softmax of the selected scores. Then d_logits[t, e] = RN_fp32(exact
  * VJP of the score function at the stored scores, applied to the STORED
- * d_scores): softmax: s_e (ds_e - sum_j s_j ds_j); sigmoid: ds_e s_e (1 - s_e).
- * Exact zeros are +0. Either output may be NULL to skip it.
+ * d_scores) as dl_route_scores_backward has it. Exact zeros are +0. Either output may be NULL to skip it.
  * Errors: DL_EINVAL (also: an expert listed twice in a token), DL_ERANGE
  * (an id outside [0, E)), DL_EOVERFLOW, DL_ENONFINITE (NaN/Inf input, or
  * renormalisation by an exactly zero sum). */

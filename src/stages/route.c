@@ -21,7 +21,7 @@ int dl_route_config_validate(const dl_route_config_t *c)
         return DL_EINVAL;
     if (c->top_k < 1 || c->top_k > c->experts)
         return DL_EINVAL;
-    if (c->score_fn != DL_SCORE_SOFTMAX && c->score_fn != DL_SCORE_SIGMOID)
+    if (c->score_fn < DL_SCORE_SOFTMAX || c->score_fn > DL_SCORE_SOFTMAX_TOPK)
         return DL_EINVAL;
     if (c->n_group < 1 || c->n_group > c->experts || c->experts % c->n_group != 0)
         return DL_EINVAL;
@@ -83,6 +83,11 @@ int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
         float *s = scores + t * E;
         if (c->score_fn == DL_SCORE_SOFTMAX) {
             set_err(&err, dl__softmax_row(l, E, DL_F32, s));
+        } else if (c->score_fn == DL_SCORE_SOFTMAX_TOPK) {
+            memcpy(s, l, (size_t)E * sizeof *s); /* the selection is on the logits */
+        } else if (c->score_fn == DL_SCORE_SQRTSOFTPLUS) {
+            for (int64_t e = 0; e < E; e++)
+                set_err(&err, dl__sqrtsoftplus(l[e], &s[e]));
         } else {
             for (int64_t e = 0; e < E; e++) {
                 double r = 0.0;
@@ -228,6 +233,8 @@ int64_t dl_route_group_terms(const dl_route_config_t *c)
 static int weights_of(const dl_route_config_t *c, const float *s, const int32_t *ids, float *w)
 {
     const int64_t k = c->top_k;
+    if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
+        return dl__softmax_topk_weights(c->scaling, s, ids, k, w);
     if (!c->renormalize) {
         for (int64_t j = 0; j < k; j++)
             w[j] = scale_round(c->scaling, s[ids[j]]);
@@ -472,6 +479,8 @@ static int dscores_token(const dl_route_config_t *c, const float *s, const int32
 {
     const int64_t k = c->top_k;
     const double cs = c->scaling;
+    if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
+        return dl__softmax_topk_dscores(cs, s, ids, dw, k, ds);
     if (!c->renormalize) {
         for (int64_t j = 0; j < k; j++)
             ds[j] = scale_round(cs, dw[j]);
@@ -558,6 +567,18 @@ static int scores_vjp_row(const dl_route_config_t *c, const float *s, const floa
 {
     const int64_t E = c->experts;
     dl_acc_t acc;
+    if (c->score_fn == DL_SCORE_SOFTMAX_TOPK || c->score_fn == DL_SCORE_SQRTSOFTPLUS) {
+        int rc = 0;
+        for (int64_t e = 0; e < E && !rc; e++) {
+            if (!isfinite(ds[e]) || !isfinite(s[e]))
+                return DL_ENONFINITE;
+            if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
+                dl[e] = ds[e] == 0.0f ? 0.0f : ds[e]; /* the identity */
+            else
+                rc = dl__sqrtsoftplus_vjp(s[e], ds[e], &dl[e]);
+        }
+        return rc;
+    }
     if (c->score_fn == DL_SCORE_SIGMOID) {
         /* ds s (1 - s) = ds s - (ds s) s; ds s is exact in binary64 */
         for (int64_t e = 0; e < E; e++) {
