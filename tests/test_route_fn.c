@@ -23,7 +23,7 @@
 
 static dl_route_config_t cfg(int64_t E, int64_t k, dl_score_fn_t fn)
 {
-    dl_route_config_t c = {E, k, fn, 1, 1, DL_GROUP_MAX, 0, 1.0, 0};
+    dl_route_config_t c = {E, k, fn, 1, 1, DL_GROUP_MAX, 0, 1.0, 0, 0};
     return c;
 }
 
@@ -368,6 +368,63 @@ START_TEST(new_rules_thread_count)
 }
 END_TEST
 
+/* logits = RN(x W + b) and d_b = RN(sum_t d_logits) against exact MPFR sums:
+ * the bias inside the one rounding (a cancelling bias makes the difference
+ * from RN(RN(x W) + b) visible), wide ranges, zeros */
+START_TEST(router_bias_vs_mpfr)
+{
+    dl_test_rng_t r = {2605};
+    const int64_t T = 40, d = 24, E = 8;
+    float *x = malloc(T * d * sizeof *x), *W = malloc(d * E * sizeof *W), b[8];
+    float *l = malloc(T * E * sizeof *l), *dl = malloc(T * E * sizeof *dl), db[8];
+    for (int64_t i = 0; i < T * d; i++)
+        x[i] = (i % 11 == 0) ? 0.0f : rand_logit(&r);
+    for (int64_t i = 0; i < d * E; i++)
+        W[i] = (float)dl_test_normal(&r);
+    for (int64_t e = 0; e < E; e++)
+        b[e] = e == 3 ? 0.0f : rand_logit(&r);
+    x[0] = 1.0f, W[0] = 1.0f, b[0] = -1.0f; /* token 0, expert 0: cancels to a tiny sum */
+    for (int64_t i = 1; i < d; i++)
+        x[i] = 0x1p-30f * (float)(i & 1);
+    ck_assert_int_eq(dl_route_logits(x, T, d, W, b, E, l, NULL), 0);
+    mpfr_t acc, p;
+    mpfr_inits2(REF_P, acc, p, (mpfr_ptr)0);
+    int differs = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t e = 0; e < E; e++) {
+            mpfr_set_flt(acc, b[e], MPFR_RNDN);
+            for (int64_t i = 0; i < d; i++) {
+                mpfr_set_flt(p, x[t * d + i], MPFR_RNDN);
+                mpfr_mul_d(p, p, (double)W[i * E + e], MPFR_RNDN);
+                mpfr_add(acc, acc, p, MPFR_RNDN);
+            }
+            const float want = rn(acc);
+            ck_assert_msg(same(l[t * E + e], want), "logit %lld,%lld %a want %a", (long long)t,
+                          (long long)e, l[t * E + e], want);
+            float nob;
+            ck_assert_int_eq(dl_route_logits(x + t * d, 1, d, W, NULL, E, l + t * E, NULL), 0);
+            nob = l[t * E + e] + b[e];
+            differs |= !same(nob, want);
+            ck_assert_int_eq(dl_route_logits(x + t * d, 1, d, W, b, E, l + t * E, NULL), 0);
+        }
+    ck_assert_msg(differs, "no input where rounding twice differs: the test would not see it");
+    for (int64_t i = 0; i < T * E; i++)
+        dl[i] = (i % 5 == 0) ? 0.0f : rand_logit(&r);
+    ck_assert_int_eq(dl_route_bias_backward(dl, T, E, db, NULL), 0);
+    for (int64_t e = 0; e < E; e++) {
+        mpfr_set_zero(acc, 1);
+        for (int64_t t = 0; t < T; t++)
+            mpfr_add_d(acc, acc, (double)dl[t * E + e], MPFR_RNDN);
+        ck_assert(same(db[e], rn(acc)));
+    }
+    ck_assert_int_eq(dl_route_bias_backward(dl, 0, E, db, NULL), 0); /* T = 0: zero */
+    for (int64_t e = 0; e < E; e++)
+        ck_assert(db[e] == 0.0f && !signbit(db[e]));
+    mpfr_clears(acc, p, (mpfr_ptr)0);
+    free(x), free(W), free(l), free(dl);
+}
+END_TEST
+
 START_TEST(config_rules)
 {
     dl_route_config_t c = cfg(8, 2, DL_SCORE_SQRTSOFTPLUS);
@@ -391,6 +448,7 @@ int main(void)
         DL_TEST("softmax_topk", "random", softmax_topk_random_vs_mpfr, 120),
         DL_TEST("softmax_topk", "boundaries", softmax_topk_boundaries, 120),
         DL_TEST("threads", "same_bits", new_rules_thread_count, 120),
+        DL_TEST("router_bias", "mpfr", router_bias_vs_mpfr, 120),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -4,6 +4,7 @@
 #ifndef DROPLESS_ROUTE_H
 #define DROPLESS_ROUTE_H
 #include "core.h"
+#include "gemm.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,7 +37,29 @@ typedef struct {
     int renormalize;             /* weights = scores / sum of selected scores */
     double scaling;              /* routed scaling factor; 1.0 for none */
     int has_bias;                /* selection-only expert bias (DeepSeek-V3) */
+    int has_router_bias;         /* a bias on the logits, logits = x W_r + b_r (gpt-oss),
+                                    with its gradient d_router_bias */
 } dl_route_config_t;
+
+/* The score function's name in case files and goldens ("softmax",
+ * "sigmoid", "sqrtsoftplus", "softmax_topk"; NULL for no function), and
+ * the function of a name (-1 for none). Static data. */
+DL_EXTERN const char *dl_route_score_name(dl_score_fn_t f);
+DL_EXTERN int dl_route_score_parse(const char *name);
+
+/* The router: logits[t, e] = RN_fp32(sum_i x[t, i] W[i, e] + b[e]), exact
+ * then rounded once (the bias inside the one rounding: the grouped GEMM of
+ * dropless/gemm.h with a second term, a column of ones times b). x [T, d],
+ * W [d, E], b [E] or NULL (no bias), logits [T, E], caller-owned; stats may
+ * be NULL. Errors: those of dl_gemm_grouped, DL_ENOMEM. */
+DL_EXTERN int dl_route_logits(const float *x, int64_t T, int64_t d, const float *W,
+                              const float *b, int64_t E, float *logits, dl_tier_stats_t *stats);
+
+/* The router bias's gradient: d_b[e] = RN_fp32(sum_t d_logits[t, e]), exact
+ * then rounded once (the ragged-K GEMM 1^T d_logits). d_logits [T, E], d_b
+ * [E]; stats may be NULL. Errors: those of dl_gemm_ragged_k, DL_ENOMEM. */
+DL_EXTERN int dl_route_bias_backward(const float *d_logits, int64_t T, int64_t E, float *d_b,
+                                     dl_tier_stats_t *stats);
 
 /* Checks a routing configuration: E >= 1, 1 <= k <= E, n_group divides E,
  * 1 <= topk_group <= n_group, k <= topk_group * E / n_group, finite
@@ -115,6 +138,15 @@ DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *
 DL_EXTERN int dl_route_backward(const dl_route_config_t *c, const float *scores,
                                 const int32_t *ids, const float *d_weights, int64_t T,
                                 float *d_scores, float *d_logits);
+
+/* Magnitudes for tolerances (binary64 with libm, not rounded values): the
+ * slope |d score / d logit| of an elementwise score function at the stored
+ * score s (sigmoid |s (1 - s)|, sqrtsoftplus (1 - exp(-s^2)) / (2 |s|), 0 at
+ * s = 0; softmax_topk 1, the identity) and a bound on the slope's own
+ * derivative in s (sigmoid |1 - 2 s|, sqrtsoftplus 1/2, softmax_topk 0).
+ * Both 0 for softmax, which is not elementwise. */
+DL_EXTERN double dl_route_score_slope(const dl_route_config_t *c, float s);
+DL_EXTERN double dl_route_score_curvature(const dl_route_config_t *c, float s);
 
 /* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
  * correctly rounded to t (fp32, bf16 or fp16; no libm exp). An exact zero

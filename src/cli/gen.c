@@ -622,11 +622,11 @@ int dl_cli_cases(int argc, char **argv)
                          : r->group_score == DL_GROUP_TOP2_SUM ? "top2_sum" : "topk_sum";
         if (r->n_group > 1)
             snprintf(route, sizeof route, "%s%s g%" PRId64 "/%" PRId64 ":%s",
-                     r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
+                     dl_route_score_name(r->score_fn),
                      r->has_bias ? "+bias" : "", r->n_group, r->topk_group, gs);
         else
             snprintf(route, sizeof route, "%s%s",
-                     r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
+                     dl_route_score_name(r->score_fn),
                      r->has_bias ? "+bias" : "");
         human(dl_case_data_bytes(c), sz, sizeof sz);
         char sh[64] = ""; /* the shared experts: S x f_s, gated or not */
