@@ -210,6 +210,13 @@ def t_refuse_variants():
             cfg = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["config"].attrs.items()}
         assert cm.unsupported(cfg) and why.split(" = ")[1] in cm.unsupported(cfg)
     assert os.listdir(out) == []
+    # the command line says so and goes on (exit 0: a refusal, not an error)
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.adapters.jax_adapter", "-o", out,
+                        os.path.join(top_srcdir, "vectors", "softmax-topk.h5")],
+                       capture_output=True, text=True)
+    if have("jax"):
+        assert r.returncode == 0 and "skipped:" in r.stderr and "softmax_topk" in r.stderr, r
+        assert os.listdir(out) == []
     cfg = {"score_function": "softmax_topk", "router_bias": 0}
     assert "softmax_topk" in cm.unsupported(cfg)
     assert "router_bias" in cm.unsupported({"score_function": "softmax", "router_bias": 1})

@@ -289,6 +289,9 @@ def adapter_main(argv, doc, available, run, modes_all):
     for p in a.golden:
         try:
             out, errors = run(p, a.outdir, modes, a.device, repeat=not a.no_repeat)
+        except Unsupported as e:  # a layer no backend expresses: said, not an error
+            print("skipped: %s" % e, file=sys.stderr)
+            continue
         except Exception as e:  # one bad file must not stop the others
             traceback.print_exc()
             print("%s: %s: %s" % (p, type(e).__name__, e), file=sys.stderr)
