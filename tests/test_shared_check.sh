@@ -59,6 +59,20 @@ if [ -n "$PY" ] && "$PY" -c 'import ml_dtypes' 2>/dev/null; then
         check "$c: a kernel without the shared expert FAILs on out" \
             'cand $c no-shared && run 1 check "$T/$c.h5" "$T/$c.no-shared.h5" && grep -q "^out .*FAIL" "$T/out"'
     done
+    # the gate's gradient as autograd computes it (products stored in bf16,
+    # then summed): within bf16-acc's one rounding per product; under the
+    # strict bf16 profile outside the bound on its own stored upstream (the
+    # dot cancels), so only the second level's WARN; 32 u M more fails
+    c=qwen2-moe-like-bf16
+    check "$c: d_shared_gate from bf16-rounded products is CONFORMANT under bf16-acc" \
+        'cand $c gate-grad-torch && run 0 check --profile bf16-acc "$T/$c.h5" "$T/$c.gate-grad-torch.h5" &&
+         grep -q "^d_shared_gate .*PASS" "$T/out"'
+    check "$c: ... and only a WARN under the strict bf16 profile (an -acc allowance)" \
+        'run 0 check --profile bf16 "$T/$c.h5" "$T/$c.gate-grad-torch.h5" &&
+         grep -q "^d_shared_gate .*WARN.*not with its own stored upstream" "$T/out"'
+    check "$c: d_shared_gate 32 u M off FAILs under bf16-acc" \
+        'cand $c gate-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.gate-grad-over.h5" &&
+         grep -q "^d_shared_gate .*FAIL" "$T/out"'
 else
     skip "bf16 candidates" "no Python with h5py, numpy and ml_dtypes"
 fi

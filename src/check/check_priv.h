@@ -25,6 +25,7 @@ typedef struct {
     int kappa_in;              /* GEMM operands off the profile's input grid */
     int elem;                  /* elementwise transcendental stage */
     int short_sum;             /* a short sum of separately computed parts */
+    int prod_store;            /* a dot whose products may be stored in the case's type */
     const dl__mprov_t *mp;     /* NULL: M = |g| */
     uint8_t *row_fail;         /* out, may be NULL: rows with an element over the WARN bound */
     int64_t *row_over;         /* out, may be NULL: per row, the elements over the PASS bound */

@@ -153,6 +153,7 @@ int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
     cmp->cols = m.cols;
     cmp->elem = m.elem;
     cmp->short_sum = m.short_sum;
+    cmp->prod_store = m.prod_store;
     cmp->kappa_in = m.nops == 2 ? kin(ck, s, m.op[0], m.op[1]) : 0;
     return 0;
 }

@@ -193,6 +193,12 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
      * the worst case (and the value propagates linearly, prop.c) */
     if (warn == DL__TIER_STAT && cmp->kappa_in == 0)
         kap = sqrt((double)K) * ua;
+    /* a profile whose short sums add stored parts (-acc) also lets a dot's
+     * products be stored in the case's type before the fp32 sum (autograd's
+     * VJP of a broadcast multiply): one rounding of each product, at most
+     * u_act sum |a_i b_i| = u_act M in all, whatever K */
+    if (cmp->prod_store && p->sums_in_storage)
+        kap += dl_dtype_unit_roundoff(ck->act);
     if (cmp->elem && p->elem_s_pass > 0 && uo > U32) /* intermediates in the storage type */
         kap += (warn ? fmax(p->elem_s_warn, p->elem_s_pass) : p->elem_s_pass) * uo;
     else if (cmp->elem)

@@ -107,6 +107,7 @@ int dl__mag_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, dl__m
         a[fl] = s;
     }
     m->K = d;
+    m->prod_store = 1; /* PyTorch: (d_out * y).sum(-1), the product in bf16 */
     m->nops = 2;
     m->op[0] = m->op[1] = v->act;
     return 0;

@@ -184,6 +184,7 @@ int dl__mag_d_shared_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
         a[t] = s;
     }
     m->K = d;
+    m->prod_store = 1; /* Qwen2-MoE: sigmoid(gate) * shared_y, its VJP in bf16 */
     m->nops = 2;
     m->op[0] = m->op[1] = v->act;
     return 0;

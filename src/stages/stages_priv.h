@@ -18,7 +18,10 @@
  * sets are bits of these). */
 #define DL__ROW_POS(g, E, n, st, dims, cond, ...) DL__ROW_##E,
 enum { DL_VALUE_MAP(DL__ROW_POS) DL__ROW_COUNT };
-_Static_assert(DL__ROW_COUNT <= 64, "the schedule's row sets are 64-bit masks");
+_Static_assert(DL__ROW_COUNT <= DL_ROWSET_BITS, "the schedule's row sets (dl_rowset_t) are too narrow");
+/* value sets (dl_check_options_t.require, bad_shape, the mutations' stages)
+ * are 64-bit masks over dl_value_t */
+_Static_assert(DL_VALUE_COUNT <= 64, "the value sets (uint64_t) are too narrow");
 
 /* The selection's key of expert e: its score plus its bias (when the
  * router has one) rounded once to fp32, as dl_route_topk ranks it. */
@@ -178,6 +181,7 @@ typedef struct {
  * M = |g|), the contraction length K (or per row, row_K), the comparison's
  * rows and columns (0: the value's shape), elem (an elementwise
  * transcendental), short_sum (a short sum of separately rounded parts),
+ * prod_store (products that may each be rounded to the case's type),
  * and the storage types of the nops GEMM operands (the runner counts those
  * off its profile's input grid). */
 typedef struct {
@@ -186,6 +190,9 @@ typedef struct {
     const int64_t *row_K;
     int64_t rows, cols;
     int elem, short_sum;
+    int prod_store; /* a dot whose products a framework stores in the case's
+                     * type before an fp32 sum (autograd's VJP of a
+                     * broadcast multiply: (d_out * y).sum(-1)) */
     int nops;
     dl_dtype_t op[2];
 } dl__mag_t;

@@ -15,6 +15,13 @@ Writes CANDIDATE, a copy of GOLDEN changed as MODE says:
   gate-sign   every value, shared_gate = sigmoid(-logit) (a wrong gate stage)
   drop-slot   fused, token 3's first routed slot removed from out
   dx-no-shared fused, d_x without the shared path's gradient (defective)
+  gate-grad-torch  every value but d_shared_gate_logit and
+              d_shared_gate_weight, d_shared_gate as PyTorch's VJP of the
+              broadcast product computes it: each d_out_i * shared_y_i
+              rounded to the case's dtype, then summed (correct under the
+              -acc profiles; needs ml_dtypes for bf16/fp16)
+  gate-grad-over   the same, 32 u_act sum_i |d_out_i shared_y_i| above it
+              (far beyond one rounding per product: defective under every profile)
 """
 import shutil
 import sys
@@ -44,6 +51,9 @@ def main():
         routed = np.zeros_like(sy)
         for j in range(k):
             routed += w[:, j:j + 1] * y[inv.reshape(T, k)[:, j]]
+        if mode in ("gate-grad-torch", "gate-grad-over"):
+            gate_grad(g, f, sy, mode)
+            return
         if mode == "gate-sign":
             logit = g["/forward/shared_gate_logit"][...].astype(np.float64)
             f["/forward/shared_gate"][...] = (1.0 / (1.0 + np.exp(logit))).astype(np.float32)
@@ -75,6 +85,18 @@ def main():
             if "d_shared_gate_logit" in g["/backward"]:
                 dx -= np.outer(bw("d_shared_gate_logit"), inp("shared_gate_weight"))
             f["/backward/d_x"][...] = dx.astype(np.float32)
+
+
+def gate_grad(g, f, sy, mode):
+    act = g["config"].attrs["dtype"].decode()
+    prods = g["/inputs/d_out"][...].astype(np.float64) * sy
+    dg = prods.astype(act_type(act)).astype(np.float64).sum(-1)
+    if mode == "gate-grad-over":
+        u = {"fp32": 2.0**-24, "bf16": 2.0**-8, "fp16": 2.0**-11}[act]
+        dg += 32 * u * np.abs(prods).sum(-1)
+    f["/backward/d_shared_gate"][...] = dg.astype(np.float32)
+    for n in ("d_shared_gate_logit", "d_shared_gate_weight"):
+        del f["/backward/" + n]
 
 
 if __name__ == "__main__":
