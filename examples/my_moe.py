@@ -55,19 +55,29 @@ def _shared_forward(cfg, x, shared_w_gate, shared_w_up, shared_w_down, shared_ga
 
 def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_up=None,
                 shared_w_gate=None, shared_w_up=None, shared_w_down=None,
-                shared_gate_weight=None, **_):
+                shared_gate_weight=None, router_bias=None, **_):
     act, f64 = STORE[cfg["dtype"]], np.float64
     T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
     x = np.asarray(x, f64)
-    logits = (x @ np.asarray(router_weight, f64)).astype(np.float32)
+    logits = x @ np.asarray(router_weight, f64)
+    if cfg.get("router_bias"):  # gpt-oss: a bias on the logits
+        logits = logits + np.asarray(router_bias, f64)
+    logits = logits.astype(np.float32)
     z = logits.astype(f64)
     if cfg["score_function"] == "softmax":
         e = np.exp(z - (z.max(-1, keepdims=True) if T else 0))
         scores = (e / e.sum(-1, keepdims=True)).astype(np.float32)
+    elif cfg["score_function"] == "sqrtsoftplus":
+        scores = np.sqrt(np.logaddexp(0.0, z)).astype(np.float32)
+    elif cfg["score_function"] == "softmax_topk":  # top-k on the logits, softmax over those
+        scores = logits
     else:
         scores = _sigmoid(z).astype(np.float32)
     ids = _route(cfg, scores, expert_bias)
     picked = np.take_along_axis(scores.astype(f64), ids.astype(np.int64), axis=1)
+    if cfg["score_function"] == "softmax_topk":
+        e = np.exp(picked - (picked.max(-1, keepdims=True) if T else 0))
+        picked = e / e.sum(-1, keepdims=True)
     denom = picked.sum(-1, keepdims=True) if cfg["renormalize"] else 1.0
     weights = (cfg["scaling"] * picked / denom).astype(np.float32)
     perm = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
@@ -179,17 +189,28 @@ def moe_backward(cfg, inputs, fw):
     S = picked.sum(-1, keepdims=True) if cfg["renormalize"] else np.ones((T, 1))
     dpick = cfg["scaling"] * (dtw / S - ((dtw * picked).sum(-1, keepdims=True) / S ** 2
                                          if cfg["renormalize"] else 0))
+    if cfg["score_function"] == "softmax_topk":  # c p_j (dw_j - sum_i p_i dw_i)
+        e = np.exp(picked - (picked.max(-1, keepdims=True) if T else 0))
+        p = e / e.sum(-1, keepdims=True)
+        dpick = cfg["scaling"] * p * (dtw - (p * dtw).sum(-1, keepdims=True))
     ds = np.zeros((T, E))
     np.put_along_axis(ds, ids.astype(np.int64), dpick, axis=1)
     bw["d_router_scores"] = ds.astype(np.float32)
     ds = D(bw["d_router_scores"])
     if cfg["score_function"] == "softmax":
         dl = s * ds - s * (s * ds).sum(-1, keepdims=True)
+    elif cfg["score_function"] == "sqrtsoftplus":  # ds sigmoid(l) / (2 s), sigmoid = 1 - e^-s^2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dl = np.where(s > 0, ds * -np.expm1(-s * s) / (2 * s), 0.0)
+    elif cfg["score_function"] == "softmax_topk":
+        dl = ds
     else:
         dl = ds * s * (1 - s)
     bw["d_router_logits"] = dl.astype(np.float32)
     dl = D(bw["d_router_logits"])
     bw["d_router_weight"] = (x.T @ dl).astype(np.float32)
+    if cfg.get("router_bias"):
+        bw["d_router_bias"] = dl.sum(0).astype(np.float32)
     dxs = D(bw["d_x_sorted"])[inv].reshape(T, k, cfg["hidden"]).sum(1)
     dx_shared = 0.0
     if cfg.get("shared_experts"):

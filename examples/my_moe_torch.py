@@ -52,7 +52,7 @@ def moe_layer(g):
     inp = {n: t.to(F64) for n, t in g.inputs.as_storage("torch").items()}  # exact widening
     leaves = {n: inp[n].requires_grad_() for n in ("x", "router_weight", "w_gate", "w_up", "w_down",
                                                     "shared_w_gate", "shared_w_up", "shared_w_down",
-                                                    "shared_gate_weight")
+                                                    "shared_gate_weight", "router_bias")
               if n in inp}
     grads, fw = {}, {}
 
@@ -61,11 +61,18 @@ def moe_layer(g):
         fw[name] = t
         return t
 
-    logits = store("router_logits", inp["x"] @ inp["router_weight"], torch.float32)
-    scores = store("router_scores", torch.softmax(logits, -1) if cfg["score_function"] == "softmax"
-                   else torch.sigmoid(logits), torch.float32)
+    logits = inp["x"] @ inp["router_weight"]
+    if "router_bias" in inp:  # gpt-oss: a bias on the logits
+        logits = logits + inp["router_bias"]
+    logits = store("router_logits", logits, torch.float32)
+    fn = cfg["score_function"]
+    scores = store("router_scores", torch.softmax(logits, -1) if fn == "softmax"
+                   else torch.sqrt(torch.nn.functional.softplus(logits)) if fn == "sqrtsoftplus"
+                   else logits if fn == "softmax_topk" else torch.sigmoid(logits), torch.float32)
     ids = _route(cfg, scores, inp.get("expert_bias"))
     picked = scores.gather(1, ids)
+    if fn == "softmax_topk":  # top-k on the logits, then softmax over the selected
+        picked = torch.softmax(picked, -1)
     w = cfg["scaling"] * picked / (picked.sum(-1, keepdim=True) if cfg["renormalize"] else 1.0)
     w = store("topk_weights", w, torch.float32)
     perm = torch.argsort(ids.reshape(-1), stable=True)

@@ -191,6 +191,43 @@ check("h5io: the h5py reader and writer agree with the package's", t_h5io)
 check("stage-isolated groups: every stage in one, none holding its own upstream", t_groups)
 check("emit: a candidate file with its attributes, read back by the runner", t_emit)
 
+
+def t_refuse_variants():
+    # a routing the backends do not express is refused by name before any
+    # backend runs (nothing written); the cases they express are not
+    from dropless.gpu.adapters import common as cm
+    want = {"softmax-topk": "score_function = softmax_topk",
+            "deepseek-v4-like-bf16": "score_function = sqrtsoftplus"}
+    out = os.path.join(TMP, "refused")
+    os.makedirs(out, exist_ok=True)
+    for case, why in want.items():
+        path = os.path.join(top_srcdir, "vectors", case + ".h5")
+        try:
+            cm.run_modes(path, out, ("m",), {"m": lambda g, d: 1 / 0}, None, "cpu", lambda s: None)
+        except cm.Unsupported as e:
+            assert why in str(e) and case in str(e), str(e)
+        else:
+            raise AssertionError("%s: not refused" % case)
+        with h5py.File(path) as f:  # the h5py reader's /config names the bias too
+            cfg = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["config"].attrs.items()}
+        assert cm.unsupported(cfg) and why.split(" = ")[1] in cm.unsupported(cfg)
+    assert os.listdir(out) == []
+    # the command line says so and goes on (exit 0: a refusal, not an error)
+    r = subprocess.run([sys.executable, "-m", "dropless.gpu.adapters.jax_adapter", "-o", out,
+                        os.path.join(top_srcdir, "vectors", "softmax-topk.h5")],
+                       capture_output=True, text=True)
+    if have("jax"):
+        assert r.returncode == 0 and "skipped:" in r.stderr and "softmax_topk" in r.stderr, r
+        assert os.listdir(out) == []
+    cfg = {"score_function": "softmax_topk", "router_bias": 0}
+    assert "softmax_topk" in cm.unsupported(cfg)
+    assert "router_bias" in cm.unsupported({"score_function": "softmax", "router_bias": 1})
+    assert cm.unsupported({"score_function": "sigmoid", "has_router_bias": 0}) is None
+
+
+check("the adapters refuse, by name, routing they cannot express (sqrtsoftplus, softmax_topk, "
+      "a router-logit bias)", t_refuse_variants)
+
 # ---------------------------------------------------------------- adapters
 
 PROFILES = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc", "bf16-elem", "fp16-elem"}

@@ -26,7 +26,7 @@
 
 static dl_route_config_t cfg(int64_t E, int64_t k, dl_score_fn_t fn)
 {
-    dl_route_config_t c = {E, k, fn, 1, 1, DL_GROUP_MAX, 0, 1.0, 0};
+    dl_route_config_t c = {E, k, fn, 1, 1, DL_GROUP_MAX, 0, 1.0, 0, 0};
     return c;
 }
 

@@ -64,7 +64,7 @@ static case_t *case_new(spec_t s)
     c->route = (dl_route_config_t){s.E, s.k, s.score, s.n_group ? s.n_group : 1,
                                    s.topk_group ? s.topk_group : 1, DL_GROUP_TOP2_SUM,
                                    s.score == DL_SCORE_SIGMOID, s.score == DL_SCORE_SIGMOID ? 2.5 : 1.0,
-                                   s.bias};
+                                   s.bias, 0};
     c->ffn_kind = s.ffn, c->dtype = s.dtype;
     const int64_t T = s.T, d = s.d, f = c->ffn, E = s.E;
     /* full-precision values in fp32 cases: coarser inputs hide TF32 */

@@ -81,7 +81,10 @@ typedef enum {
 
 typedef enum {
     DL_BACKEND_SOFTMAX = 0, /* scores = softmax over all E logits */
-    DL_BACKEND_SIGMOID = 1  /* scores = sigmoid of each logit */
+    DL_BACKEND_SIGMOID = 1, /* scores = sigmoid of each logit */
+    DL_BACKEND_SQRTSOFTPLUS = 2, /* scores = sqrt(softplus) of each logit */
+    DL_BACKEND_SOFTMAX_TOPK = 3  /* scores = the logits; weights = scaling times
+                                    the softmax over the k selected */
 } dl_backend_score_fn_t;
 
 typedef enum {

@@ -85,6 +85,7 @@ typedef struct {
     float *w_gate, *w_up, *w_down;
     float *d_out;
     float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight; /* shared experts */
+    float *router_bias; /* only with route.has_router_bias */
 } dl_golden_inputs_t;
 
 /* A read-only view for dl_moe_forward/backward. */
@@ -132,7 +133,8 @@ typedef enum {
     DL_GOLDEN_IF_BIAS = 1,  /* present only when route.has_bias */
     DL_GOLDEN_IF_SWIGLU = 2, /* present only with DL_FFN_SWIGLU */
     DL_GOLDEN_IF_SHARED = 3, /* present only with shared experts */
-    DL_GOLDEN_IF_SHARED_GATE = 4 /* present only with the shared experts' gate */
+    DL_GOLDEN_IF_SHARED_GATE = 4, /* present only with the shared experts' gate */
+    DL_GOLDEN_IF_ROUTER_BIAS = 5 /* present only when route.has_router_bias */
 } dl_golden_cond_t;
 
 /* One dataset of the format. dims are symbols: 'T' tokens, 'd' hidden,

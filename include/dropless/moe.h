@@ -49,6 +49,7 @@ typedef struct {
      * shared_w_down [S*f_s,d] and shared_gate_weight [d] (only with
      * shared_gate), all in the dtype */
     const float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight;
+    const float *router_bias; /* [E] fp32, only with route.has_router_bias */
 } dl_moe_inputs_t;
 
 /* Checks the inputs: present where needed, finite, and each on the grid
@@ -137,6 +138,7 @@ typedef struct {
     float *d_x;             /* [T,d] act: un-permuted d_x_sorted + d_router_logits W_r^T
                              * (+ the shared experts' d_shared_h_gate Wsg^T +
                              * d_shared_h_up Wsu^T + d_shared_gate_logit w_sg^T) */
+    float *d_router_bias;   /* [E] fp32: sum over tokens of d_router_logits (has_router_bias) */
     dl_tier_stats_t stats;
 } dl_moe_backward_t;
 

@@ -4,13 +4,20 @@
 #ifndef DROPLESS_ROUTE_H
 #define DROPLESS_ROUTE_H
 #include "core.h"
+#include "gemm.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef enum {
     DL_SCORE_SOFTMAX = 0, /* softmax over all experts (Mixtral) */
-    DL_SCORE_SIGMOID = 1  /* per-expert sigmoid (DeepSeek-V3) */
+    DL_SCORE_SIGMOID = 1, /* per-expert sigmoid (DeepSeek-V3) */
+    DL_SCORE_SQRTSOFTPLUS = 2, /* per-expert sqrt(softplus(logit)) (DeepSeek-V4) */
+    DL_SCORE_SOFTMAX_TOPK = 3  /* top-k on the logits, then softmax over the k
+                                  selected (gpt-oss, "top-k then softmax"):
+                                  the scores are the logits themselves and
+                                  the weights c exp(l_j) / sum_sel exp(l_i);
+                                  renormalize changes nothing (they sum to 1) */
 } dl_score_fn_t;
 
 /* Group-limited routing: how a group of experts is scored before the best
@@ -30,14 +37,37 @@ typedef struct {
     int renormalize;             /* weights = scores / sum of selected scores */
     double scaling;              /* routed scaling factor; 1.0 for none */
     int has_bias;                /* selection-only expert bias (DeepSeek-V3) */
+    int has_router_bias;         /* a bias on the logits, logits = x W_r + b_r (gpt-oss),
+                                    with its gradient d_router_bias */
 } dl_route_config_t;
+
+/* The score function's name in case files and goldens ("softmax",
+ * "sigmoid", "sqrtsoftplus", "softmax_topk"; NULL for no function), and
+ * the function of a name (-1 for none). Static data. */
+DL_EXTERN const char *dl_route_score_name(dl_score_fn_t f);
+DL_EXTERN int dl_route_score_parse(const char *name);
+
+/* The router: logits[t, e] = RN_fp32(sum_i x[t, i] W[i, e] + b[e]), exact
+ * then rounded once (the bias inside the one rounding: the grouped GEMM of
+ * dropless/gemm.h with a second term, a column of ones times b). x [T, d],
+ * W [d, E], b [E] or NULL (no bias), logits [T, E], caller-owned; stats may
+ * be NULL. Errors: those of dl_gemm_grouped, DL_ENOMEM. */
+DL_EXTERN int dl_route_logits(const float *x, int64_t T, int64_t d, const float *W,
+                              const float *b, int64_t E, float *logits, dl_tier_stats_t *stats);
+
+/* The router bias's gradient: d_b[e] = RN_fp32(sum_t d_logits[t, e]), exact
+ * then rounded once (the ragged-K GEMM 1^T d_logits). d_logits [T, E], d_b
+ * [E]; stats may be NULL. Errors: those of dl_gemm_ragged_k, DL_ENOMEM. */
+DL_EXTERN int dl_route_bias_backward(const float *d_logits, int64_t T, int64_t E, float *d_b,
+                                     dl_tier_stats_t *stats);
 
 /* Checks a routing configuration: E >= 1, 1 <= k <= E, n_group divides E,
  * 1 <= topk_group <= n_group, k <= topk_group * E / n_group, finite
  * positive scaling. Returns 0 or DL_EINVAL. */
 DL_EXTERN int dl_route_config_validate(const dl_route_config_t *c);
 
-/* scores[t, e] = RN_fp32(softmax_e(logits[t, :])) or RN_fp32(sigmoid(logits[t,e])),
+/* scores[t, e] = RN_fp32(softmax_e(logits[t, :])), RN_fp32(sigmoid(logits[t,e])),
+ * RN_fp32(sqrt(log(1 + exp(logits[t, e])))) or, for softmax_topk, logits[t, e],
  * correctly rounded on every platform (certified binary64 evaluation, MPFR
  * for undecided cases; no libm exp). logits and scores are [T, E],
  * caller-owned, and must not overlap. A score whose exact value is
@@ -54,6 +84,7 @@ DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, i
  * lower group index). Then the k best keys among kept experts, ties to the
  * lower expert index (-0 and +0 tie); ids are listed best first. Weights:
  *   w[t, j] = RN_fp32(scaling * s[id_j] / (renormalize ? sum_j' s[id_j'] : 1))
+ * (softmax_topk: RN_fp32(scaling * exp(s[id_j]) / sum_j' exp(s[id_j'])))
  * exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
  * the tie margin: the smallest gap, as RN_fp32 of the exact difference,
  * between the k-th and (k+1)-th selectable keys and between the
@@ -85,8 +116,10 @@ DL_EXTERN int64_t dl_route_group_terms(const dl_route_config_t *c);
 /* The VJP of the score function alone, for any stored d_scores [T, E] (not
  * only zero off the selection): d_logits[t, e] = RN_fp32(softmax: s_e (ds_e
  * - sum_j s_j ds_j); sigmoid: ds_e s_e (1 - s_e)) at the stored scores s,
- * exact then rounded once. Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE
- * (a NaN/Inf product). */
+ * exact then rounded once; sqrtsoftplus: ds_e (1 - exp(-s_e^2)) / (2 s_e), +0 at
+ * s_e = 0 (sigmoid(l) = 1 - exp(-softplus(l)), so the derivative is a function
+ * of the stored score); softmax_topk: ds_e (the identity; -0 becomes +0).
+ * Errors: DL_EINVAL, DL_EOVERFLOW, DL_ENONFINITE (a NaN/Inf product). */
 DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,
                                        const float *d_scores, int64_t T, float *d_logits);
 
@@ -95,16 +128,25 @@ DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *
  * d_scores[t, e] = RN_fp32(exact d weights/d scores contracted with d_weights)
  * (zero for unselected experts; the bias and the discrete selection get no
  * gradient): with renormalisation c (dw_i S - sum_j dw_j s_j) / S^2, S the
- * sum of selected scores, else c dw_i. Then d_logits[t, e] = RN_fp32(exact
+ * sum of selected scores, else c dw_i; softmax_topk: c p_i (dw_i - sum_j p_j
+ * dw_j), p the exact softmax of the selected scores. Then d_logits[t, e] = RN_fp32(exact
  * VJP of the score function at the stored scores, applied to the STORED
- * d_scores): softmax: s_e (ds_e - sum_j s_j ds_j); sigmoid: ds_e s_e (1 - s_e).
- * Exact zeros are +0. Either output may be NULL to skip it.
+ * d_scores) as dl_route_scores_backward has it. Exact zeros are +0. Either output may be NULL to skip it.
  * Errors: DL_EINVAL (also: an expert listed twice in a token), DL_ERANGE
  * (an id outside [0, E)), DL_EOVERFLOW, DL_ENONFINITE (NaN/Inf input, or
  * renormalisation by an exactly zero sum). */
 DL_EXTERN int dl_route_backward(const dl_route_config_t *c, const float *scores,
                                 const int32_t *ids, const float *d_weights, int64_t T,
                                 float *d_scores, float *d_logits);
+
+/* Magnitudes for tolerances (binary64 with libm, not rounded values): the
+ * slope |d score / d logit| of an elementwise score function at the stored
+ * score s (sigmoid |s (1 - s)|, sqrtsoftplus (1 - exp(-s^2)) / (2 |s|), 0 at
+ * s = 0; softmax_topk 1, the identity) and a bound on the slope's own
+ * derivative in s (sigmoid |1 - 2 s|, sqrtsoftplus 1/2, softmax_topk 0).
+ * Both 0 for softmax, which is not elementwise. */
+DL_EXTERN double dl_route_score_slope(const dl_route_config_t *c, float s);
+DL_EXTERN double dl_route_score_curvature(const dl_route_config_t *c, float s);
 
 /* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
  * correctly rounded to t (fp32, bf16 or fp16; no libm exp). An exact zero

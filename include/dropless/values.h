@@ -27,7 +27,8 @@ extern "C" {
  *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
  *          shared experts' concatenated width);
  *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only),
- *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only).
+ *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only),
+ *          ROUTER_BIAS (route.has_router_bias only).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
  * value"; IN and AUX rows: NONE, NONE, 0, 0):
  *   check  how the value is judged: NUM against its exact value within the
@@ -62,6 +63,7 @@ extern "C" {
     X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0) \
     X(IN, IN_ROUTER_WEIGHT, router_weight, F32, "dE", ALWAYS, NONE, NONE, 0, 0) \
     X(IN, IN_EXPERT_BIAS, expert_bias, F32, "E", BIAS, NONE, NONE, 0, 0) \
+    X(IN, IN_ROUTER_BIAS, router_bias, F32, "E", ROUTER_BIAS, NONE, NONE, 0, 0) \
     X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
     X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
     X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0) \
@@ -104,6 +106,7 @@ extern "C" {
     X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS), 0) \
     X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0) \
     X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0) \
+    X(BW, D_ROUTER_BIAS, d_router_bias, F32, "E", ROUTER_BIAS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0) \
     X(BW, D_SHARED_GATE, d_shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0) \
     X(BW, D_SHARED_GATE_LOGIT, d_shared_gate_logit, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE) | DL__UP(D_SHARED_GATE), 0) \
     X(BW, D_SHARED_GATE_WEIGHT, d_shared_gate_weight, F32, "d", SHARED_GATE, NUM, GEMM, DL__UP(D_SHARED_GATE_LOGIT), 0) \
@@ -152,7 +155,8 @@ typedef enum {
     DL_COND_BIAS = 1,  /* only when route.has_bias */
     DL_COND_SWIGLU = 2, /* only with DL_FFN_SWIGLU */
     DL_COND_SHARED = 3, /* only with shared experts (shared_experts > 0) */
-    DL_COND_SHARED_GATE = 4 /* only with the shared experts' sigmoid gate */
+    DL_COND_SHARED_GATE = 4, /* only with the shared experts' sigmoid gate */
+    DL_COND_ROUTER_BIAS = 5 /* only when route.has_router_bias */
 } dl_cond_t;
 
 /* Which struct an array lives in. */

@@ -77,7 +77,8 @@ def test_ffi_bit_identical(case):
         assert_same(out, g.forward, case + " forward")
         bwd = jax.jit(lambda kw, d: djax.moe_backward(**kw, d_out=d, config=g))(kw, ins["d_out"])
         assert_same(bwd, g.backward, case + " moe_backward")
-        names = [n for n in FLOAT_INPUTS if kw[n] is not None]
+        # the router-logit bias (softmax-topk) is differentiable like the weights
+        names = [n for n in FLOAT_INPUTS + ("router_bias",) if kw.get(n) is not None]
 
         def layer(*a):
             return djax.moe_forward(**dict(kw, **dict(zip(names, a))), config=g)["out"]

@@ -8,7 +8,8 @@
 #include "api/api_priv.h"
 
 static const char *const store_names[] = {"act", "f32", "i32", "i64"};
-static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate"};
+static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate",
+                                          "router_bias"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 const dl_golden_file_t *dl__api_golden_file(const dl_api_golden_t *g)

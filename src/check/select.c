@@ -75,12 +75,15 @@ static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
     const dl_check_profile_t *p = dl__ck_prof(ck, DL_VALUE_ROUTER_LOGITS);
     const double kin = (dl__ck_on_input_grid(p, ck->act) ? 0 : 1) +
                        (dl__ck_on_input_grid(p, DL_F32) ? 0 : 1);
-    const double rel = (double)d * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
+    const double K = (double)d + (ck->c->route.has_router_bias ? 1 : 0);
+    const double rel = K * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
     const float *l = (const float *)ck->eff[DL_VALUE_ROUTER_LOGITS] + t * E;
     for (int64_t e = 0; e < E; e++) {
         double m = 0.0;
         for (int64_t i = 0; i < d; i++)
             m += fabs((double)ck->in->x[t * d + i]) * fabs((double)ck->in->router_weight[i * E + e]);
+        if (ck->c->route.has_router_bias && ck->in->router_bias) /* + 1 b, one more term */
+            m += fabs((double)ck->in->router_bias[e]);
         dl[e] = rel * m + 0x1p-23 * fabs((double)l[e]);
     }
     return 1;

@@ -620,14 +620,13 @@ int dl_cli_cases(int argc, char **argv)
         char route[64], sz[32];
         const char *gs = r->group_score == DL_GROUP_MAX ? "max"
                          : r->group_score == DL_GROUP_TOP2_SUM ? "top2_sum" : "topk_sum";
+        const char *bias = r->has_bias ? (r->has_router_bias ? "+bias+logit_bias" : "+bias")
+                                       : (r->has_router_bias ? "+logit_bias" : "");
         if (r->n_group > 1)
             snprintf(route, sizeof route, "%s%s g%" PRId64 "/%" PRId64 ":%s",
-                     r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
-                     r->has_bias ? "+bias" : "", r->n_group, r->topk_group, gs);
+                     dl_route_score_name(r->score_fn), bias, r->n_group, r->topk_group, gs);
         else
-            snprintf(route, sizeof route, "%s%s",
-                     r->score_fn == DL_SCORE_SOFTMAX ? "softmax" : "sigmoid",
-                     r->has_bias ? "+bias" : "");
+            snprintf(route, sizeof route, "%s%s", dl_route_score_name(r->score_fn), bias);
         human(dl_case_data_bytes(c), sz, sizeof sz);
         char sh[64] = ""; /* the shared experts: S x f_s, gated or not */
         if (k->shared_experts > 0)

@@ -14,9 +14,12 @@
 
 /* ------------------------------------------------------------ catalogue */
 
-#define ROUTE(E, k, sf, ng, tg, gs, rn, sc, bias)                                   \
+#define ROUTE(E, k, sf, ng, tg, gs, rn, sc, ...)                                    \
     {.experts = E, .top_k = k, .score_fn = sf, .n_group = ng, .topk_group = tg,      \
-     .group_score = gs, .renormalize = rn, .scaling = sc, .has_bias = bias}
+     .group_score = gs, .renormalize = rn, .scaling = sc, ROUTE_FLAGS(__VA_ARGS__, 0, 0)}
+/* has_bias, then optionally has_router_bias (0 when left out) */
+#define ROUTE_FLAGS(...) ROUTE_FLAGS_(__VA_ARGS__)
+#define ROUTE_FLAGS_(bias, rbias, ...) .has_bias = bias, .has_router_bias = rbias
 #define ONE(nm, desc, T, d, f, rt, fk, dt, seed_, kind, zs, big)                     \
     {.name = nm, .description = desc,                                               \
      .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
@@ -101,6 +104,12 @@ static const dl_case_t catalogue[] = {
            24, 16, 8, (8, 4, SM, 1, 1, GMAX, 0, 1.0, 0), 301, 1, 32, 1),
     SCASE3("deepseek-v3-shared", "DeepSeek-V3 routing with always-on shared experts added unscaled: 2 of width f (V2's count; one MLP of width 2f)",
            16, 8, 8, (32, 8, SG, 8, 4, G2, 1, 2.5, 1), 302, 2, 8, 0),
+    CASE3("deepseek-v4-like", "DeepSeek-V4 routing: sqrtsoftplus scores, selection-only bias, top-4 of 16 renormalised, scale 1.5",
+          16, 8, 4, (16, 4, DL_SCORE_SQRTSOFTPLUS, 1, 1, GMAX, 1, 1.5, 1), SWI, 2601, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("softmax-topk", "gpt-oss routing: a bias on the router logits, top-4 of 16 on the logits, then softmax over the 4 selected",
+          16, 8, 4, (16, 4, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0, 1), SWI, 2602, DL_INPUTS_RANDOM, 0, 0),
+    CASE3("softmax-topk-ties", "softmax over the top-2 logits with duplicated router columns: exact ties at the k boundary and inside the selection",
+          16, 8, 4, (8, 2, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0), SWI, 2603, DL_INPUTS_TIES, 0, 0),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -238,7 +247,7 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("experts must fit int32");
     if (r->top_k < 1 || r->top_k > r->experts)
         BAD("top_k must be in [1, experts]");
-    if (r->score_fn != DL_SCORE_SOFTMAX && r->score_fn != DL_SCORE_SIGMOID)
+    if (!dl__golden_score_name(r->score_fn))
         BAD("unknown score_function");
     if (r->group_score < DL_GROUP_MAX || r->group_score > DL_GROUP_TOPK_SUM)
         BAD("unknown group_score");
@@ -304,6 +313,8 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
         w += snprintf(buf + w, n - (size_t)w,
                       "%sshared_experts = %" PRId64 "%sshared_ffn = %" PRId64 "%sshared_gate = %d",
                       sep, c->shared_experts, sep, c->shared_ffn, sep, c->shared_gate != 0);
+    if (w >= 0 && (size_t)w < n && c->route.has_router_bias) /* only when set: older texts stay */
+        w += snprintf(buf + w, n - (size_t)w, "%srouter_bias = 1", sep);
     return w < 0 || (size_t)w >= n ? DL_EOVERFLOW : 0;
 }
 
@@ -386,13 +397,13 @@ static char *trim(char *s)
 enum {
     K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
     K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
-    K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, NKEYS
+    K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, K_RBIAS, NKEYS
 };
 static const char *const keys[NKEYS] = {
     "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
     "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp", "shared_experts", "shared_ffn",
-    "shared_gate"};
+    "shared_gate", "router_bias"};
 
 static void case_defaults(dl_case_t *c)
 {
@@ -450,7 +461,7 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
         return set_int(c, key, k, v, why, n);
     case K_SCORE:
         if ((e = dl__golden_score_parse(v)) < 0)
-            WHY("score_function must be softmax or sigmoid, got '%.40s'", v);
+            WHY("score_function must be softmax, sigmoid, sqrtsoftplus or softmax_topk, got '%.40s'", v);
         c->config.route.score_fn = (dl_score_fn_t)e;
         return 0;
     case K_GSCORE:
@@ -471,9 +482,12 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
         return 0;
     case K_RENORM:
     case K_BIAS:
+    case K_RBIAS:
         if (parse_bool(v, &b))
             WHY("%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
-        *(key == K_RENORM ? &c->config.route.renormalize : &c->config.route.has_bias) = b;
+        *(key == K_RENORM ? &c->config.route.renormalize
+          : key == K_BIAS ? &c->config.route.has_bias
+                          : &c->config.route.has_router_bias) = b;
         return 0;
     case K_SCALING:
         /* a weight is scaling times a score <= 1, rounded to fp32: beyond

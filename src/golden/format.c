@@ -40,6 +40,7 @@ typedef struct {
 #define COND_SWIGLU DL_GOLDEN_IF_SWIGLU
 #define COND_SHARED DL_GOLDEN_IF_SHARED
 #define COND_SHARED_GATE DL_GOLDEN_IF_SHARED_GATE
+#define COND_ROUTER_BIAS DL_GOLDEN_IF_ROUTER_BIAS
 
 #define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
@@ -53,7 +54,8 @@ _Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
                    (int)DL_GOLDEN_IF_BIAS == (int)DL_COND_BIAS &&
                    (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU &&
                    (int)DL_GOLDEN_IF_SHARED == (int)DL_COND_SHARED &&
-                   (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE,
+                   (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE &&
+                   (int)DL_GOLDEN_IF_ROUTER_BIAS == (int)DL_COND_ROUTER_BIAS,
                "golden dataset conditions out of sync with dl_cond_t");
 
 _Static_assert(NTABLE <= DL_GOLDEN_DATASET_MAX, "more datasets than dl_golden_file_t's sets hold");
@@ -134,7 +136,6 @@ void dl_golden_free(dl_golden_file_t *g)
 
 /* ------------------------------------------------------------ names */
 
-static const char *const score_names[] = {"softmax", "sigmoid"};
 static const char *const group_names[] = {"max", "top2_sum", "topk_sum"};
 static const char *const ffn_names[] = {"swiglu", "plain"};
 static const char *const inputs_names[] = {"random", "zipf", "ties", "empty-experts", "one-hot",
@@ -149,11 +150,11 @@ static int lookup(const char *const *names, int n, const char *s)
     return -1;
 }
 
-const char *dl__golden_score_name(int v) { return v >= 0 && v < 2 ? score_names[v] : NULL; }
+const char *dl__golden_score_name(int v) { return dl_route_score_name((dl_score_fn_t)v); }
 const char *dl__golden_group_name(int v) { return v >= 0 && v < 3 ? group_names[v] : NULL; }
 const char *dl__golden_ffn_name(int v) { return v >= 0 && v < 2 ? ffn_names[v] : NULL; }
 const char *dl__golden_inputs_name(int v) { return v >= 0 && v < NINPUTS ? inputs_names[v] : NULL; }
-int dl__golden_score_parse(const char *s) { return lookup(score_names, 2, s); }
+int dl__golden_score_parse(const char *s) { return dl_route_score_parse(s); }
 int dl__golden_group_parse(const char *s) { return lookup(group_names, 3, s); }
 int dl__golden_ffn_parse(const char *s) { return lookup(ffn_names, 2, s); }
 int dl__golden_inputs_parse(const char *s) { return lookup(inputs_names, NINPUTS, s); }

@@ -15,7 +15,8 @@ enum {
     S_X = 1, S_ROUTER = 2, S_BIAS = 3, S_GATE = 4, S_UP = 5, S_DOWN = 6, S_DOUT = 7,
     S_OFFSET = 8,
     /* the shared experts' weights (doc/format.md) */
-    S_SHARED_GATE = 32, S_SHARED_UP = 33, S_SHARED_DOWN = 34, S_SHARED_SG = 35
+    S_SHARED_GATE = 32, S_SHARED_UP = 33, S_SHARED_DOWN = 34, S_SHARED_SG = 35,
+    S_ROUTER_BIAS = 20 /* the bias on the router logits */
 };
 
 static inline uint64_t mix(uint64_t z)
@@ -101,6 +102,7 @@ void dl_golden_inputs_free(dl_golden_inputs_t *in)
     free(in->shared_w_up);
     free(in->shared_w_down);
     free(in->shared_gate_weight);
+    free(in->router_bias);
     memset(in, 0, sizeof *in);
 }
 
@@ -108,7 +110,7 @@ dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in)
 {
     dl_moe_inputs_t v = {in->x, in->router_weight, in->expert_bias, in->w_gate,
                          in->w_up, in->w_down, in->d_out, in->shared_w_gate, in->shared_w_up,
-                         in->shared_w_down, in->shared_gate_weight};
+                         in->shared_w_down, in->shared_gate_weight, in->router_bias};
     return v;
 }
 
@@ -338,6 +340,14 @@ int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
     if (in->expert_bias)
         fill(in->expert_bias, E, c->seed, S_BIAS, 0.0625, DL_F32);
     fill(in->d_out, nx, c->seed, S_DOUT, 1.0, t);
+    /* the router-logit bias: N(0, 1/2), comparable to the logits' spread */
+    if (k->route.has_router_bias) {
+        if (!(in->router_bias = alloc_f(E))) {
+            dl_golden_inputs_free(in);
+            return DL_ENOMEM;
+        }
+        fill(in->router_bias, E, c->seed, S_ROUTER_BIAS, 0.5, DL_F32);
+    }
 
     if (c->inputs == DL_INPUTS_TIES)
         make_ties(c, in);

@@ -210,7 +210,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
         ifk = dl__golden_ffn_parse(fk);
     dl_dtype_t t;
     if (isf < 0)
-        FAILF(DL_EFORMAT, "/config: score_function '%s' is not softmax or sigmoid", sf);
+        FAILF(DL_EFORMAT, "/config: score_function '%s' is not softmax, sigmoid, sqrtsoftplus or softmax_topk", sf);
     if (igs < 0)
         FAILF(DL_EFORMAT, "/config: group_score '%s' is not max, top2_sum or topk_sum", gs);
     if (ifk < 0)
@@ -220,6 +220,11 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     dl_dtype_parse(dt, &t);
     if ((v[7] != 0 && v[7] != 1) || (v[8] != 0 && v[8] != 1))
         FAILF(DL_EFORMAT, "/config: renormalize and has_bias must be 0 or 1");
+    int64_t rbias = 0; /* optional: written only when set */
+    if ((rc = ATTR_I64(g, "/config", "has_router_bias", 0, &rbias)) < 0)
+        goto fail;
+    if (rbias != 0 && rbias != 1)
+        FAILF(DL_EFORMAT, "/config: has_router_bias must be 0 or 1");
     memset(c, 0, sizeof *c);
     c->tokens = v[0];
     c->hidden = v[1];
@@ -230,6 +235,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     c->route.topk_group = v[6];
     c->route.renormalize = (int)v[7];
     c->route.has_bias = (int)v[8];
+    c->route.has_router_bias = (int)rbias;
     c->route.score_fn = (dl_score_fn_t)isf;
     c->route.group_score = (dl_group_score_t)igs;
     c->route.scaling = scaling;

@@ -14,7 +14,9 @@ _Static_assert((int)DL_BACKEND_SWIGLU == (int)DL_FFN_SWIGLU &&
                    (int)DL_BACKEND_PLAIN == (int)DL_FFN_PLAIN,
                "backend ffn enum out of sync");
 _Static_assert((int)DL_BACKEND_SOFTMAX == (int)DL_SCORE_SOFTMAX &&
-                   (int)DL_BACKEND_SIGMOID == (int)DL_SCORE_SIGMOID,
+                   (int)DL_BACKEND_SIGMOID == (int)DL_SCORE_SIGMOID &&
+                   (int)DL_BACKEND_SQRTSOFTPLUS == (int)DL_SCORE_SQRTSOFTPLUS &&
+                   (int)DL_BACKEND_SOFTMAX_TOPK == (int)DL_SCORE_SOFTMAX_TOPK,
                "backend score enum out of sync");
 _Static_assert((int)DL_BACKEND_GROUP_MAX == (int)DL_GROUP_MAX &&
                    (int)DL_BACKEND_GROUP_TOP2_SUM == (int)DL_GROUP_TOP2_SUM &&

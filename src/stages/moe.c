@@ -88,6 +88,8 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return rc;
     if (c->route.has_bias && (rc = check_tensor(in->expert_bias, E, DL_F32)))
         return rc;
+    if (c->route.has_router_bias && (rc = check_tensor(in->router_bias, E, DL_F32)))
+        return rc;
     if (swiglu && ((rc = check_tensor(in->w_gate, E * d * f, t)) ||
                    (rc = check_tensor(in->w_up, E * d * f, t))))
         return rc;

@@ -13,6 +13,22 @@
 
 #define U 0x1p-53
 
+static const char *const score_names[] = {"softmax", "sigmoid", "sqrtsoftplus", "softmax_topk"};
+#define NSCORES ((int)(sizeof score_names / sizeof score_names[0]))
+
+const char *dl_route_score_name(dl_score_fn_t f)
+{
+    return (int)f >= 0 && (int)f < NSCORES ? score_names[f] : NULL;
+}
+
+int dl_route_score_parse(const char *name)
+{
+    for (int i = 0; name && i < NSCORES; i++)
+        if (strcmp(name, score_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 int dl_route_config_validate(const dl_route_config_t *c)
 {
     if (!c)
@@ -21,7 +37,7 @@ int dl_route_config_validate(const dl_route_config_t *c)
         return DL_EINVAL;
     if (c->top_k < 1 || c->top_k > c->experts)
         return DL_EINVAL;
-    if (c->score_fn != DL_SCORE_SOFTMAX && c->score_fn != DL_SCORE_SIGMOID)
+    if (!dl_route_score_name(c->score_fn))
         return DL_EINVAL;
     if (c->n_group < 1 || c->n_group > c->experts || c->experts % c->n_group != 0)
         return DL_EINVAL;
@@ -35,6 +51,35 @@ int dl_route_config_validate(const dl_route_config_t *c)
     if (!isfinite(c->scaling) || !(c->scaling > 0))
         return DL_EINVAL;
     return 0;
+}
+
+double dl_route_score_slope(const dl_route_config_t *c, float s)
+{
+    const double as = fabs((double)s);
+    switch (c->score_fn) {
+    case DL_SCORE_SIGMOID:
+        return fabs((double)s * (1.0 - (double)s));
+    case DL_SCORE_SQRTSOFTPLUS: /* sigmoid(l) / (2 sqrt(softplus(l))) */
+        return as == 0.0 ? 0.0 : -expm1(-as * as) / (2.0 * as) * (1.0 + 0x1p-40);
+    case DL_SCORE_SOFTMAX_TOPK:
+        return 1.0;
+    default:
+        return 0.0;
+    }
+}
+
+double dl_route_score_curvature(const dl_route_config_t *c, float s)
+{
+    switch (c->score_fn) {
+    case DL_SCORE_SIGMOID:
+        return fabs(1.0 - 2.0 * (double)s);
+    case DL_SCORE_SQRTSOFTPLUS:
+        /* g(s) = (1 - e^-u) / (2 s), u = s^2: g' = e^-u - (1 - e^-u) / (2u),
+         * 1/2 at u -> 0 and within [-0.11, 1/2] beyond */
+        return 0.5;
+    default:
+        return 0.0;
+    }
 }
 
 static int all_finite(const float *x, int64_t n)
@@ -53,6 +98,45 @@ static void set_err(int *err, int e)
 #endif
         *err = e;
     }
+}
+
+/* ---------------------------------------------------------------- logits */
+
+/* A column of T ones: a bias as one more GEMM term (1 * b is exact). */
+static float *ones(int64_t T)
+{
+    float *o = malloc((size_t)(T > 0 ? T : 1) * sizeof *o);
+    for (int64_t i = 0; o && i < T; i++)
+        o[i] = 1.0f;
+    return o;
+}
+
+int dl_route_logits(const float *x, int64_t T, int64_t d, const float *W, const float *b,
+                    int64_t E, float *logits, dl_tier_stats_t *stats)
+{
+    const int64_t all[2] = {0, T > 0 ? T : 0};
+    dl_gemm_term_t t[2] = {{x, d, W, DL_RHS_KN}};
+    if (!b)
+        return dl_gemm_grouped(t, 1, E, all, 1, DL_F32, logits, stats);
+    float *one = ones(T);
+    if (!one)
+        return DL_ENOMEM;
+    t[1] = (dl_gemm_term_t){one, 1, b, DL_RHS_KN};
+    int rc = dl_gemm_grouped(t, 2, E, all, 1, DL_F32, logits, stats);
+    free(one);
+    return rc;
+}
+
+int dl_route_bias_backward(const float *d_logits, int64_t T, int64_t E, float *d_b,
+                           dl_tier_stats_t *stats)
+{
+    const int64_t all[2] = {0, T > 0 ? T : 0};
+    float *one = ones(T);
+    if (!one)
+        return DL_ENOMEM;
+    int rc = dl_gemm_ragged_k(one, 1, d_logits, E, all, 1, DL_F32, d_b, stats);
+    free(one);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- scores */
@@ -83,6 +167,11 @@ int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
         float *s = scores + t * E;
         if (c->score_fn == DL_SCORE_SOFTMAX) {
             set_err(&err, dl__softmax_row(l, E, DL_F32, s));
+        } else if (c->score_fn == DL_SCORE_SOFTMAX_TOPK) {
+            memcpy(s, l, (size_t)E * sizeof *s); /* the selection is on the logits */
+        } else if (c->score_fn == DL_SCORE_SQRTSOFTPLUS) {
+            for (int64_t e = 0; e < E; e++)
+                set_err(&err, dl__sqrtsoftplus(l[e], &s[e]));
         } else {
             for (int64_t e = 0; e < E; e++) {
                 double r = 0.0;
@@ -228,6 +317,8 @@ int64_t dl_route_group_terms(const dl_route_config_t *c)
 static int weights_of(const dl_route_config_t *c, const float *s, const int32_t *ids, float *w)
 {
     const int64_t k = c->top_k;
+    if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
+        return dl__softmax_topk_weights(c->scaling, s, ids, k, w);
     if (!c->renormalize) {
         for (int64_t j = 0; j < k; j++)
             w[j] = scale_round(c->scaling, s[ids[j]]);
@@ -472,6 +563,8 @@ static int dscores_token(const dl_route_config_t *c, const float *s, const int32
 {
     const int64_t k = c->top_k;
     const double cs = c->scaling;
+    if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
+        return dl__softmax_topk_dscores(cs, s, ids, dw, k, ds);
     if (!c->renormalize) {
         for (int64_t j = 0; j < k; j++)
             ds[j] = scale_round(cs, dw[j]);
@@ -558,6 +651,18 @@ static int scores_vjp_row(const dl_route_config_t *c, const float *s, const floa
 {
     const int64_t E = c->experts;
     dl_acc_t acc;
+    if (c->score_fn == DL_SCORE_SOFTMAX_TOPK || c->score_fn == DL_SCORE_SQRTSOFTPLUS) {
+        int rc = 0;
+        for (int64_t e = 0; e < E && !rc; e++) {
+            if (!isfinite(ds[e]) || !isfinite(s[e]))
+                return DL_ENONFINITE;
+            if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
+                dl[e] = ds[e] == 0.0f ? 0.0f : ds[e]; /* the identity */
+            else
+                rc = dl__sqrtsoftplus_vjp(s[e], ds[e], &dl[e]);
+        }
+        return rc;
+    }
     if (c->score_fn == DL_SCORE_SIGMOID) {
         /* ds s (1 - s) = ds s - (ds s) s; ds s is exact in binary64 */
         for (int64_t e = 0; e < E; e++) {

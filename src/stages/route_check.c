@@ -5,7 +5,11 @@
  * rounding, and the derivative magnitudes that carry an absent upstream's
  * error into them (doc/tolerances.md, "Absent stages"):
  *   softmax: ds_e = s_e (dl_e - sum_j s_j dl_j),  sigmoid: ds = s (1 - s) dl,
- *   w_j = a s_j / S (renormalised, S = sum of the selected scores) or a s_j. */
+ *   w_j = a s_j / S (renormalised, S = sum of the selected scores) or a s_j;
+ *   the elementwise scores (sigmoid, sqrtsoftplus, softmax_topk's identity):
+ *   ds = g(s) dl, g the stage's dl_route_score_slope;
+ *   softmax over the top-k logits: w_j = a p_j, p the softmax of the k
+ *   selected logits. */
 #include "config.h"
 #include <string.h>
 #include "stages/stages_priv.h"
@@ -21,13 +25,27 @@ static int64_t *all_rows(const dl__vctx_t *v)
     return o;
 }
 
+/* The router-logit bias, NULL without one. */
+static const float *router_bias(const dl__vctx_t *v)
+{
+    return v->c->route.has_router_bias ? v->in->router_bias : NULL;
+}
+
+/* T ones: the router bias as one more GEMM term (its M provider's). */
+static const float *ones_T(const dl__vctx_t *v)
+{
+    float *o = v->alloc(v->actx, v->T > 0 ? v->T : 1, sizeof *o);
+    for (int64_t i = 0; o && i < v->T; i++)
+        o[i] = 1.0f;
+    return o;
+}
+
 /* ------------------------------------------------------ router forward */
 
 int dl__exact_router_logits(const dl__vctx_t *v, float *out)
 {
-    const int64_t all[2] = {0, v->T};
-    return dl__exact_grouped1(v->in->x, v->d, v->in->router_weight, DL_RHS_KN, v->E, all, 1,
-                              DL_F32, out);
+    return dl_route_logits(v->in->x, v->T, v->d, v->in->router_weight, router_bias(v), v->E, out,
+                           NULL);
 }
 
 int dl__mag_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -41,6 +59,13 @@ int dl__mag_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
     m->nops = 2;
     m->op[0] = v->act;
     m->op[1] = DL_F32;
+    if (router_bias(v)) { /* + 1 b: one more term of the sum */
+        const float *one = ones_T(v);
+        if (!one)
+            return DL_ENOMEM;
+        m->mp->terms[m->mp->nterms++] = (dl_gemm_term_t){one, 1, router_bias(v), DL_RHS_KN};
+        m->K = v->d + 1;
+    }
     return 0;
 }
 
@@ -102,9 +127,10 @@ void dl__route_score_prop_row(const dl_route_config_t *c, int64_t E, const float
     double sum = 0.0; /* softmax: ds_e <= s_e (dl_e + sum_j s_j dl_j) */
     for (int64_t e = 0; e < E; e++)
         sum += fabs((double)s[e]) * dl[e];
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = 0; e < E; e++) { /* elementwise: ds_e <= |g(s_e)| dl_e */
         const double se = fabs((double)s[e]);
-        out[e] = c->score_fn == DL_SCORE_SOFTMAX ? se * (dl[e] + sum) : se * (1.0 - se) * dl[e];
+        out[e] = c->score_fn == DL_SCORE_SOFTMAX ? se * (dl[e] + sum)
+                                                 : dl_route_score_slope(c, s[e]) * dl[e];
     }
 }
 
@@ -125,6 +151,79 @@ int dl__prop_router_scores(const dl__vctx_t *v, const float *sc, int64_t n, doub
 
 /* ------------------------------------------------------------- weights */
 
+/* Softmax over the top-k logits (DL_SCORE_SOFTMAX_TOPK): the exact rule's
+ * probabilities p[j] of one token's selection (binary64: magnitudes only),
+ * its largest selected score *mx and *zs = sum_j p_j |s_j - mx|, the terms
+ * of a rounded softmax's error (as the full softmax's dl__route_score_m). */
+static void stk_probs(const float *s, const int32_t *id, int64_t k, double *p, double *mx,
+                      double *zs)
+{
+    double S = 0.0;
+    *mx = -INFINITY;
+    *zs = 0.0;
+    for (int64_t j = 0; j < k; j++)
+        *mx = fmax(*mx, (double)s[id[j]]);
+    for (int64_t j = 0; j < k; j++)
+        S += p[j] = exp((double)s[id[j]] - *mx);
+    for (int64_t j = 0; j < k; j++) {
+        p[j] /= S;
+        *zs += p[j] * fabs((double)s[id[j]] - *mx);
+    }
+}
+
+/* The first-order error the absent scores (dl [E]) and d_weights (ddw [k])
+ * carry into one token's weights (dw_out [k], dw NULL) and d_scores
+ * (ds_out [E], dw its d_weights); any of dl, ddw, dw_out, ds_out NULL. */
+static void stk_prop(const dl_route_config_t *rc, const float *s, const int32_t *id,
+                     const float *dw, const double *dl, const double *ddw, double *dw_out,
+                     double *ds_out)
+{
+    const int64_t k = rc->top_k;
+    const double c = fabs(rc->scaling);
+    double p[DL__MAX_TOPK], mx, zs, mu = 0.0, pl = 0.0, pdd = 0.0, pr = 0.0;
+    stk_probs(s, id, k, p, &mx, &zs);
+    for (int64_t i = 0; i < k; i++) {
+        mu += p[i] * (dw ? dw[i] : 0.0);
+        pl += dl ? p[i] * dl[id[i]] : 0.0;
+        pdd += ddw ? p[i] * ddw[i] : 0.0;
+    }
+    for (int64_t i = 0; dw && i < k; i++)
+        pr += p[i] * fabs(dw[i] - mu) * (dl ? dl[id[i]] : 0.0);
+    for (int64_t j = 0; j < k; j++) {
+        const double dlj = dl ? dl[id[j]] : 0.0;
+        /* w_j = c p_j: dw_j <= c p_j (dl_j + sum_i p_i dl_i) */
+        if (dw_out)
+            dw_out[j] += c * p[j] * (dlj + pl);
+        /* ds_j = c p_j (dw_j - mu): from the d_weights c p_j (ddw_j + sum
+         * p ddw), from the scores c p_j (|dw_j - mu| (dl_j + sum p dl)
+         * + sum_i p_i |dw_i - mu| dl_i) */
+        if (ds_out)
+            ds_out[id[j]] += c * p[j] * ((ddw ? ddw[j] : 0.0) + pdd +
+                                         (dw ? fabs(dw[j] - mu) : 0.0) * (dlj + pl) + pr);
+    }
+}
+
+/* M of softmax_topk's weights [T, k] (c p_j, k exps, their sum, a quotient). */
+static int stk_weights_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
+{
+    const float *sc = EF(ROUTER_SCORES);
+    const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
+    const int64_t E = v->E, k = v->k;
+    const double c = fabs(v->c->route.scaling);
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++) {
+        double p[DL__MAX_TOPK], mx, zs;
+        stk_probs(sc + t * E, ids + t * k, k, p, &mx, &zs);
+        for (int64_t j = 0; j < k; j++)
+            a[t * k + j] = c * p[j] * (1.0 + fabs((double)sc[t * E + ids[t * k + j]] - mx) + zs);
+    }
+    m->K = k + 2;
+    return 0;
+}
+
 int dl__exact_topk_weights(const dl__vctx_t *v, float *out)
 {
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
@@ -142,6 +241,8 @@ int dl__exact_topk_weights(const dl__vctx_t *v, float *out)
 
 int dl__mag_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
+    if (v->c->route.score_fn == DL_SCORE_SOFTMAX_TOPK)
+        return stk_weights_m(v, n, m);
     m->mp = NULL;
     m->K = v->c->route.renormalize ? v->k + 1 : 1; /* the sum S, the quotient, scaling */
     return 0;
@@ -166,6 +267,11 @@ int dl__prop_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double
     if (!ds)
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
+        if (v->c->route.score_fn == DL_SCORE_SOFTMAX_TOPK) {
+            stk_prop(&v->c->route, sc + t * E, ids + t * k, NULL, ds + t * E, NULL, out + t * k,
+                     NULL);
+            continue;
+        }
         if (!v->c->route.renormalize) {
             for (int64_t j = 0; j < k; j++)
                 out[t * k + j] += a * ds[t * E + ids[t * k + j]];
@@ -206,9 +312,22 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
+    const int stk = rc->score_fn == DL_SCORE_SOFTMAX_TOPK;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < v->T; t++) {
         double *mt = a + t * E;
+        if (stk) { /* c p_j (dw_j - sum p dw): p_j as a rounded softmax, the sum's terms */
+            double p[DL__MAX_TOPK], mx, zs, pa = 0.0;
+            stk_probs(scores + t * E, ids + t * k, k, p, &mx, &zs);
+            for (int64_t j = 0; j < k; j++)
+                pa += p[j] * fabs((double)d_w[t * k + j]);
+            for (int64_t j = 0; j < k; j++) {
+                const double lj = scores[t * E + ids[t * k + j]];
+                mt[ids[t * k + j]] = sc * p[j] * (fabs((double)d_w[t * k + j]) + pa) *
+                                     (1.0 + fabs(lj - mx) + zs);
+            }
+            continue;
+        }
         double S = 0.0, cross = 0.0;
         for (int64_t j = 0; j < k; j++) {
             double s = scores[t * E + ids[t * k + j]];
@@ -223,7 +342,7 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
     }
     /* the longest chain of roundings: sum_j dw_j s_j (k), S^2 (2k-1), the
      * quotient and the difference */
-    m->K = rc->renormalize ? 3 * k + 1 : 1;
+    m->K = stk ? 2 * k + 3 : rc->renormalize ? 3 * k + 1 : 1;
     return 0;
 }
 
@@ -238,6 +357,11 @@ int dl__prop_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dou
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
         const int32_t *id = ids + t * k;
+        if (v->c->route.score_fn == DL_SCORE_SOFTMAX_TOPK) {
+            stk_prop(&v->c->route, sc + t * E, id, dw + t * k, dsc ? dsc + t * E : NULL,
+                     ddw ? ddw + t * k : NULL, NULL, out + t * E);
+            continue;
+        }
         if (!v->c->route.renormalize) { /* ds = a dw */
             for (int64_t j = 0; j < k; j++)
                 out[t * E + id[j]] += ddw ? a * ddw[t * k + j] : 0.0;
@@ -277,6 +401,7 @@ int dl__mag_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__
     const float *scores = EF(ROUTER_SCORES), *d_scores = EF(D_ROUTER_SCORES);
     const int64_t E = v->E;
     const int softmax = v->c->route.score_fn == DL_SCORE_SOFTMAX;
+    const int sigmoid = v->c->route.score_fn == DL_SCORE_SIGMOID;
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -288,7 +413,8 @@ int dl__mag_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__
             asig += fabs((double)s[j] * (double)ds[j]);
         for (int64_t e = 0; e < E; e++)
             a[t * E + e] = softmax ? fabs((double)s[e]) * (fabs((double)ds[e]) + asig)
-                                   : fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]));
+                           : sigmoid ? fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]))
+                                     : fabs((double)ds[e]) * dl_route_score_slope(&v->c->route, s[e]);
     }
     /* softmax: sigma = sum of E products (E), the difference, the product;
      * sigmoid: 1 - s, two products */
@@ -305,6 +431,16 @@ int dl__prop_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dou
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
         const float *st = sc + t * E, *dt = ds + t * E;
+        if (v->c->route.score_fn != DL_SCORE_SOFTMAX &&
+            v->c->route.score_fn != DL_SCORE_SIGMOID) { /* dl = ds g(s): slope, curvature */
+            for (int64_t e = 0; e < E; e++)
+                out[t * E + e] +=
+                    (dds ? dl_route_score_slope(&v->c->route, st[e]) * dds[t * E + e] : 0.0) +
+                    (dsc ? fabs((double)dt[e]) * dl_route_score_curvature(&v->c->route, st[e]) *
+                               dsc[t * E + e]
+                         : 0.0);
+            continue;
+        }
         if (v->c->route.score_fn != DL_SCORE_SOFTMAX) { /* dl = ds s (1 - s) */
             for (int64_t e = 0; e < E; e++)
                 out[t * E + e] += (dds ? st[e] * (1.0 - st[e]) * dds[t * E + e] : 0.0) +
@@ -345,6 +481,29 @@ int dl__mag_d_router_weight(const dl__vctx_t *v, const float *g, int64_t n, dl__
     m->K = v->T;
     m->nops = 2;
     m->op[0] = v->act;
+    m->op[1] = DL_F32;
+    return 0;
+}
+
+/* The router bias's gradient, 1^T d_logits: the ragged-K GEMM of a column of ones. */
+int dl__exact_d_router_bias(const dl__vctx_t *v, float *out)
+{
+    return dl_route_bias_backward(EF(D_ROUTER_LOGITS), v->T, v->E, out, NULL);
+}
+
+int dl__mag_d_router_bias(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
+    int64_t *o = all_rows(v);
+    const float *one = ones_T(v);
+    if (!o || !one)
+        return DL_ENOMEM;
+    *m->mp = (dl__mprov_t){.kind = DL__M_RAGGED, .a = one, .I = 1, .b = EF(D_ROUTER_LOGITS),
+                           .N = v->E, .off = o, .E = 1};
+    m->rows = 1;
+    m->cols = v->E;
+    m->K = v->T;
+    m->nops = 2;
+    m->op[0] = DL_F32;
     m->op[1] = DL_F32;
     return 0;
 }

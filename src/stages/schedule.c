@@ -39,10 +39,9 @@ static int swiglu(const dl_stage_view_t *v)
 
 static int p_router_logits(const dl_stage_view_t *v)
 {
-    const int64_t all[2] = {0, v->c.tokens};
-    dl_gemm_term_t t = {v->in.x, v->c.hidden, v->in.router_weight, DL_RHS_KN};
-    return dl_gemm_grouped(&t, 1, v->c.route.experts, all, 1, DL_F32, v->f.router_logits,
-                           v->stats);
+    return dl_route_logits(v->in.x, v->c.tokens, v->c.hidden, v->in.router_weight,
+                           v->c.route.has_router_bias ? v->in.router_bias : NULL,
+                           v->c.route.experts, v->f.router_logits, v->stats);
 }
 
 static int p_router_scores(const dl_stage_view_t *v)
@@ -319,6 +318,12 @@ static int p_d_shared_w_up(const dl_stage_view_t *v)
                     v->b.d_shared_w_up);
 }
 
+static int p_d_router_bias(const dl_stage_view_t *v)
+{
+    return dl_route_bias_backward(v->b.d_router_logits, v->c.tokens, v->c.route.experts,
+                                  v->b.d_router_bias, v->stats);
+}
+
 static int p_d_x(const dl_stage_view_t *v)
 {
     const int gated = dl_cond_applies(DL_COND_SHARED_GATE, &v->c); /* reads no shared_gate */
@@ -344,7 +349,8 @@ static int p_d_x(const dl_stage_view_t *v)
 /* P(name, span, pass, cond, reads, reads_plain (0: the same), writes), in
  * dependency order (the order of DL_VALUE_MAP's values they write). */
 #define DL_SCHEDULE_MAP(P)                                                                      \
-    P(router_logits, TOKENS, FW, ALWAYS, R(IN_X) | R(IN_ROUTER_WEIGHT), 0, R(ROUTER_LOGITS))          \
+    P(router_logits, TOKENS, FW, ALWAYS, R(IN_X) | R(IN_ROUTER_WEIGHT) | R(IN_ROUTER_BIAS), 0,     \
+      R(ROUTER_LOGITS))                                                                         \
     P(router_scores, TOKENS, FW, ALWAYS, R(ROUTER_LOGITS), 0, R(ROUTER_SCORES))                 \
     P(topk_ids, TOKENS, FW, ALWAYS, R(ROUTER_SCORES) | R(IN_EXPERT_BIAS), 0,                       \
       R(TOPK_IDS) | R(TOPK_WEIGHTS) | R(TIE_MARGIN))                                            \
@@ -381,6 +387,7 @@ static int p_d_x(const dl_stage_view_t *v)
     P(d_router_scores, TOKENS, BW, ALWAYS, R(ROUTER_SCORES) | R(TOPK_IDS) | R(D_TOPK_WEIGHTS),  \
       0, R(D_ROUTER_SCORES) | R(D_ROUTER_LOGITS))                                               \
     P(d_router_weight, ALL, BW, ALWAYS, R(IN_X) | R(D_ROUTER_LOGITS), 0, R(D_ROUTER_WEIGHT))      \
+    P(d_router_bias, ALL, BW, ROUTER_BIAS, R(D_ROUTER_LOGITS), 0, R(D_ROUTER_BIAS))             \
     P(d_shared_gate, TOKENS, BW, SHARED_GATE, R(IN_D_OUT) | R(SHARED_Y) | R(SHARED_GATE), 0,     \
       R(D_SHARED_GATE))                                                                         \
     P(d_shared_gate_logit, TOKENS, BW, SHARED_GATE, R(D_SHARED_GATE) | R(SHARED_GATE), 0,       \

@@ -89,6 +89,21 @@ static inline int dl__float_verdict(uint32_t b, dl_dtype_t t)
     return nonfinite ? 2 : !ok;
 }
 
+/* The routing rules of route_fn.c, each exact then rounded once to fp32 (0
+ * or DL_EINTERNAL when MPFR's loop gives up: a bug):
+ *   dl__sqrtsoftplus:     s = sqrt(softplus(l)) = sqrt(log(1 + exp(l)))
+ *   dl__sqrtsoftplus_vjp: dl = ds (1 - exp(-s^2)) / (2 s) at the stored s
+ *                         (+0 for s = 0 or ds = 0)
+ *   dl__softmax_topk_weights: w[j] = c exp(s_j) / sum_i exp(s_i) over the
+ *                         k selected scores s_i = s[ids[i]]
+ *   dl__softmax_topk_dscores: ds[j] = c p_j (dw_j - sum_i p_i dw_i), p the
+ *                         exact softmax of the selected scores; exact zeros +0 */
+int dl__sqrtsoftplus(float l, float *s);
+int dl__sqrtsoftplus_vjp(float s, float ds, float *dl);
+int dl__softmax_topk_weights(double c, const float *s, const int32_t *ids, int64_t k, float *w);
+int dl__softmax_topk_dscores(double c, const float *s, const int32_t *ids, const float *dw,
+                             int64_t k, float *ds);
+
 /* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
  * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);

@@ -78,7 +78,8 @@ def _applies(row, c):
     return (row["cond"] == "always" or (row["cond"] == "bias" and c["has_bias"] == "1") or
             (row["cond"] == "swiglu" and c["ffn_kind"] == "swiglu") or
             (row["cond"] == "shared" and shared) or
-            (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1"))
+            (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1") or
+            (row["cond"] == "router_bias" and str(c.get("router_bias", 0)) == "1"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,6 +148,8 @@ def _text(cfg, arrays):
         if key not in cfg and a is not None and len(np.shape(a)) > axis:
             cfg[key] = np.shape(a)[axis]
     cfg.setdefault("has_bias", int(arrays.get("expert_bias") is not None))
+    if arrays.get("router_bias") is not None:  # only then: older texts stay as they were
+        cfg.setdefault("router_bias", 1)
     cfg.setdefault("ffn_kind", "swiglu" if arrays.get("w_gate") is not None else "plain")
     if arrays.get("x") is not None:
         cfg.setdefault("dtype", str(jnp.dtype(_dtype_of(arrays["x"]))))
@@ -233,7 +236,8 @@ def _layer_bwd(spec, vals, cts):
 _layer.defvjp(_layer_fwd, _layer_bwd, symbolic_zeros=True)
 
 
-def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, *, config):
+def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, router_bias=None, *,
+                config):
     """The layer's forward pass by the exact oracle, inside any JAX program
     (jit, grad): {stage name: array} of every forward stage value
     (router_logits ... out), bit-identical to `dropless gen`. Differentiable
@@ -242,20 +246,23 @@ def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, *, con
     the arrays). The target runs on the CPU platform: call it under a CPU
     jit with host arrays. Raises dropless.Error for a bad configuration, a
     wrong shape or dtype; NaN inputs fail the call (an XLA runtime error
-    with the library's message)."""
+    with the library's message). router_bias: the bias on the logits
+    (router_bias = 1), differentiable like the weights."""
     register()
     spec, ops = _prepare("moe_forward", config, {
         "x": x, "router_weight": router_weight, "expert_bias": expert_bias, "w_gate": w_gate,
-        "w_up": w_up, "w_down": w_down}, backward=False)
+        "w_up": w_up, "w_down": w_down, "router_bias": router_bias}, backward=False)
     return _layer(spec, *ops)
 
 
-def moe_backward(x, router_weight, w_gate, w_up, w_down, d_out, expert_bias=None, *, config):
+def moe_backward(x, router_weight, w_gate, w_up, w_down, d_out, expert_bias=None,
+                 router_bias=None, *, config):
     """The layer's backward pass by the exact oracle at d_out: {stage name:
     array} of every backward stage value (d_topk_weights ... d_x), the
     weight gradients in fp32 as the golden stores them."""
     register()
     spec, ops = _prepare("moe_backward", config, {
         "x": x, "router_weight": router_weight, "expert_bias": expert_bias, "w_gate": w_gate,
-        "w_up": w_up, "w_down": w_down, "d_out": d_out}, backward=True)
+        "w_up": w_up, "w_down": w_down, "d_out": d_out, "router_bias": router_bias},
+        backward=True)
     return _call(BACKWARD, spec, "backward", ops)

@@ -36,6 +36,34 @@ class Skip(Exception):
     """A backend that does not apply to this case (not an error)."""
 
 
+class Unsupported(ValueError):
+    """A case whose layer the adapters' backends cannot express: refused by
+    name before any backend runs, so no candidate of another layer is written."""
+
+
+# the routing the backends implement: softmax or sigmoid over all E logits,
+# no bias on the logits (torch_adapter.py, jax_adapter.py)
+EXPRESSED_SCORES = ("softmax", "sigmoid")
+
+
+def unsupported(cfg):
+    """The name of the first variant of case config cfg that the backends do
+    not express (None when they express the whole layer)."""
+    if cfg.get("score_function") not in EXPRESSED_SCORES:
+        return "score_function = %s" % cfg.get("score_function")
+    if int(cfg.get("router_bias", 0) or cfg.get("has_router_bias", 0) or 0):  # library, h5py
+        return "router_bias = 1 (a bias on the router logits)"
+    return None
+
+
+def refuse_unsupported(g, where):
+    """Raises Unsupported naming the variant of golden g the backends lack."""
+    why = unsupported(g.config)
+    if why:
+        raise Unsupported("%s: %s: %s is not expressed by the GPU adapters (they route by "
+                          "softmax or sigmoid over the plain router GEMM)" % (where, g.case, why))
+
+
 def group_terms(cfg):
     """The keys a group score adds up, the rule of dl_route_group_terms (1
     for max, 2 for top2_sum, top_k / topk_group for topk_sum; at least 1, at
@@ -205,6 +233,7 @@ def run_modes(golden_path, outdir, modes, backends, info, device, log=print, rep
     if how != "dropless.load":
         log("%s: golden read by %s" % (golden_path, how[:160]))
     with g:
+        refuse_unsupported(g, golden_path)
         for mode in modes:
             t0 = time.time()
             try:
@@ -263,6 +292,9 @@ def adapter_main(argv, doc, available, run, modes_all):
     for p in a.golden:
         try:
             out, errors = run(p, a.outdir, modes, a.device, repeat=not a.no_repeat)
+        except Unsupported as e:  # a layer no backend expresses: said, not an error
+            print("skipped: %s" % e, file=sys.stderr)
+            continue
         except Exception as e:  # one bad file must not stop the others
             traceback.print_exc()
             print("%s: %s: %s" % (p, type(e).__name__, e), file=sys.stderr)
