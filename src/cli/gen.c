@@ -636,7 +636,7 @@ int dl_cli_cases(int argc, char **argv)
         printf("%-24s T=%-5" PRId64 " d=%-5" PRId64 " f=%-6" PRId64 " E=%-4" PRId64
                " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s%s\n",
                c->name, k->tokens, k->hidden, k->ffn, r->experts, r->top_k, route,
-               k->ffn_kind == DL_FFN_PLAIN ? "plain" : "swiglu", dl_dtype_name(k->dtype),
+               dl_ffn_name(k->ffn_kind), dl_dtype_name(k->dtype),
                r->renormalize ? "norm" : "", sz,
                c->tier == DL_TIER_KERNEL  ? "  on demand (kernel)"
                : c->tier == DL_TIER_LAYER ? "  on demand (layer)"

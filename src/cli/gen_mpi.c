@@ -568,6 +568,9 @@ static int refuse(const run_t *x, const char *path, int slices, const dl_golden_
     const dl_moe_config_t *k = &x->c->config;
     if (dl_moe_config_validate(k))
         snprintf(err, sizeof err, "case %s: invalid configuration", x->c->name), rc = 1;
+    else if (k->ffn_bias)
+        snprintf(err, sizeof err, "case %s: ffn_bias: mpirun dropless gen does not place the "
+                 "expert biases yet; generate it with one process", x->c->name), rc = 1;
     else if (k->route.experts % x->R)
         snprintf(err, sizeof err, "case %s: mpirun -np %d: the process count must divide the %lld "
                  "experts (each rank owns E/R of them)", x->c->name, x->R,
@@ -606,7 +609,7 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
     const dl_moe_config_t *k = &c->config;
     x->T = k->tokens, x->d = k->hidden, x->f = k->ffn, x->E = k->route.experts;
     x->k = k->route.top_k, x->per = x->E / x->R;
-    const int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
+    const int swiglu = DL_FFN_GATED(k->ffn_kind);
     dl_ep_source_range(x->T, x->R, x->me, &x->tb, &x->te);
     x->Ts = x->te - x->tb;
     TRY("drawing the inputs", dl_case_inputs_tokens(c, &x->in));
