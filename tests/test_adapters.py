@@ -189,6 +189,24 @@ check("h5io: the h5py reader and writer agree with the package's", t_h5io)
 check("stage-isolated groups: every stage in one, none holding its own upstream", t_groups)
 check("emit: a candidate file with its attributes, read back by the runner", t_emit)
 
+
+def t_refuse_variants():
+    # the FFN variants the adapters' layers cannot express are refused by
+    # name before any backend runs (a backend that would run fails the test)
+    def never(g, device):
+        raise AssertionError("a backend ran on " + g.case)
+    for case, word in (("gpt-oss-like-bf16", "swiglu-clamp"), ("geglu-tanh", "geglu-tanh")):
+        with dropless.generate(case) as g:
+            path = g.save(os.path.join(TMP, case + ".h5"))
+        written, errors = common.run_modes(path, TMP, ["isolated"], {"isolated": never},
+                                           lambda g: ("0", "cpu"), "cpu", log=lambda s: None)
+        assert not written and len(errors) == 1 and word in errors[0]["error"], errors
+    assert "ffn_bias" in common.unsupported({"ffn_kind": "swiglu", "ffn_bias": "1"})
+    assert common.unsupported({"ffn_kind": "swiglu"}) is None  # and a supported one runs
+
+
+check("the FFN variants the adapters cannot express are refused by name", t_refuse_variants)
+
 # ---------------------------------------------------------------- adapters
 
 PROFILES = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc"}
