@@ -43,6 +43,9 @@ check "an ffn_bias case needs a gated FFN: a plain one is refused in one line (e
 check "shared experts with another FFN kind: refused in one line, named (exit 2)" \
     'printf "tokens = 4\nhidden = 8\nexperts = 4\ntop_k = 2\nffn_kind = geglu-tanh\nshared_experts = 1\nshared_ffn = 4\n" >"$T/sg.case" &&
      run 2 gen --config "$T/sg.case" -o "$T/sg.h5" && one_line_err && grep -q "geglu-tanh" "$T/err"'
+check "dropless run: the backend ABI's missing FFN variant is named, exit 2" \
+    'run 2 run --backend "$top_builddir/tests/backends/.libs/plain.so" "$T/gpt-oss-like.h5" &&
+     one_line_err && grep -q "no swiglu-clamp" "$T/err"'
 if grep -q '^#define DL_HAVE_MPI 1' "$top_builddir/config.h" 2>/dev/null && command -v mpirun >/dev/null 2>&1; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
     export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMP_NUM_THREADS OPENBLAS_NUM_THREADS
