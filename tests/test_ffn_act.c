@@ -344,6 +344,62 @@ START_TEST(deriv_finite_differences)
 }
 END_TEST
 
+/* relu2 (non-gated, Nemotron): h = RN(relu(u)^2), d_u = RN(2 dh relu(u)),
+ * against MPFR squares and products on random, wide-range and boundary
+ * inputs (0, -0, negatives: h = d_u = +0, the subgradient at 0 is 0); the
+ * gate argument is unused (NULL), and d_g is never written. */
+static double relu2_ref(double u, double dh, int which, dl_dtype_t t)
+{
+    if (!(u > 0) || (which == DU && dh == 0.0))
+        return 0.0;
+    mpfr_t r;
+    mpfr_init2(r, 256);
+    mpfr_set_d(r, u, MPFR_RNDN);
+    if (which == H)
+        mpfr_sqr(r, r, MPFR_RNDN);
+    else {
+        mpfr_mul_d(r, r, dh, MPFR_RNDN);
+        mpfr_mul_ui(r, r, 2, MPFR_RNDN);
+    }
+    double v = mpref_round(r, t);
+    mpfr_clear(r);
+    return v;
+}
+
+START_TEST(relu2_vs_mpfr)
+{
+    dl_test_rng_t r = {950};
+    enum { N = 4000 };
+    static float u[N], dh[N], h[N], du[N], dg[N];
+    for (int ti = 0; ti < 3; ti++) {
+        dl_dtype_t t = act_types[ti];
+        dl_moe_config_t c = cfg(DL_FFN_RELU2, t);
+        for (int i = 0; i < N; i++) {
+            /* |u|, |dh| < 2^7 in fp16 so that u^2 and 2 u dh stay finite */
+            u[i] = on_grid(i < 8 ? (double)(i - 4) * 0.5 : t == DL_F16 ? fmin(fabs(wide(&r, -20, 6)), 120) * ((i & 1) ? 1 : -1) : random_mult(&r, t), t);
+            dh[i] = on_grid(t == DL_F16 ? wide(&r, -12, 6) : random_mult(&r, t), t);
+            dg[i] = 12345.0f;
+        }
+        u[0] = -0.0f;
+        ck_assert_int_eq(dl_ffn_act(&c, NULL, u, N, h), 0);
+        ck_assert_int_eq(dl_ffn_act_backward(&c, NULL, u, dh, N, dg, du), 0);
+        for (int i = 0; i < N; i++) {
+            ck_assert_msg(same_value(h[i], relu2_ref(u[i], dh[i], H, t)), "%s h(%a) = %a",
+                          dl_dtype_name(t), u[i], h[i]);
+            ck_assert_msg(same_value(du[i], relu2_ref(u[i], dh[i], DU, t)), "%s d_u(%a, %a) = %a",
+                          dl_dtype_name(t), u[i], dh[i], du[i]);
+            ck_assert(dg[i] == 12345.0f); /* relu2 has no gate gradient */
+            ck_assert(!(u[i] <= 0) || (h[i] == 0 && !signbit(h[i]) && du[i] == 0 && !signbit(du[i])));
+        }
+        dl_ffn_act_deriv_t d; /* its derivatives for the tolerances: in u alone */
+        dl_ffn_act_deriv(&c, 99.0, 3.0, &d);
+        ck_assert(d.h == 9.0 && d.hu == 6.0 && d.huu == 2.0 && d.hg == 0.0 && d.hgg == 0.0);
+        dl_ffn_act_deriv(&c, 99.0, -3.0, &d);
+        ck_assert(d.h == 0.0 && d.hu == 0.0 && d.huu == 0.0);
+    }
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -353,6 +409,7 @@ int main(void)
         DL_TEST("ffn_act", "clamp", clamp_subgradient, 30),
         DL_TEST("ffn_act", "errors", errors_and_aliasing, 30),
         DL_TEST("ffn_act", "derivatives", deriv_finite_differences, 30),
+        DL_TEST("ffn_act", "relu2", relu2_vs_mpfr, 60),
     };
     return dl_test_main(tests, (int)(sizeof tests / sizeof tests[0]));
 }

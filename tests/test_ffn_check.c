@@ -391,6 +391,55 @@ START_TEST(case_file_keys)
 }
 END_TEST
 
+/* relu2 (nemotron-like, non-gated): the golden is its own conformant
+ * candidate and has no gate values; a kernel computing relu(u)^2 and its
+ * VJP in fp32 arithmetic, rounded to the type, is conformant; relu without
+ * the square, the gradient without its factor 2, or a gradient let through
+ * where u < 0 FAIL the value they break (each on the golden's upstream). */
+static dl_check_report_t relu2_with(const layer_t *l, int defect, float *h, float *du)
+{
+    const int64_t n = dl_value_numel(&l->k.config, DL_VALUE_H_ACT);
+    const float *u = l->f.h_up, *dh = l->b.d_h_act;
+    for (int64_t i = 0; i < n; i++) {
+        const float r = u[i] > 0 ? u[i] : 0.0f;
+        h[i] = (float)dl_round(defect == 1 ? r : r * r, l->k.config.dtype);
+        du[i] = (float)dl_round(defect == 2 ? dh[i] * r : defect == 3 ? 2.0f * dh[i] * u[i]
+                                                                       : 2.0f * dh[i] * r,
+                                l->k.config.dtype);
+    }
+    dl_moe_forward_t f = l->f;
+    dl_moe_backward_t b = l->b;
+    f.h_act = h;
+    b.d_h_up = du;
+    return run(l, &f, &b);
+}
+
+START_TEST(relu2_both_ways)
+{
+    layer_t l;
+    layer(&l, _i ? "nemotron-like-bf16" : "nemotron-like");
+    ck_assert(!l.f.h_gate && !l.b.d_h_gate && !l.b.d_w_gate && !l.gi.w_gate && l.gi.w_up);
+    dl_check_report_t r = run(&l, &l.f, &l.b);
+    ck_assert_int_eq(r.verdict, DL_VERDICT_PASS);
+    ck_assert_int_eq(verdict_of(&r, DL_VALUE_D_X_SORTED), DL_VERDICT_PASS);
+    dl_check_report_free(&r);
+    const int64_t n = dl_value_numel(&l.k.config, DL_VALUE_H_ACT);
+    float *h = malloc(n * sizeof *h), *du = malloc(n * sizeof *du);
+    static const dl_value_t broken[4] = {DL_VALUE_NONE, DL_VALUE_H_ACT, DL_VALUE_D_H_UP,
+                                         DL_VALUE_D_H_UP};
+    for (int defect = 0; defect < 4; defect++) {
+        r = relu2_with(&l, defect, h, du);
+        ck_assert_msg(r.verdict == (defect ? DL_VERDICT_FAIL : DL_VERDICT_PASS), "defect %d", defect);
+        if (defect)
+            ck_assert_int_eq(verdict_of(&r, broken[defect]), DL_VERDICT_FAIL);
+        ck_assert_int_eq(verdict_of(&r, DL_VALUE_H_UP), DL_VERDICT_PASS); /* upstream untouched */
+        dl_check_report_free(&r);
+    }
+    free(h), free(du);
+    layer_free(&l);
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -403,6 +452,7 @@ int main(void)
         DL_TEST_LOOP("ffn_check", "biases", biases_vs_mpfr, 0, 2, 120),
         DL_TEST("ffn_check", "biases", bias_defects_fail, 60),
         DL_TEST("ffn_check", "case_file", case_file_keys, 60),
+        DL_TEST_LOOP("ffn_check", "relu2", relu2_both_ways, 0, 2, 120),
     };
     return dl_test_main(tests, (int)(sizeof tests / sizeof tests[0]));
 }

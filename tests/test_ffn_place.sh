@@ -6,7 +6,7 @@
 # their gradients are the full file's rows of its experts. Speaks TAP.
 NAME=ffn_place
 . "${top_srcdir:-.}/tests/cli_lib.sh"
-cases="gpt-oss-like gpt-oss-like-bf16 gpt-oss-like-fp16 swiglu-clamp-tight-fp16 geglu-tanh-bf16"
+cases="gpt-oss-like gpt-oss-like-bf16 gpt-oss-like-fp16 swiglu-clamp-tight-fp16 geglu-tanh-bf16 nemotron-like-bf16"
 for c in $cases; do
     "$DL" gen -q -o "$T/$c.h5" "$c"
     check "$c: gen --stream writes the in-memory bytes" \
@@ -55,7 +55,7 @@ if grep -q '^#define DL_HAVE_MPI 1' "$top_builddir/config.h" 2>/dev/null && comm
         ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
             mpirun --oversubscribe -np "$np" "$DL" "$@" >"$T/out" 2>"$T/err"
     }
-    for c in gpt-oss-like gpt-oss-like-fp16 geglu-tanh-bf16; do
+    for c in gpt-oss-like gpt-oss-like-fp16 geglu-tanh-bf16 nemotron-like-bf16; do
         for np in 2 4; do
             check "mpirun -np $np gen $c is byte-identical to gen" \
                 'mpi $np gen $c -q -o "$T/$c.$np.h5" && cmp "$T/$c.h5" "$T/$c.$np.h5"'

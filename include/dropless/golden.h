@@ -131,10 +131,11 @@ typedef enum {
 typedef enum {
     DL_GOLDEN_ALWAYS = 0,
     DL_GOLDEN_IF_BIAS = 1,  /* present only when route.has_bias */
-    DL_GOLDEN_IF_SWIGLU = 2, /* present only with a gated FFN */
+    DL_GOLDEN_IF_SWIGLU = 2, /* present only with a hidden layer (gated or relu2) */
     DL_GOLDEN_IF_SHARED = 3, /* present only with shared experts */
     DL_GOLDEN_IF_SHARED_GATE = 4, /* present only with the shared experts' gate */
-    DL_GOLDEN_IF_FFN_BIAS = 5 /* present only with ffn_bias */
+    DL_GOLDEN_IF_FFN_BIAS = 5, /* present only with ffn_bias */
+    DL_GOLDEN_IF_GATE = 6 /* present only with a gated FFN */
 } dl_golden_cond_t;
 
 /* One dataset of the format. dims are symbols: 'T' tokens, 'd' hidden,

@@ -16,12 +16,16 @@ typedef enum {
     /* gpt-oss: gc = min(x Wg, limit), uc = clamp(x Wu, -limit, limit),
      * y = ((uc + 1) * gc * sigmoid(alpha gc)) Wd (act_alpha, act_limit) */
     DL_FFN_SWIGLU_CLAMP = 2,
-    DL_FFN_GEGLU_TANH = 3 /* y = (gelu_tanh(x Wg) * (x Wu)) Wd */
+    DL_FFN_GEGLU_TANH = 3, /* y = (gelu_tanh(x Wg) * (x Wu)) Wd */
+    DL_FFN_RELU2 = 4 /* non-gated (Nemotron): y = relu(x Wu)^2 Wd, no w_gate */
 } dl_ffn_t;
 
 /* 1 for the gated FFNs (h_gate, h_up, h_act exist), 0 for DL_FFN_PLAIN. */
 #define DL_FFN_GATED(k) ((k) == DL_FFN_SWIGLU || (k) == DL_FFN_SWIGLU_CLAMP || \
                          (k) == DL_FFN_GEGLU_TANH)
+/* 1 for the FFNs with a hidden layer (h_up, h_act exist): the gated ones
+ * and DL_FFN_RELU2; 0 for DL_FFN_PLAIN. */
+#define DL_FFN_HIDDEN(k) (DL_FFN_GATED(k) || (k) == DL_FFN_RELU2)
 
 typedef struct {
     int64_t tokens, hidden, ffn; /* T, d, f (f = d in DL_FFN_PLAIN) */
@@ -149,13 +153,14 @@ DL_EXTERN int dl_ffn_act_backward(const dl_moe_config_t *c, const float *g, cons
 
 /* The activation's value and derivatives at (g, u) in binary64 (not
  * rounded: for the runner's tolerances): h, dh/dg, dh/du, d2h/dg2,
- * d2h/dgdu (d2h/du2 is 0 for every kind); and the scales of the rounding
+ * d2h/dgdu, d2h/du2 (huu: 0 but for relu2, whose h = relu(u)^2 is in u
+ * alone, g unused); and the scales of the rounding
  * errors of the usual evaluations, the sums of their terms' magnitudes:
  * hm of h, hum of dh/du, hgm of dh/dg (GeGLU-tanh: of the model code's
  * g (1 + tanh) / 2, whose 1 + tanh cancels for negative g). At a clamp the
  * derivatives are those of the unclamped branch at the clamped point (an
  * upper bound of both one-sided ones in magnitude). */
-typedef struct { double h, hg, hu, hgg, hgu, hm, hum, hgm; } dl_ffn_act_deriv_t;
+typedef struct { double h, hg, hu, hgg, hgu, hm, hum, hgm, huu; } dl_ffn_act_deriv_t;
 DL_EXTERN void dl_ffn_act_deriv(const dl_moe_config_t *c, double g, double u,
                                 dl_ffn_act_deriv_t *d);
 

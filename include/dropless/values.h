@@ -27,7 +27,8 @@ extern "C" {
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
  *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
  *          shared experts' concatenated width);
- *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (a gated FFN only),
+ *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (an FFN with a hidden
+ *          layer: the gated ones and relu2), GATE (a gated FFN only),
  *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only),
  *          FFN_BIAS (ffn_bias only: the expert projections' biases and
  *          their gradients).
@@ -65,7 +66,7 @@ extern "C" {
     X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0) \
     X(IN, IN_ROUTER_WEIGHT, router_weight, RT, "dE", ALWAYS, NONE, NONE, 0, 0) \
     X(IN, IN_EXPERT_BIAS, expert_bias, F32, "E", BIAS, NONE, NONE, 0, 0) \
-    X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
+    X(IN, IN_W_GATE, w_gate, ACT, "Edf", GATE, NONE, NONE, 0, 0) \
     X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
     X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0) \
     X(IN, IN_B_GATE, b_gate, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0) \
@@ -86,7 +87,7 @@ extern "C" {
     X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
     X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
     X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH, 0) \
-    X(FW, H_GATE, h_gate, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
+    X(FW, H_GATE, h_gate, ACT, "Mf", GATE, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
     X(FW, H_UP, h_up, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0) \
     X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH) \
@@ -102,10 +103,10 @@ extern "C" {
     X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0) \
     X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0) \
     X(BW, D_W_DOWN, d_w_down, F32, "Efd", ALWAYS, DW, GEMM, DL__UP(H_ACT) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH) \
-    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
+    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", GATE, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
     X(BW, D_H_UP, d_h_up, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
     X(BW, D_X_SORTED, d_x_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(D_H_GATE) | DL__UP(D_H_UP) | DL__UP_DISPATCH, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH) \
-    X(BW, D_W_GATE, d_w_gate, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
+    X(BW, D_W_GATE, d_w_gate, F32, "Edf", GATE, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
     X(BW, D_W_UP, d_w_up, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_UP) | DL__UP_DISPATCH, 0) \
     X(BW, D_B_DOWN, d_b_down, F32, "Ed", FFN_BIAS, DW, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0) \
     X(BW, D_B_GATE, d_b_gate, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
@@ -160,10 +161,11 @@ typedef enum {
 typedef enum {
     DL_COND_ALWAYS = 0,
     DL_COND_BIAS = 1,  /* only when route.has_bias */
-    DL_COND_SWIGLU = 2, /* only with a gated FFN (DL_FFN_GATED) */
+    DL_COND_SWIGLU = 2, /* only with a hidden layer (DL_FFN_HIDDEN) */
     DL_COND_SHARED = 3, /* only with shared experts (shared_experts > 0) */
     DL_COND_SHARED_GATE = 4, /* only with the shared experts' sigmoid gate */
-    DL_COND_FFN_BIAS = 5 /* only with ffn_bias */
+    DL_COND_FFN_BIAS = 5, /* only with ffn_bias */
+    DL_COND_GATE = 6 /* only with a gated FFN (DL_FFN_GATED) */
 } dl_cond_t;
 
 /* Which struct an array lives in. */

@@ -620,12 +620,14 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
     const dl_moe_config_t *k = &c->config;
     x->T = k->tokens, x->d = k->hidden, x->f = k->ffn, x->E = k->route.experts;
     x->k = k->route.top_k, x->per = x->E / x->R;
-    const int swiglu = DL_FFN_GATED(k->ffn_kind);
+    static const char *const wname[3] = {"w_gate", "w_up", "w_down"};
     dl_ep_source_range(x->T, x->R, x->me, &x->tb, &x->te);
     x->Ts = x->te - x->tb;
     TRY("drawing the inputs", dl_case_inputs_tokens(c, &x->in));
     const int64_t df = x->d * x->f;
-    for (int i = swiglu ? 0 : 2; i < 3; i++) {
+    for (int i = 0; i < 3; i++) {
+        if (!dl_cond_applies(dl_layout_find(wname[i])->cond, k))
+            continue; /* no w_gate without a gate, no w_up in a plain FFN */
         if (!ALLOC(x->w[i], x->per * df))
             fail_all(x, "expert weights", DL_ENOMEM);
         for (int64_t e = 0; e < x->per; e++)

@@ -9,7 +9,7 @@
 
 static const char *const store_names[] = {"act", "f32", "i32", "i64", "rt"};
 static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate",
-                                         "ffn_bias"};
+                                         "ffn_bias", "gate"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 /* The library writes the JSON (dl_api_layout_json), so the bindings and

@@ -120,6 +120,8 @@ static const dl_case_t catalogue[] = {
            24, 16, 8, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_SWIGLU_CLAMP, 1.702, 0.5, DL_F32, 0, 15),
     CASE3V("geglu-tanh", "GeGLU with the tanh approximation of gelu, fp16 router weight, small shapes",
            24, 16, 16, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_GEGLU_TANH, 0.0, 0.0, DL_F16, 0, 16),
+    CASE3V("nemotron-like", "Nemotron-H's experts: non-gated relu(x Wu)^2 Wd; sigmoid top-4 of 16 with the selection bias, renormalised, scale 2.5 (its shared expert left out)",
+           24, 16, 16, (16, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 0.0, 0.0, DL_F32, 0, 17),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -245,7 +247,7 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("tokens must be >= 0");
     if (c->hidden < 1 || c->ffn < 1)
         BAD("hidden and ffn must be >= 1");
-    if (!DL_FFN_GATED(c->ffn_kind) && c->ffn_kind != DL_FFN_PLAIN)
+    if (!DL_FFN_HIDDEN(c->ffn_kind) && c->ffn_kind != DL_FFN_PLAIN)
         BAD("unknown ffn_kind");
     if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP &&
         !(isfinite(c->act_alpha) && c->act_limit >= 0 && isfinite(c->act_limit)))
@@ -298,6 +300,8 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
             dl_ffn_name(c->ffn_kind));
     if (c->lowp && c->ffn_bias)
         BAD("a lowp layer recipe does not quantize the expert biases: lowp needs ffn_bias 0");
+    if (c->lowp && c->ffn_kind == DL_FFN_RELU2)
+        BAD("the lowp layer recipes are SwiGLU layers: lowp needs ffn_kind swiglu, not relu2");
     for (int i = 0; i < dl_golden_dataset_count(); i++) {
         int64_t dims[3];
         if (dl_golden_dataset_shape(dl_golden_dataset(i), c, dims) < 0)
@@ -505,7 +509,7 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
         return 0;
     case K_FFNKIND:
         if ((e = dl__golden_ffn_parse(v)) < 0)
-            WHY("ffn_kind must be swiglu, plain, swiglu-clamp or geglu-tanh, got '%.40s'", v);
+            WHY("ffn_kind must be swiglu, plain, swiglu-clamp, geglu-tanh or relu2, got '%.40s'", v);
         c->config.ffn_kind = (dl_ffn_t)e;
         /* gpt-oss's parameters unless act_alpha / act_limit follow; none for the others */
         c->config.act_alpha = e == DL_FFN_SWIGLU_CLAMP ? 1.702 : 0.0;

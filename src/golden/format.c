@@ -43,6 +43,7 @@ typedef struct {
 #define COND_SHARED DL_GOLDEN_IF_SHARED
 #define COND_SHARED_GATE DL_GOLDEN_IF_SHARED_GATE
 #define COND_FFN_BIAS DL_GOLDEN_IF_FFN_BIAS
+#define COND_GATE DL_GOLDEN_IF_GATE
 
 #define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
@@ -57,7 +58,8 @@ _Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
                    (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU &&
                    (int)DL_GOLDEN_IF_SHARED == (int)DL_COND_SHARED &&
                    (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE &&
-                   (int)DL_GOLDEN_IF_FFN_BIAS == (int)DL_COND_FFN_BIAS,
+                   (int)DL_GOLDEN_IF_FFN_BIAS == (int)DL_COND_FFN_BIAS &&
+                   (int)DL_GOLDEN_IF_GATE == (int)DL_COND_GATE,
                "golden dataset conditions out of sync with dl_cond_t");
 
 int dl_golden_dataset_count(void) { return NTABLE; }

@@ -389,19 +389,19 @@ int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
         dl_golden_inputs_free(in);
         return DL_EOVERFLOW;
     }
-    int swiglu = DL_FFN_GATED(k->ffn_kind);
-    in->w_gate = swiglu ? alloc_f(nffn) : NULL;
-    in->w_up = swiglu ? alloc_f(nffn) : NULL;
+    const int gated = DL_FFN_GATED(k->ffn_kind), hidden = DL_FFN_HIDDEN(k->ffn_kind);
+    in->w_gate = gated ? alloc_f(nffn) : NULL;
+    in->w_up = hidden ? alloc_f(nffn) : NULL; /* relu2: the up projection alone */
     in->w_down = alloc_f(nffn);
-    if ((swiglu && (!in->w_gate || !in->w_up)) || !in->w_down) {
+    if ((gated && !in->w_gate) || (hidden && !in->w_up) || !in->w_down) {
         dl_golden_inputs_free(in);
         return DL_ENOMEM;
     }
     dl_dtype_t t = k->dtype;
-    if (swiglu) {
+    if (gated)
         fill(in->w_gate, nffn, c->seed, S_GATE, sigma_of(k->hidden), t);
+    if (hidden)
         fill(in->w_up, nffn, c->seed, S_UP, sigma_of(k->hidden), t);
-    }
     fill(in->w_down, nffn, c->seed, S_DOWN, sigma_of(k->ffn), t);
     return 0;
 }
@@ -415,7 +415,8 @@ int dl_case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf)
 {
     if (!c || !buf || which < DL__W_GATE || which > DL__W_DOWN || e < 0 ||
         e >= c->config.route.experts ||
-        (!DL_FFN_GATED(c->config.ffn_kind) && which != DL__W_DOWN))
+        (which == DL__W_GATE && !DL_FFN_GATED(c->config.ffn_kind)) ||
+        (which == DL__W_UP && !DL_FFN_HIDDEN(c->config.ffn_kind)))
         return DL_EINVAL;
     dl__case_expert_weight(c, which, e, buf);
     return 0;

@@ -240,7 +240,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     if (igs < 0)
         FAILF(DL_EFORMAT, "/config: group_score '%s' is not max, top2_sum or topk_sum", gs);
     if (ifk < 0)
-        FAILF(DL_EFORMAT, "/config: ffn_kind '%s' is not swiglu, plain, swiglu-clamp or geglu-tanh",
+        FAILF(DL_EFORMAT, "/config: ffn_kind '%s' is not swiglu, plain, swiglu-clamp, geglu-tanh or relu2",
               fk);
     if (strcmp(dt, "fp32") && strcmp(dt, "bf16") && strcmp(dt, "fp16"))
         FAILF(DL_EFORMAT, "/config: dtype '%s' is not fp32, bf16 or fp16", dt);

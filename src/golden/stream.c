@@ -352,7 +352,7 @@ int64_t dl_case_memory_bytes(const dl_case_t *c, const dl_golden_gen_opts_t *opt
      * one expert's weights (two buffers) and one weight gradient */
     const dl_moe_config_t *k = &c->config;
     double E = (double)k->route.experts, df = (double)k->hidden * (double)k->ffn;
-    double nw = DL_FFN_GATED(k->ffn_kind) ? 3.0 : 1.0;
+    double nw = DL_FFN_GATED(k->ffn_kind) ? 3.0 : DL_FFN_HIDDEN(k->ffn_kind) ? 2.0 : 1.0;
     double est = (double)data - 2.0 * nw * E * df * 4.0 + 3.0 * df * 4.0 + (double)scratch;
     return est > 9e18 ? DL_EOVERFLOW : (int64_t)est;
 }
@@ -382,7 +382,7 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     s.A = A;
     s.B = B;
     s.full = A == 0 && B == E;
-    s.swiglu = DL_FFN_GATED(k->ffn_kind);
+    s.swiglu = DL_FFN_HIDDEN(k->ffn_kind);
     s.err = err;
     s.errlen = errlen;
     s.work_total = work_total(&s);

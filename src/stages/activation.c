@@ -24,12 +24,14 @@ static int all_finite(const float *x, int64_t n)
 
 static int core_kind(dl_ffn_t k)
 {
-    return k == DL_FFN_SWIGLU_CLAMP ? DL__ACT_OAI : k == DL_FFN_GEGLU_TANH ? DL__ACT_GELU : 0;
+    return k == DL_FFN_SWIGLU_CLAMP ? DL__ACT_OAI
+           : k == DL_FFN_GEGLU_TANH ? DL__ACT_GELU
+           : k == DL_FFN_RELU2     ? DL__ACT_RELU2 : 0;
 }
 
 static int act_args(const dl_moe_config_t *c, int64_t n)
 {
-    if (!c || n < 0 || !DL_FFN_GATED(c->ffn_kind))
+    if (!c || n < 0 || !DL_FFN_HIDDEN(c->ffn_kind))
         return DL_EINVAL;
     if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP && !(isfinite(c->act_alpha) && c->act_limit >= 0 &&
                                                 isfinite(c->act_limit)))
@@ -127,6 +129,8 @@ int dl_swiglu_backward(const float *g, const float *u, const float *dh, int64_t 
 int dl_ffn_act(const dl_moe_config_t *c, const float *g, const float *u, int64_t n, float *h)
 {
     int rc = act_args(c, n);
+    if (!rc && c->ffn_kind == DL_FFN_RELU2) /* non-gated: h = relu(u)^2, g unused */
+        g = u;
     return rc ? rc : act_fw(core_kind(c->ffn_kind), c->act_alpha, c->act_limit, c->dtype, g, u, n, h);
 }
 
@@ -134,6 +138,8 @@ int dl_ffn_act_backward(const dl_moe_config_t *c, const float *g, const float *u
                         const float *dh, int64_t n, float *d_g, float *d_u)
 {
     int rc = act_args(c, n);
+    if (!rc && c->ffn_kind == DL_FFN_RELU2) /* non-gated: d_u = 2 dh relu(u), no d_g */
+        return act_bw(DL__ACT_RELU2, 0.0, 0.0, c->dtype, u, u, dh, n, d_u, NULL);
     return rc ? rc : act_bw(core_kind(c->ffn_kind), c->act_alpha, c->act_limit, c->dtype, g, u,
                             dh, n, d_g, d_u);
 }
@@ -147,6 +153,12 @@ static double logistic(double x)
 
 void dl_ffn_act_deriv(const dl_moe_config_t *c, double g, double u, dl_ffn_act_deriv_t *d)
 {
+    if (c->ffn_kind == DL_FFN_RELU2) { /* h = relu(u)^2: in u alone, d2h/du2 = 2 (u > 0) */
+        const double r = u > 0 ? u : 0.0;
+        *d = (dl_ffn_act_deriv_t){r * r, 0.0, 2.0 * r, 0.0, 0.0, r * r, 2.0 * r, 0.0,
+                                  r > 0 ? 2.0 : 0.0};
+        return;
+    }
     double x, k1 = 1.0, k2 = 0.0, v = u; /* x = k(g), k1 = x', k2 = x'' */
     if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP) {
         const double L = c->act_limit;
@@ -173,5 +185,5 @@ void dl_ffn_act_deriv(const dl_moe_config_t *c, double g, double u, dl_ffn_act_d
         am = 0.5 * fabs(g) * (1.0 + fabs(th));
         a1m = 0.5 * (1.0 + fabs(th)) + 0.25 * fabs(g) * (1.0 + th * th) * fabs(k1);
     }
-    *d = (dl_ffn_act_deriv_t){a * v, a1 * v, a, a2 * v, a1, fabs(v) * am, am, fabs(v) * a1m};
+    *d = (dl_ffn_act_deriv_t){a * v, a1 * v, a, a2 * v, a1, fabs(v) * am, am, fabs(v) * a1m, 0.0};
 }

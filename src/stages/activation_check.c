@@ -60,8 +60,8 @@ static int variant_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int6
         return DL_ENOMEM;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        dl_ffn_act_deriv_t ad;
-        dl_ffn_act_deriv(v->c, hg[i], hu[i], &ad);
+        dl_ffn_act_deriv_t ad; /* relu2 has no gate (hg NULL) */
+        dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
         a[i] = which == 0 ? ad.hm : fabs((double)dh[i]) * (which == 1 ? ad.hgm : ad.hum);
     }
     m->elem = 1;
@@ -81,7 +81,7 @@ static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad;
-        dl_ffn_act_deriv(v->c, hg[i], hu[i], &ad);
+        dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
         const double hi = dh ? dh[i] : 0.0;
         double td = 0.0, tu, tg;
         if (which == 0) { /* h: |dh/dg| dg + |dh/du| du */
@@ -91,9 +91,9 @@ static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int
             td = dd ? fabs(ad.hg) * dd[i] : 0.0;
             tu = du ? fabs(hi * ad.hgu) * du[i] : 0.0;
             tg = dg ? fabs(hi * ad.hgg) * dg[i] : 0.0;
-        } else { /* dh dh/du (d2h/du2 = 0) */
+        } else { /* dh dh/du (d2h/du2: relu2's 2, else 0) */
             td = dd ? fabs(ad.hu) * dd[i] : 0.0;
-            tu = 0.0;
+            tu = du ? fabs(hi * ad.huu) * du[i] : 0.0;
             tg = dg ? fabs(hi * ad.hgu) * dg[i] : 0.0;
         }
         out[i] += dl__comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),

@@ -30,6 +30,12 @@ int dl__experts_forward_rows(const dl_moe_config_t *c, const dl_moe_inputs_t *in
 {
     const int64_t E = c->route.experts, d = c->hidden, f = c->ffn, m = off[E];
     int rc;
+    if (c->ffn_kind == DL_FFN_RELU2) { /* non-gated: relu(x W_up)^2 W_down */
+        if ((rc = dl__expert_projection(c, xr, d, in->w_up, NULL, f, m, off, E, hu, NULL)) ||
+            (rc = dl_ffn_act(c, NULL, hu, m * f, hu)))
+            return rc;
+        return dl__expert_projection(c, hu, f, in->w_down, NULL, d, m, off, E, y, NULL);
+    }
     if (DL_FFN_GATED(c->ffn_kind)) {
         if ((rc = dl__expert_projection(c, xr, d, in->w_gate, in->b_gate, f, m, off, E, hg,
                                         NULL)) ||

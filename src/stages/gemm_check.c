@@ -86,7 +86,8 @@ int dl__mag_h_up(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     return mag_proj(v, m, EF(X_SORTED), v->d, v->in->w_up, v->in->b_up, v->f);
 }
 
-/* The down projection's input: h_act, or x_sorted in a plain FFN. */
+/* The down projection's input: h_act, or x_sorted in a plain FFN (the
+ * runner's swiglu flag: the FFN has a hidden layer, DL_FFN_HIDDEN). */
 static const float *down_in(const dl__vctx_t *v, int64_t *K)
 {
     *K = v->swiglu ? v->f : v->d;
@@ -126,6 +127,9 @@ int dl__exact_d_x_sorted(const dl__vctx_t *v, float *out)
     if (!v->swiglu)
         return dl__exact_grouped1(EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->d, OFF,
                                   v->E, v->act, out);
+    if (v->c->ffn_kind == DL_FFN_RELU2) /* non-gated: the up projection's term alone */
+        return dl__exact_grouped1(EF(D_H_UP), v->f, v->in->w_up, DL_RHS_NK, v->d, OFF, v->E,
+                                  v->act, out);
     dl_gemm_term_t terms[2] = {{EF(D_H_GATE), v->f, v->in->w_gate, DL_RHS_NK},
                                {EF(D_H_UP), v->f, v->in->w_up, DL_RHS_NK}};
     return dl_gemm_grouped(terms, 2, v->d, OFF, v->E, v->act, out, NULL);
@@ -135,6 +139,10 @@ int dl__mag_d_x_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t
 {
     if (!v->swiglu) {
         dl__mag_grouped(v, m, EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->d);
+        return 0;
+    }
+    if (v->c->ffn_kind == DL_FFN_RELU2) {
+        dl__mag_grouped(v, m, EF(D_H_UP), v->f, v->in->w_up, DL_RHS_NK, v->d);
         return 0;
     }
     dl__mprov_t *mp = m->mp;

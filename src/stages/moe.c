@@ -9,7 +9,8 @@
 #include "stages/stages_priv.h"
 #include "stages/quant_priv.h"
 
-static const char *const ffn_names[] = {"swiglu", "plain", "swiglu-clamp", "geglu-tanh"};
+static const char *const ffn_names[] = {"swiglu", "plain", "swiglu-clamp", "geglu-tanh",
+                                        "relu2"};
 #define NFFN ((int)(sizeof ffn_names / sizeof ffn_names[0]))
 
 const char *dl_ffn_name(dl_ffn_t k)
@@ -49,7 +50,7 @@ int dl_moe_config_validate(const dl_moe_config_t *c)
         return DL_EINVAL;
     if (c->dtype != DL_F32 && c->dtype != DL_BF16 && c->dtype != DL_F16)
         return DL_EINVAL;
-    if (!DL_FFN_GATED(c->ffn_kind) && c->ffn_kind != DL_FFN_PLAIN)
+    if (!DL_FFN_HIDDEN(c->ffn_kind) && c->ffn_kind != DL_FFN_PLAIN)
         return DL_EINVAL;
     if (c->ffn_kind == DL_FFN_PLAIN && c->ffn != c->hidden)
         return DL_EINVAL;
@@ -62,7 +63,8 @@ int dl_moe_config_validate(const dl_moe_config_t *c)
     if (c->ffn_bias && (c->ffn_bias != 1 || !DL_FFN_GATED(c->ffn_kind)))
         return DL_EINVAL;
     /* the shared experts are SwiGLU's; a layer recipe quantizes no bias */
-    if ((c->shared_experts > 0 && c->ffn_kind != DL_FFN_SWIGLU) || (c->lowp && c->ffn_bias))
+    if ((c->shared_experts > 0 && c->ffn_kind != DL_FFN_SWIGLU) ||
+        (c->lowp && (c->ffn_bias || c->ffn_kind == DL_FFN_RELU2)))
         return DL_EINVAL;
     int rc = dl_route_config_validate(&c->route);
     if (rc || (rc = dl__lowp_config_check(c)))
@@ -111,13 +113,13 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return DL_EINVAL;
     const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts;
     const dl_dtype_t t = c->dtype;
-    int swiglu = DL_FFN_GATED(c->ffn_kind);
+    const int gated = DL_FFN_GATED(c->ffn_kind), hidden = DL_FFN_HIDDEN(c->ffn_kind);
     if ((rc = check_tensor(in->x, T * d, t)) || (rc = check_tensor(in->router_weight, d * E, c->router_dtype)))
         return rc;
     if (c->route.has_bias && (rc = check_tensor(in->expert_bias, E, DL_F32)))
         return rc;
-    if (swiglu && ((rc = check_tensor(in->w_gate, E * d * f, t)) ||
-                   (rc = check_tensor(in->w_up, E * d * f, t))))
+    if ((gated && (rc = check_tensor(in->w_gate, E * d * f, t))) ||
+        (hidden && (rc = check_tensor(in->w_up, E * d * f, t))))
         return rc;
     if ((rc = check_tensor(in->w_down, E * f * d, t)))
         return rc;

@@ -33,9 +33,10 @@ static int expert_gemm(const dl_stage_view_t *v, int q, const float *lhs, int64_
                                       : grouped1(v, lhs, K, rhs, lay, N, out);
 }
 
+/* The FFN has a hidden layer (h_up, h_act): the gated kinds and relu2. */
 static int swiglu(const dl_stage_view_t *v)
 {
-    return DL_FFN_GATED(v->c.ffn_kind);
+    return DL_FFN_HIDDEN(v->c.ffn_kind);
 }
 
 static int p_router_logits(const dl_stage_view_t *v)
@@ -235,6 +236,8 @@ static int p_d_x_sorted(const dl_stage_view_t *v)
     if (!swiglu(v))
         return expert_gemm(v, DL__LOWP_DGRAD, v->b.d_y_sorted, d, v->in.w_down, DL_RHS_NK, d,
                            v->b.d_x_sorted);
+    if (v->c.ffn_kind == DL_FFN_RELU2) /* non-gated: the up projection's term alone */
+        return grouped1(v, v->b.d_h_up, ff, v->in.w_up, DL_RHS_NK, d, v->b.d_x_sorted);
     const dl__lowp_pair_t p[2] = {{v->b.d_h_gate, v->in.w_gate, DL_RHS_NK},
                                   {v->b.d_h_up, v->in.w_up, DL_RHS_NK}};
     if (dl__lowp_applies(&v->c, DL__LOWP_DGRAD))
@@ -389,7 +392,7 @@ static int p_d_x(const dl_stage_view_t *v)
     P(sort_perm, ALL, FW, ALWAYS, R(TOPK_IDS), 0,                                               \
       R(SORT_PERM) | R(INV_PERM) | R(GROUP_SIZES) | R(GROUP_OFFSETS))                           \
     P(x_sorted, DISPATCH, FW, ALWAYS, R(IN_X) | R(SORT_PERM), 0, R(X_SORTED))                      \
-    P(h_gate, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_GATE) | R(IN_B_GATE), 0, R(H_GATE))        \
+    P(h_gate, EXPERTS, FW, GATE, R(X_SORTED) | R(IN_W_GATE) | R(IN_B_GATE), 0, R(H_GATE))        \
     P(h_up, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_UP) | R(IN_B_UP), 0, R(H_UP))                \
     P(h_act, EXPERTS, FW, SWIGLU, R(H_GATE) | R(H_UP), 0, R(H_ACT))                             \
     P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN) | R(IN_B_DOWN), R(X_SORTED) | R(IN_W_DOWN), \
@@ -415,7 +418,7 @@ static int p_d_x(const dl_stage_view_t *v)
       R(D_H_GATE) | R(D_H_UP))                                                                  \
     P(d_x_sorted, EXPERTS, BW, ALWAYS, R(D_H_GATE) | R(D_H_UP) | R(IN_W_GATE) | R(IN_W_UP),           \
       R(D_Y_SORTED) | R(IN_W_DOWN), R(D_X_SORTED))                                                 \
-    P(d_w_gate, EXPERTS, BW, SWIGLU, R(X_SORTED) | R(D_H_GATE), 0, R(D_W_GATE))                 \
+    P(d_w_gate, EXPERTS, BW, GATE, R(X_SORTED) | R(D_H_GATE), 0, R(D_W_GATE))                 \
     P(d_w_up, EXPERTS, BW, SWIGLU, R(X_SORTED) | R(D_H_UP), 0, R(D_W_UP))                       \
     P(d_b_down, EXPERTS, BW, FFN_BIAS, R(D_Y_SORTED), 0, R(D_B_DOWN))                           \
     P(d_b_gate, EXPERTS, BW, FFN_BIAS, R(D_H_GATE), 0, R(D_B_GATE))                             \
@@ -473,7 +476,7 @@ uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c)
 {
     /* an EXPERTS producer's window is groups of rows: it reads their offsets */
     const uint64_t groups = p->span == DL_SPAN_EXPERTS ? R(GROUP_OFFSETS) : 0;
-    return (DL_FFN_GATED(c->ffn_kind) ? p->reads : p->reads_plain) | groups;
+    return (DL_FFN_HIDDEN(c->ffn_kind) ? p->reads : p->reads_plain) | groups;
 }
 
 uint64_t dl_schedule_needs_experts(const dl_moe_config_t *c)

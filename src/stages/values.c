@@ -102,7 +102,8 @@ int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
 {
     switch (cond) {
     case DL_COND_BIAS: return c->route.has_bias != 0;
-    case DL_COND_SWIGLU: return DL_FFN_GATED(c->ffn_kind);
+    case DL_COND_SWIGLU: return DL_FFN_HIDDEN(c->ffn_kind);
+    case DL_COND_GATE: return DL_FFN_GATED(c->ffn_kind);
     case DL_COND_FFN_BIAS: return c->ffn_bias != 0;
     case DL_COND_SHARED: return c->shared_experts > 0;
     case DL_COND_SHARED_GATE: return c->shared_experts > 0 && c->shared_gate;

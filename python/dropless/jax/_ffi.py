@@ -73,13 +73,15 @@ def _sizes(spec):
             "S": S}
 
 
-_GATED = ("swiglu", "swiglu-clamp", "geglu-tanh")  # dl_cond_applies' SWIGLU: a gated FFN
+_GATED = ("swiglu", "swiglu-clamp", "geglu-tanh")  # dl_cond_applies' GATE: a gated FFN
+_HIDDEN = _GATED + ("relu2",)  # its SWIGLU: a hidden layer (h_up, h_act)
 
 
 def _applies(row, c):
     shared = int(c.get("shared_experts", 0)) > 0
     return (row["cond"] == "always" or (row["cond"] == "bias" and c["has_bias"] == "1") or
-            (row["cond"] == "swiglu" and c["ffn_kind"] in _GATED) or
+            (row["cond"] == "swiglu" and c["ffn_kind"] in _HIDDEN) or
+            (row["cond"] == "gate" and c["ffn_kind"] in _GATED) or
             (row["cond"] == "shared" and shared) or
             (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1") or
             (row["cond"] == "ffn_bias" and str(c.get("ffn_bias", 0)) == "1"))
