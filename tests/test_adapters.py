@@ -228,6 +228,28 @@ def t_refuse_variants():
 check("the adapters refuse, by name, routing they cannot express (sqrtsoftplus, softmax_topk, "
       "a router-logit bias)", t_refuse_variants)
 
+
+def t_refuse_ffn_variants():
+    # the FFN variants the adapters' layers cannot express are refused by
+    # name before any backend runs (a backend that would run fails the test)
+    def never(g, device):
+        raise AssertionError("a backend ran on " + g.case)
+    for case, word in (("gpt-oss-like-bf16", "swiglu_clamp"), ("geglu-tanh", "geglu_tanh"),
+                       ("nemotron-like", "relu2")):
+        path = os.path.join(top_srcdir, "vectors", case + ".h5")
+        try:
+            common.run_modes(path, TMP, ["isolated"], {"isolated": never},
+                             lambda g: ("0", "cpu"), "cpu", log=lambda s: None)
+        except common.Unsupported as e:
+            assert word in str(e).replace("-", "_") and case in str(e), str(e)
+        else:
+            raise AssertionError("%s: not refused" % case)
+    assert "ffn_bias" in common.unsupported({"ffn_kind": "swiglu", "ffn_bias": "1"})
+    assert common.unsupported({"ffn_kind": "swiglu"}) is None  # and a supported one runs
+
+
+check("the FFN variants the adapters cannot express are refused by name", t_refuse_ffn_variants)
+
 # ---------------------------------------------------------------- adapters
 
 PROFILES = {"fp32", "tf32", "bf16", "fp16", "bf16-acc", "fp16-acc", "bf16-elem", "fp16-elem"}

@@ -86,6 +86,7 @@ typedef struct {
     float *d_out;
     float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight; /* shared experts */
     float *router_bias; /* only with route.has_router_bias */
+    float *b_gate, *b_up, *b_down; /* ffn_bias only */
 } dl_golden_inputs_t;
 
 /* A read-only view for dl_moe_forward/backward. */
@@ -131,10 +132,12 @@ typedef enum {
 typedef enum {
     DL_GOLDEN_ALWAYS = 0,
     DL_GOLDEN_IF_BIAS = 1,  /* present only when route.has_bias */
-    DL_GOLDEN_IF_SWIGLU = 2, /* present only with DL_FFN_SWIGLU */
+    DL_GOLDEN_IF_SWIGLU = 2, /* present only with a hidden layer (gated or relu2) */
     DL_GOLDEN_IF_SHARED = 3, /* present only with shared experts */
     DL_GOLDEN_IF_SHARED_GATE = 4, /* present only with the shared experts' gate */
-    DL_GOLDEN_IF_ROUTER_BIAS = 5 /* present only when route.has_router_bias */
+    DL_GOLDEN_IF_ROUTER_BIAS = 5, /* present only when route.has_router_bias */
+    DL_GOLDEN_IF_FFN_BIAS = 6, /* present only with ffn_bias */
+    DL_GOLDEN_IF_GATE = 7 /* present only with a gated FFN */
 } dl_golden_cond_t;
 
 /* One dataset of the format. dims are symbols: 'T' tokens, 'd' hidden,
@@ -144,7 +147,7 @@ typedef struct {
     const char *name;       /* "x", "router_logits", ... */
     const char *path;       /* "/inputs/x", ... */
     dl_golden_elem_t elem;
-    int act;                /* floats: 1 = the case's dtype, 0 = fp32 */
+    int act;                /* floats: 1 = the case's dtype, 0 = fp32, 2 = router_dtype */
     int rank;
     char dims[4];
     dl_golden_cond_t cond;

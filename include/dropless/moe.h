@@ -12,8 +12,20 @@ extern "C" {
 
 typedef enum {
     DL_FFN_SWIGLU = 0, /* y = (silu(x Wg) * (x Wu)) Wd */
-    DL_FFN_PLAIN = 1   /* y = x Wd, Wd [E, d, d]: one grouped GEMM alone */
+    DL_FFN_PLAIN = 1,  /* y = x Wd, Wd [E, d, d]: one grouped GEMM alone */
+    /* gpt-oss: gc = min(x Wg, limit), uc = clamp(x Wu, -limit, limit),
+     * y = ((uc + 1) * gc * sigmoid(alpha gc)) Wd (act_alpha, act_limit) */
+    DL_FFN_SWIGLU_CLAMP = 2,
+    DL_FFN_GEGLU_TANH = 3, /* y = (gelu_tanh(x Wg) * (x Wu)) Wd */
+    DL_FFN_RELU2 = 4 /* non-gated (Nemotron): y = relu(x Wu)^2 Wd, no w_gate */
 } dl_ffn_t;
+
+/* 1 for the gated FFNs (h_gate, h_up, h_act exist), 0 for DL_FFN_PLAIN. */
+#define DL_FFN_GATED(k) ((k) == DL_FFN_SWIGLU || (k) == DL_FFN_SWIGLU_CLAMP || \
+                         (k) == DL_FFN_GEGLU_TANH)
+/* 1 for the FFNs with a hidden layer (h_up, h_act exist): the gated ones
+ * and DL_FFN_RELU2; 0 for DL_FFN_PLAIN. */
+#define DL_FFN_HIDDEN(k) (DL_FFN_GATED(k) || (k) == DL_FFN_RELU2)
 
 typedef struct {
     int64_t tokens, hidden, ffn; /* T, d, f (f = d in DL_FFN_PLAIN) */
@@ -31,14 +43,29 @@ typedef struct {
      * (DeepSeek-V2/V3). All 0: no shared experts. */
     int64_t shared_experts, shared_ffn;
     int shared_gate;
+    /* DL_FFN_SWIGLU_CLAMP's alpha and limit (gpt-oss: 1.702 and 7; binary64
+     * values, exact in the stage's arithmetic); 0 for the other kinds */
+    double act_alpha, act_limit;
+    /* the router weight's storage type: 0 (= DL_F32, the default), DL_BF16
+     * or DL_F16; its values lie on that grid, the router GEMM is fp32 */
+    dl_dtype_t router_dtype;
+    /* 1: biases on the expert projections (gated FFNs only), gpt-oss's:
+     * h_gate = x Wg + b_gate, h_up = x Wu + b_up, y = h_act Wd + b_down,
+     * each sum exact and rounded once */
+    int ffn_bias;
 } dl_moe_config_t;
+
+/* "swiglu", "plain", "swiglu-clamp", "geglu-tanh" (NULL for an unknown
+ * kind), and back (0 or DL_ENOTFOUND): the names of the case-file format. */
+DL_EXTERN const char *dl_ffn_name(dl_ffn_t k);
+DL_EXTERN int dl_ffn_parse(const char *s, dl_ffn_t *k);
 
 /* Checks shapes, routing and sizes (every tensor's element count must fit
  * int64 and T*k int32). Returns 0, DL_EINVAL or DL_EOVERFLOW. */
 DL_EXTERN int dl_moe_config_validate(const dl_moe_config_t *c);
 
 /* The layer's inputs, caller-owned. Shapes: x [T,d], router_weight [d,E]
- * (fp32), expert_bias [E] (fp32, only with route.has_bias), w_gate and w_up
+ * (fp32 values on the grid of router_dtype), expert_bias [E] (fp32, only with route.has_bias), w_gate and w_up
  * [E,d,f], w_down [E,f,d], d_out [T,d] (backward only). Unused pointers may
  * be NULL. */
 typedef struct {
@@ -50,6 +77,7 @@ typedef struct {
      * shared_gate), all in the dtype */
     const float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight;
     const float *router_bias; /* [E] fp32, only with route.has_router_bias */
+    const float *b_gate, *b_up, *b_down; /* [E,f], [E,f], [E,d] (act): ffn_bias only */
 } dl_moe_inputs_t;
 
 /* Checks the inputs: present where needed, finite, and each on the grid
@@ -106,6 +134,37 @@ DL_EXTERN void dl_moe_forward_free(dl_moe_forward_t *f);
 DL_EXTERN int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                            dl_moe_forward_t *f);
 
+/* The gated activation of c->ffn_kind (any gated kind, in c->dtype):
+ * h[i] = RN(act(g[i], u[i])), each exactly rounded once (certified
+ * binary64, MPFR intervals when undecided; no libm exp). SwiGLU is
+ * dl_swiglu; DL_FFN_SWIGLU_CLAMP (uc + 1) gc sigmoid(alpha gc);
+ * DL_FFN_GEGLU_TANH u g S(2c g (1 + b g^2)) = u gelu_tanh(g), c =
+ * sqrt(2/pi), b = 0.044715 as real numbers. An exact zero is +0. h may
+ * alias g or u. Errors: DL_EINVAL (also: a kind that is not gated),
+ * DL_EDTYPE, DL_ENONFINITE. */
+DL_EXTERN int dl_ffn_act(const dl_moe_config_t *c, const float *g, const float *u, int64_t n,
+                         float *h);
+/* Its VJP: d_g[i] = RN(dh[i] dact/dg), d_u[i] = RN(dh[i] dact/du). At the
+ * clamps of DL_FFN_SWIGLU_CLAMP the subgradient is PyTorch's: the clamp's
+ * derivative is 1 on the closed range (g <= limit, |u| <= limit) and 0
+ * outside. Either output may be NULL; outputs may alias inputs. Errors as
+ * dl_ffn_act. */
+DL_EXTERN int dl_ffn_act_backward(const dl_moe_config_t *c, const float *g, const float *u,
+                                  const float *dh, int64_t n, float *d_g, float *d_u);
+
+/* The activation's value and derivatives at (g, u) in binary64 (not
+ * rounded: for the runner's tolerances): h, dh/dg, dh/du, d2h/dg2,
+ * d2h/dgdu, d2h/du2 (huu: 0 but for relu2, whose h = relu(u)^2 is in u
+ * alone, g unused); and the scales of the rounding
+ * errors of the usual evaluations, the sums of their terms' magnitudes:
+ * hm of h, hum of dh/du, hgm of dh/dg (GeGLU-tanh: of the model code's
+ * g (1 + tanh) / 2, whose 1 + tanh cancels for negative g). At a clamp the
+ * derivatives are those of the unclamped branch at the clamped point (an
+ * upper bound of both one-sided ones in magnitude). */
+typedef struct { double h, hg, hu, hgg, hgu, hm, hum, hgm, huu; } dl_ffn_act_deriv_t;
+DL_EXTERN void dl_ffn_act_deriv(const dl_moe_config_t *c, double g, double u,
+                                dl_ffn_act_deriv_t *d);
+
 #if DL_EXTRA_VALUE
 /* The synthetic stage of configure --enable-extra-value: out[i] =
  * RN_t(y[i] / 2), exact and rounded once, for n elements of type t.
@@ -139,6 +198,8 @@ typedef struct {
                              * (+ the shared experts' d_shared_h_gate Wsg^T +
                              * d_shared_h_up Wsu^T + d_shared_gate_logit w_sg^T) */
     float *d_router_bias;   /* [E] fp32: sum over tokens of d_router_logits (has_router_bias) */
+    float *d_b_down;        /* [E,d] fp32: the column sums of d_y_e (ffn_bias only) */
+    float *d_b_gate, *d_b_up; /* [E,f] fp32: those of d_h_gate_e, d_h_up_e (ffn_bias only) */
     dl_tier_stats_t stats;
 } dl_moe_backward_t;
 

@@ -22,13 +22,16 @@ extern "C" {
  *          stage value (dl_moe_backward_t);
  *   ENUM   the dl_value_t suffix (FW and BW rows only get an enumerator);
  *   name   the struct member and the dataset name;
- *   store  ACT the case's dtype, F32, I32 (int32_t), I64 (int64_t);
+ *   store  ACT the case's dtype, F32, I32 (int32_t), I64 (int64_t), RT the
+ *          case's router_dtype (fp32 unless a case asks for bf16 or fp16);
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
  *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
  *          shared experts' concatenated width);
- *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (DL_FFN_SWIGLU only),
+ *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (an FFN with a hidden
+ *          layer: the gated ones and relu2), GATE (a gated FFN only),
  *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only),
- *          ROUTER_BIAS (route.has_router_bias only).
+ *          ROUTER_BIAS (route.has_router_bias only), FFN_BIAS (ffn_bias
+ *          only: the expert projections' biases and their gradients).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
  * value"; IN and AUX rows: NONE, NONE, 0, 0):
  *   check  how the value is judged: NUM against its exact value within the
@@ -61,12 +64,15 @@ extern "C" {
 #endif
 #define DL_VALUE_MAP(X)                                             \
     X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0) \
-    X(IN, IN_ROUTER_WEIGHT, router_weight, F32, "dE", ALWAYS, NONE, NONE, 0, 0) \
+    X(IN, IN_ROUTER_WEIGHT, router_weight, RT, "dE", ALWAYS, NONE, NONE, 0, 0) \
     X(IN, IN_EXPERT_BIAS, expert_bias, F32, "E", BIAS, NONE, NONE, 0, 0) \
     X(IN, IN_ROUTER_BIAS, router_bias, F32, "E", ROUTER_BIAS, NONE, NONE, 0, 0) \
-    X(IN, IN_W_GATE, w_gate, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
+    X(IN, IN_W_GATE, w_gate, ACT, "Edf", GATE, NONE, NONE, 0, 0) \
     X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0) \
     X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0) \
+    X(IN, IN_B_GATE, b_gate, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0) \
+    X(IN, IN_B_UP, b_up, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0) \
+    X(IN, IN_B_DOWN, b_down, ACT, "Ed", FFN_BIAS, NONE, NONE, 0, 0) \
     X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED, NONE, NONE, 0, 0) \
     X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED, NONE, NONE, 0, 0) \
     X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0) \
@@ -82,7 +88,7 @@ extern "C" {
     X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
     X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0) \
     X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH, 0) \
-    X(FW, H_GATE, h_gate, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
+    X(FW, H_GATE, h_gate, ACT, "Mf", GATE, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
     X(FW, H_UP, h_up, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0) \
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0) \
     X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH) \
@@ -98,11 +104,14 @@ extern "C" {
     X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0) \
     X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0) \
     X(BW, D_W_DOWN, d_w_down, F32, "Efd", ALWAYS, DW, GEMM, DL__UP(H_ACT) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH) \
-    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
+    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", GATE, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
     X(BW, D_H_UP, d_h_up, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0) \
     X(BW, D_X_SORTED, d_x_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(D_H_GATE) | DL__UP(D_H_UP) | DL__UP_DISPATCH, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH) \
-    X(BW, D_W_GATE, d_w_gate, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
+    X(BW, D_W_GATE, d_w_gate, F32, "Edf", GATE, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
     X(BW, D_W_UP, d_w_up, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_UP) | DL__UP_DISPATCH, 0) \
+    X(BW, D_B_DOWN, d_b_down, F32, "Ed", FFN_BIAS, DW, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0) \
+    X(BW, D_B_GATE, d_b_gate, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0) \
+    X(BW, D_B_UP, d_b_up, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_UP) | DL__UP_DISPATCH, 0) \
     X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS), 0) \
     X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0) \
     X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0) \
@@ -146,17 +155,20 @@ typedef enum {
     DL_STORE_ACT = 0,
     DL_STORE_F32 = 1,
     DL_STORE_I32 = 2,
-    DL_STORE_I64 = 3
+    DL_STORE_I64 = 3,
+    DL_STORE_RT = 4 /* floats on the grid of router_dtype (the router weight) */
 } dl_store_t;
 
 /* When an array exists. */
 typedef enum {
     DL_COND_ALWAYS = 0,
     DL_COND_BIAS = 1,  /* only when route.has_bias */
-    DL_COND_SWIGLU = 2, /* only with DL_FFN_SWIGLU */
+    DL_COND_SWIGLU = 2, /* only with a hidden layer (DL_FFN_HIDDEN) */
     DL_COND_SHARED = 3, /* only with shared experts (shared_experts > 0) */
     DL_COND_SHARED_GATE = 4, /* only with the shared experts' sigmoid gate */
-    DL_COND_ROUTER_BIAS = 5 /* only when route.has_router_bias */
+    DL_COND_ROUTER_BIAS = 5, /* only when route.has_router_bias */
+    DL_COND_FFN_BIAS = 6, /* only with ffn_bias */
+    DL_COND_GATE = 7 /* only with a gated FFN (DL_FFN_GATED) */
 } dl_cond_t;
 
 /* Which struct an array lives in. */

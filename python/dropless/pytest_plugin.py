@@ -36,7 +36,7 @@ def pytest_addoption(parser):
                 help="cases for the dropless_golden fixture: comma-separated catalogue names or "
                      "case files, 'small' (the vectors tier, default) or 'kernel' (the kernel "
                      "tier), then optionally ':' and filter words (fp32, bf16, fp16, swiglu, "
-                     "plain, softmax, sigmoid), e.g. small:bf16,swiglu")
+                     "plain, swiglu-clamp, geglu-tanh, relu2, softmax, sigmoid), e.g. small:bf16,swiglu")
     g.addoption("--dropless-dtype-case", default="mixtral-small", metavar="NAME",
                 help="the case dropless_golden_dtype gives in each storage type (NAME, "
                      "NAME-bf16, NAME-fp16)")

@@ -7,9 +7,9 @@
 #include <unistd.h>
 #include "api/api_priv.h"
 
-static const char *const store_names[] = {"act", "f32", "i32", "i64"};
+static const char *const store_names[] = {"act", "f32", "i32", "i64", "rt"};
 static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate",
-                                          "router_bias"};
+                                         "router_bias", "ffn_bias", "gate"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 const dl_golden_file_t *dl__api_golden_file(const dl_api_golden_t *g)
@@ -202,6 +202,7 @@ static const char *row_dtype(const dl_layout_row_t *r, const dl_moe_config_t *c)
     case DL_STORE_ACT: return dl_dtype_name(c->dtype);
     case DL_STORE_I32: return "int32";
     case DL_STORE_I64: return "int64";
+    case DL_STORE_RT: return dl_dtype_name(c->router_dtype);
     default: return "fp32";
     }
 }

@@ -185,10 +185,10 @@ static int per_row(const dl_moe_config_t *c, int64_t *flops, int64_t *bytes)
 {
     const int64_t d = c->hidden, f = c->ffn, sz = c->dtype == DL_F32 ? 4 : 2;
     int64_t df;
-    if (dl_mul_size(d, c->ffn_kind == DL_FFN_SWIGLU ? f : d, &df) ||
-        dl_mul_size(df, c->ffn_kind == DL_FFN_SWIGLU ? 6 : 2, flops))
+    const int gated = DL_FFN_GATED(c->ffn_kind), hidden = DL_FFN_HIDDEN(c->ffn_kind);
+    if (dl_mul_size(d, hidden ? f : d, &df) || dl_mul_size(df, gated ? 6 : hidden ? 4 : 2, flops))
         return DL_EOVERFLOW;
-    *bytes = (2 * d + (c->ffn_kind == DL_FFN_SWIGLU ? 3 * f : 0)) * sz;
+    *bytes = (2 * d + (gated ? 3 * f : hidden ? 2 * f : 0)) * sz;
     return 0;
 }
 

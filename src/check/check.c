@@ -161,7 +161,7 @@ int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     ck.E = g->config->route.experts;
     ck.k = g->config->route.top_k;
     ck.M = ck.T * ck.k;
-    ck.swiglu = g->config->ffn_kind == DL_FFN_SWIGLU;
+    ck.swiglu = DL_FFN_HIDDEN(g->config->ffn_kind); /* a hidden layer (h_act) */
     ck.act = g->config->dtype;
     ck.have_bwd = g->bwd && g->inputs->d_out;
 

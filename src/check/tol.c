@@ -57,7 +57,7 @@ static uint64_t part_mask(const char *name)
                B(D_X_SORTED) | B(D_W_GATE) | B(D_W_UP) | B(D_W_DOWN) | B(SHARED_H_GATE) |
                B(SHARED_H_UP) | B(SHARED_H_ACT) | B(SHARED_Y) | B(D_SHARED_H_ACT) |
                B(D_SHARED_H_GATE) | B(D_SHARED_H_UP) | B(D_SHARED_W_GATE) | B(D_SHARED_W_UP) |
-               B(D_SHARED_W_DOWN);
+               B(D_SHARED_W_DOWN) | B(D_B_DOWN) | B(D_B_GATE) | B(D_B_UP);
     if (!strcasecmp(name, "combine"))
         return B(OUT) | B(D_TOPK_WEIGHTS) | B(D_Y_SORTED) | B(D_X) | B(D_SHARED_GATE) |
                B(D_SHARED_Y);

@@ -409,7 +409,7 @@ static void print_series(const opts_t *o, const input_t *in, const series_t *s)
         printf(" (s = %g)", s->how.s);
     printf(": T = %" PRId64 ", k = %" PRId64 ", E = %" PRId64 ", d = %" PRId64 ", f = %" PRId64
            " (%s, %s)\n", c->tokens, c->route.top_k, c->route.experts, c->hidden, c->ffn,
-           c->ffn_kind == DL_FFN_SWIGLU ? "swiglu" : "plain", dl_dtype_name(c->dtype));
+           dl_ffn_name(c->ffn_kind), dl_dtype_name(c->dtype));
     print_loads(s);
     printf("  %-12s %7s %-9s %8s %7s %6s %7s %9s %7s  %-19s %10s\n", "cf", "C", "policy",
            "dropped", "drop%", "all-k", "mass%", "padded", "waste%", "waste FLOP fwd/bwd",
@@ -554,7 +554,7 @@ static void write_json(FILE *f, const opts_t *o, const input_t *in, const series
             ", \"ffn\": %" PRId64 ", \"ffn_kind\": \"%s\", \"dtype\": \"%s\", \"experts\": %" PRId64
             ", \"top_k\": %" PRId64 "},\n \"series\": [\n ",
             in->golden ? "true" : "false", dl_capacity_rule_name(o->rule), c->hidden, c->ffn,
-            c->ffn_kind == DL_FFN_SWIGLU ? "swiglu" : "plain", dl_dtype_name(c->dtype),
+            dl_ffn_name(c->ffn_kind), dl_dtype_name(c->dtype),
             c->route.experts, c->route.top_k);
     for (int i = 0; i < ns; i++) {
         fputs(i ? ",\n " : "", f);

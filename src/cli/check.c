@@ -609,6 +609,11 @@ static int run_one(const opts_t *o, const char *backend, const dl_check_profile_
                               g->case_name};
     dl_run_options_t ro = {o->time_limit, o->forward_only};
     dl_run_result_t res;
+    char why[160];
+    if (!dl_run_expressible(&g->config, why, sizeof why)) {
+        fprintf(stderr, "dropless run: %s: case %s: %s\n", backend, g->case_name, why);
+        return DL_EXIT_USAGE;
+    }
     int rc = dl_run_backend(backend, &g->config, &in, &g->fwd, g->has_backward ? &g->bwd : NULL,
                             &ro, &res);
     if (rc) {

@@ -632,15 +632,24 @@ int dl_cli_cases(int argc, char **argv)
         if (k->shared_experts > 0)
             snprintf(sh, sizeof sh, "  shared %" PRId64 "x%" PRId64 "%s", k->shared_experts,
                      k->shared_ffn, k->shared_gate ? " gated" : "");
+        char var[96] = ""; /* the FFN variants' keys, where a case has them */
+        size_t vl = 0;
+        if (k->ffn_kind == DL_FFN_SWIGLU_CLAMP)
+            vl += (size_t)snprintf(var + vl, sizeof var - vl, "  alpha %g limit %g", k->act_alpha,
+                                   k->act_limit);
+        if (k->ffn_bias && vl < sizeof var)
+            vl += (size_t)snprintf(var + vl, sizeof var - vl, "  ffn_bias");
+        if (k->router_dtype != DL_F32 && vl < sizeof var)
+            snprintf(var + vl, sizeof var - vl, "  router %s", dl_dtype_name(k->router_dtype));
         printf("%-24s T=%-5" PRId64 " d=%-5" PRId64 " f=%-6" PRId64 " E=%-4" PRId64
-               " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s%s\n",
+               " k=%-2" PRId64 " %-28s %-6s %s %-4s %9s%s%s%s\n",
                c->name, k->tokens, k->hidden, k->ffn, r->experts, r->top_k, route,
-               k->ffn_kind == DL_FFN_PLAIN ? "plain" : "swiglu", dl_dtype_name(k->dtype),
+               dl_ffn_name(k->ffn_kind), dl_dtype_name(k->dtype),
                r->renormalize ? "norm" : "", sz,
                c->tier == DL_TIER_KERNEL  ? "  on demand (kernel)"
                : c->tier == DL_TIER_LAYER ? "  on demand (layer)"
                                           : "",
-               sh);
+               sh, var);
         if (verbose)
             printf("    %s\n", c->description);
     }

@@ -283,7 +283,8 @@ static void slot_rows(run_t *x, float *ex, float *ret, int64_t cols, int back)
 
 /* ------------------------------------------- the schedule's placement */
 
-/* A sorted-row array of rank 2 ("M?"), an expert slab ("E??"). */
+/* A sorted-row array of rank 2 ("M?"), an expert array ("E??" slabs,
+ * "E?" the expert biases and their gradients): this rank's experts'. */
 static int rows_array(const dl_layout_row_t *r)
 {
     return r->dims[0] == 'M' && r->dims[1];
@@ -291,7 +292,16 @@ static int rows_array(const dl_layout_row_t *r)
 
 static int slab(const dl_layout_row_t *r)
 {
-    return r->dims[0] == 'E' && r->dims[1] && r->dims[2];
+    return r->dims[0] == 'E' && r->dims[1];
+}
+
+/* This rank's experts' rows of the expert biases (ffn_bias; else NULL). */
+static void own_biases(const run_t *x, dl_moe_inputs_t *in)
+{
+    const int64_t e0 = x->me * x->per;
+    in->b_gate = in->b_gate ? in->b_gate + e0 * x->f : NULL;
+    in->b_up = in->b_up ? in->b_up + e0 * x->f : NULL;
+    in->b_down = in->b_down ? in->b_down + e0 * x->d : NULL;
 }
 
 static void **at(run_t *x, int r, int exp)
@@ -365,6 +375,7 @@ static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
                            .f = exp ? x->ef : x->sf, .b = exp ? x->eb : x->sb, .stats = &x->stats};
     if (exp) {
         v->in.w_gate = x->w[0], v->in.w_up = x->w[1], v->in.w_down = x->w[2];
+        own_biases(x, &v->in);
         v->rows = x->Mr, v->off = v->f.group_offsets = x->loff, v->ne = x->per;
     } else {
         v->c.tokens = x->Ts, v->rows = x->Ts * x->k, v->f.inv_perm = x->inv;
@@ -510,6 +521,9 @@ static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *g
     header(x, &g, go);
     g.in = x->in;
     g.in.w_gate = x->w[0], g.in.w_up = x->w[1], g.in.w_down = x->w[2];
+    g.in.b_gate = x->in.b_gate ? x->in.b_gate + x->me * x->per * x->f : NULL;
+    g.in.b_up = x->in.b_up ? x->in.b_up + x->me * x->per * x->f : NULL;
+    g.in.b_down = x->in.b_down ? x->in.b_down + x->me * x->per * x->d : NULL;
     for (int r = 0; r < dl_layout_count(); r++) {
         const dl_layout_row_t *row = dl_layout_row(r);
         int span;
@@ -606,12 +620,14 @@ int dl_cli_gen_mpi(const dl_case_t *c, const char *path, const char *slice_dir,
     const dl_moe_config_t *k = &c->config;
     x->T = k->tokens, x->d = k->hidden, x->f = k->ffn, x->E = k->route.experts;
     x->k = k->route.top_k, x->per = x->E / x->R;
-    const int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
+    static const char *const wname[3] = {"w_gate", "w_up", "w_down"};
     dl_ep_source_range(x->T, x->R, x->me, &x->tb, &x->te);
     x->Ts = x->te - x->tb;
     TRY("drawing the inputs", dl_case_inputs_tokens(c, &x->in));
     const int64_t df = x->d * x->f;
-    for (int i = swiglu ? 0 : 2; i < 3; i++) {
+    for (int i = 0; i < 3; i++) {
+        if (!dl_cond_applies(dl_layout_find(wname[i])->cond, k))
+            continue; /* no w_gate without a gate, no w_up in a plain FFN */
         if (!ALLOC(x->w[i], x->per * df))
             fail_all(x, "expert weights", DL_ENOMEM);
         for (int64_t e = 0; e < x->per; e++)

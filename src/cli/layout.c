@@ -7,8 +7,9 @@
 #include "dropless.h"
 #include "cli.h"
 
-static const char *const store_names[] = {"act", "f32", "i32", "i64"};
-static const char *const cond_names[] = {"always", "bias", "swiglu"};
+static const char *const store_names[] = {"act", "f32", "i32", "i64", "rt"};
+static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate",
+                                         "router_bias", "ffn_bias", "gate"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 /* The library writes the JSON (dl_api_layout_json), so the bindings and
@@ -36,7 +37,7 @@ static void print_table(void)
             printf("%d\n", (int)r->value);
     }
     printf("dims: T tokens, d hidden, f ffn, E experts, k top_k, M = T*k, P = E+1; "
-           "store act = the case's dtype\n");
+           "store act = the case's dtype, rt = its router_dtype\n");
 }
 
 int dl_cli_layout(int argc, char **argv)

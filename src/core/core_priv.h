@@ -83,6 +83,21 @@ int dl__sigmoid(double x, dl_dtype_t t, double *out);
 int dl__silu_mul(double g, double u, dl_dtype_t t, double *out);
 int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out);
 
+/* The activations of act.c, correctly rounded to t (the stages' types
+ * fp32, bf16, fp16; DL_F64 only where the interval path resolves it):
+ *   kind DL__ACT_OAI    gpt-oss: gc = min(g, limit), uc = clamp(u, +-limit),
+ *                       h = (uc + 1) gc S(alpha gc)
+ *        DL__ACT_GELU   GeGLU-tanh: h = u gelu_tanh(g)
+ *        DL__ACT_RELU2  h = relu(g)^2 (u unused)
+ *   which DL__ACT_H   h;  DL__ACT_DG  dh dh/dg;  DL__ACT_DU  dh dh/du.
+ * The clamps' derivative is 1 on the closed range, 0 outside (PyTorch's
+ * clamp); relu's is 0 at 0. g, u, dh: finite floats; alpha, limit finite.
+ * An exact zero is +0. Returns 0 or DL_EINTERNAL (the MPFR loop gave up). */
+enum { DL__ACT_OAI = 1, DL__ACT_GELU = 2, DL__ACT_RELU2 = 3 };
+enum { DL__ACT_H = 0, DL__ACT_DG = 1, DL__ACT_DU = 2 };
+int dl__act_eval(int kind, double alpha, double limit, int which, double g, double u,
+                 double dh, dl_dtype_t t, double *out);
+
 /* out[e] = softmax(l)[e] for a row of n finite logits, each correctly
  * rounded to t (stored as float, so t must not be DL_F64). */
 int dl__softmax_row(const float *l, int64_t n, dl_dtype_t t, float *out);
@@ -104,6 +119,8 @@ double dl__mpfr_round(mpfr_srcptr x, dl_dtype_t t);
  * or DL_EINTERNAL past 2^16 bits. */
 typedef void (*dl__ival_fn)(mpfr_ptr lo, mpfr_ptr hi, const void *ctx);
 int dl__ziv(dl__ival_fn eval, const void *ctx, dl_dtype_t t, double *out);
+/* dl__ziv inside that critical section. */
+int dl__ziv_locked(dl__ival_fn eval, const void *ctx, dl_dtype_t t, double *out);
 #endif
 
 #endif

@@ -193,7 +193,7 @@ static void sig_eval(mpfr_ptr lo, mpfr_ptr hi, const void *ctx)
     sig_ival(lo, hi, ((const sig_ctx_t *)ctx)->x);
 }
 
-static int fallback(dl__ival_fn f, const void *ctx, dl_dtype_t t, double *out)
+int dl__ziv_locked(dl__ival_fn f, const void *ctx, dl_dtype_t t, double *out)
 {
     int rc;
 #ifdef _OPENMP
@@ -226,7 +226,7 @@ int dl__sigmoid(double x, dl_dtype_t t, double *out)
             return 0;
     }
     sig_ctx_t c = {x};
-    return fallback(sig_eval, &c, t, out);
+    return dl__ziv_locked(sig_eval, &c, t, out);
 }
 
 /* ---------------------------------------------------------- silu * u */
@@ -291,7 +291,7 @@ int dl__silu_mul(double g, double u, dl_dtype_t t, double *out)
         }
     }
     silu_ctx_t c = {g, u};
-    return fallback(silu_eval, &c, t, out);
+    return dl__ziv_locked(silu_eval, &c, t, out);
 }
 
 /* ------------------------------------------------------ silu'(g) * p
@@ -412,7 +412,7 @@ int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out)
             return 0;
     }
     silu_ctx_t c = {g, p};
-    return fallback(dsilu_eval, &c, t, out);
+    return dl__ziv_locked(dsilu_eval, &c, t, out);
 }
 
 /* ------------------------------------------------------------- softmax */
@@ -495,7 +495,7 @@ int dl__softmax_row(const float *l, int64_t n, dl_dtype_t t, float *out)
         double q = ldexp(y, k) / S;
         if (!dl__certify(q, q * 0x1p-48, t, &r)) {
             smax_ctx_t c = {l, n, j, m};
-            int e = fallback(smax_eval, &c, t, &r);
+            int e = dl__ziv_locked(smax_eval, &c, t, &r);
             if (e)
                 rc = e;
         }

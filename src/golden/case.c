@@ -33,6 +33,19 @@
     ONE(nm "-bf16", desc, T, d, f, rt, fk, DL_BF16, seed_, kind, zs, big),           \
     ONE(nm "-fp16", desc, T, d, f, rt, fk, DL_F16, seed_, kind, zs, big)
 
+/* An FFN variant (issue 26): the activation's alpha and limit and the
+ * router weight's storage type, in fp32, bf16 and fp16. */
+#define ONEV(nm, desc, T, d, f, rt, fk, al, li, rdt, fb, dt, seed_)                      \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
+                .dtype = dt, .act_alpha = al, .act_limit = li, .router_dtype = rdt,   \
+                .ffn_bias = fb},                                                     \
+     .seed = seed_, .inputs = DL_INPUTS_RANDOM, .tier = DL_TIER_VECTORS}
+#define CASE3V(nm, desc, T, d, f, rt, fk, al, li, rdt, fb, seed_)                       \
+    ONEV(nm, desc, T, d, f, rt, fk, al, li, rdt, fb, DL_F32, seed_),                   \
+    ONEV(nm "-bf16", desc, T, d, f, rt, fk, al, li, rdt, fb, DL_BF16, seed_),          \
+    ONEV(nm "-fp16", desc, T, d, f, rt, fk, al, li, rdt, fb, DL_F16, seed_)
+
 /* A kernel-tier case: one dtype, on demand, pinned by vectors/KERNEL_SHA256SUMS. */
 #define KCASE(nm, desc, T, d, f, rt, dt, seed_, kind, zs)                              \
     {.name = nm, .description = desc,                                               \
@@ -110,6 +123,14 @@ static const dl_case_t catalogue[] = {
           16, 8, 4, (16, 4, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0, 1), SWI, 2602, DL_INPUTS_RANDOM, 0, 0),
     CASE3("softmax-topk-ties", "softmax over the top-2 logits with duplicated router columns: exact ties at the k boundary and inside the selection",
           16, 8, 4, (8, 2, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0), SWI, 2603, DL_INPUTS_TIES, 0, 0),
+    CASE3V("gpt-oss-like", "gpt-oss's experts: SwiGLU clamped at 7 (alpha 1.702, up + 1), biases on both projections, softmax top-4 of 8 renormalised, bf16 router weight, small shapes",
+           32, 16, 16, (8, 4, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_SWIGLU_CLAMP, 1.702, 7.0, DL_BF16, 1, 14),
+    CASE3V("swiglu-clamp-tight", "gpt-oss's activation with limit 0.5: most gates and ups at or past the clamp",
+           24, 16, 8, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_SWIGLU_CLAMP, 1.702, 0.5, DL_F32, 0, 15),
+    CASE3V("geglu-tanh", "GeGLU with the tanh approximation of gelu, fp16 router weight, small shapes",
+           24, 16, 16, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_GEGLU_TANH, 0.0, 0.0, DL_F16, 0, 16),
+    CASE3V("nemotron-like", "Nemotron-H's experts: non-gated relu(x Wu)^2 Wd; sigmoid top-4 of 16 with the selection bias, renormalised, scale 2.5 (its shared expert left out)",
+           24, 16, 16, (16, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 0.0, 0.0, DL_F32, 0, 17),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -235,8 +256,17 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("tokens must be >= 0");
     if (c->hidden < 1 || c->ffn < 1)
         BAD("hidden and ffn must be >= 1");
-    if (c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN)
+    if (!DL_FFN_HIDDEN(c->ffn_kind) && c->ffn_kind != DL_FFN_PLAIN)
         BAD("unknown ffn_kind");
+    if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP &&
+        !(isfinite(c->act_alpha) && c->act_limit >= 0 && isfinite(c->act_limit)))
+        BAD("act_alpha must be finite and act_limit finite and >= 0");
+    if (c->ffn_kind != DL_FFN_SWIGLU_CLAMP && (c->act_alpha != 0 || c->act_limit != 0))
+        BAD("act_alpha and act_limit need ffn_kind swiglu-clamp");
+    if (c->router_dtype != DL_F32 && c->router_dtype != DL_BF16 && c->router_dtype != DL_F16)
+        BAD("router_dtype must be fp32, bf16 or fp16");
+    if (c->ffn_bias && !DL_FFN_GATED(c->ffn_kind))
+        BAD("ffn_bias needs a gated ffn_kind (swiglu, swiglu-clamp or geglu-tanh)");
     if (c->ffn_kind == DL_FFN_PLAIN && c->ffn != c->hidden)
         BAD("ffn_kind plain needs ffn = hidden");
     if (c->dtype != DL_F32 && c->dtype != DL_BF16 && c->dtype != DL_F16)
@@ -274,6 +304,13 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("shared_gate must be 0 or 1");
     if (dl_mul_size(c->shared_experts, c->shared_ffn, &m))
         BAD("shared_experts * shared_ffn overflows 64 bits");
+    if (c->shared_experts > 0 && c->ffn_kind != DL_FFN_SWIGLU)
+        BAD("shared experts are SwiGLU experts: they need ffn_kind swiglu, not %s",
+            dl_ffn_name(c->ffn_kind));
+    if (c->lowp && c->ffn_bias)
+        BAD("a lowp layer recipe does not quantize the expert biases: lowp needs ffn_bias 0");
+    if (c->lowp && c->ffn_kind == DL_FFN_RELU2)
+        BAD("the lowp layer recipes are SwiGLU layers: lowp needs ffn_kind swiglu, not relu2");
     for (int i = 0; i < dl_golden_dataset_count(); i++) {
         int64_t dims[3];
         if (dl_golden_dataset_shape(dl_golden_dataset(i), c, dims) < 0)
@@ -313,8 +350,19 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
         w += snprintf(buf + w, n - (size_t)w,
                       "%sshared_experts = %" PRId64 "%sshared_ffn = %" PRId64 "%sshared_gate = %d",
                       sep, c->shared_experts, sep, c->shared_ffn, sep, c->shared_gate != 0);
-    if (w >= 0 && (size_t)w < n && c->route.has_router_bias) /* only when set: older texts stay */
+    if (w < 0 || (size_t)w >= n)
+        return DL_EOVERFLOW;
+    if (c->route.has_router_bias) /* only when set: older texts stay */
         w += snprintf(buf + w, n - (size_t)w, "%srouter_bias = 1", sep);
+    /* the variants' keys only where a case uses them (the default's text is unchanged) */
+    if (w >= 0 && (size_t)w < n && c->ffn_kind == DL_FFN_SWIGLU_CLAMP)
+        w += snprintf(buf + w, n - (size_t)w, "%sact_alpha = %.17g%sact_limit = %.17g", sep,
+                      c->act_alpha, sep, c->act_limit);
+    if (w >= 0 && (size_t)w < n && c->ffn_bias)
+        w += snprintf(buf + w, n - (size_t)w, "%sffn_bias = 1", sep);
+    if (w >= 0 && (size_t)w < n && c->router_dtype != DL_F32)
+        w += snprintf(buf + w, n - (size_t)w, "%srouter_dtype = %s", sep,
+                      dl_dtype_name(c->router_dtype));
     return w < 0 || (size_t)w >= n ? DL_EOVERFLOW : 0;
 }
 
@@ -397,13 +445,14 @@ static char *trim(char *s)
 enum {
     K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
     K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
-    K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, K_RBIAS, NKEYS
+    K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, K_RBIAS, K_ACT_ALPHA, K_ACT_LIMIT,
+    K_ROUTER_DTYPE, K_FFN_BIAS, NKEYS
 };
 static const char *const keys[NKEYS] = {
     "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
     "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp", "shared_experts", "shared_ffn",
-    "shared_gate", "router_bias"};
+    "shared_gate", "router_bias", "act_alpha", "act_limit", "router_dtype", "ffn_bias"};
 
 static void case_defaults(dl_case_t *c)
 {
@@ -471,14 +520,36 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
         return 0;
     case K_FFNKIND:
         if ((e = dl__golden_ffn_parse(v)) < 0)
-            WHY("ffn_kind must be swiglu or plain, got '%.40s'", v);
+            WHY("ffn_kind must be swiglu, plain, swiglu-clamp, geglu-tanh or relu2, got '%.40s'", v);
         c->config.ffn_kind = (dl_ffn_t)e;
+        /* gpt-oss's parameters unless act_alpha / act_limit follow; none for the others */
+        c->config.act_alpha = e == DL_FFN_SWIGLU_CLAMP ? 1.702 : 0.0;
+        c->config.act_limit = e == DL_FFN_SWIGLU_CLAMP ? 7.0 : 0.0;
+        return 0;
+    case K_ACT_ALPHA:
+    case K_ACT_LIMIT: {
+        double x;
+        if (parse_double(v, &x) || !isfinite(x) || (key == K_ACT_LIMIT && x < 0))
+            WHY("%s must be a finite number%s, got '%.40s'", k,
+                key == K_ACT_LIMIT ? " >= 0" : "", v);
+        *(key == K_ACT_ALPHA ? &c->config.act_alpha : &c->config.act_limit) = x;
+        return 0;
+    }
+    case K_ROUTER_DTYPE:
+        if (dl_dtype_parse(v, &dt) || dt == DL_F64)
+            WHY("router_dtype must be fp32, bf16 or fp16, got '%.40s'", v);
+        c->config.router_dtype = dt;
         return 0;
     case K_INPUTS:
         if ((e = dl__golden_inputs_parse(v)) < 0)
             WHY("inputs must be random, zipf, ties, empty-experts, one-hot or sizes, "
                 "got '%.40s'", v);
         c->inputs = (dl_inputs_kind_t)e;
+        return 0;
+    case K_FFN_BIAS:
+        if (parse_bool(v, &b))
+            WHY("%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
+        c->config.ffn_bias = b;
         return 0;
     case K_RENORM:
     case K_BIAS:
@@ -573,6 +644,12 @@ static int finish_case(const char *path, dl_case_t *c, const int *line_of, char 
                 return DL_EFORMAT;
             }
     }
+    for (int i = K_ACT_ALPHA; i <= K_ACT_LIMIT; i++)
+        if (line_of[i] && line_of[i] < line_of[K_FFNKIND]) { /* ffn_kind sets their defaults */
+            dl__golden_msg(err, errlen, "%s:%d: '%s' must come after 'ffn_kind'", path,
+                           line_of[i], keys[i]);
+            return DL_EFORMAT;
+        }
     if (c->config.ffn < 0)
         c->config.ffn = c->config.hidden;
     char why[160] = "";
@@ -585,8 +662,8 @@ static int finish_case(const char *path, dl_case_t *c, const int *line_of, char 
         return 0;
     /* name the line of the last key that shapes the configuration, if any */
     int lineno = 0;
-    for (int i = K_TOKENS; i <= K_DTYPE; i++)
-        if (line_of[i] > lineno)
+    for (int i = K_TOKENS; i < NKEYS; i++)
+        if ((i <= K_DTYPE || i >= K_ACT_ALPHA) && line_of[i] > lineno)
             lineno = line_of[i];
     if (!lineno)
         lineno = line_of[K_BASE];

@@ -31,16 +31,20 @@ typedef struct {
 #define ELEM_F32 DL_GOLDEN_FLOAT
 #define ELEM_I32 DL_GOLDEN_INT32
 #define ELEM_I64 DL_GOLDEN_INT64
+#define ELEM_RT DL_GOLDEN_FLOAT
 #define ACT_ACT 1
 #define ACT_F32 0
 #define ACT_I32 0
 #define ACT_I64 0
+#define ACT_RT 2
 #define COND_ALWAYS DL_GOLDEN_ALWAYS
 #define COND_BIAS DL_GOLDEN_IF_BIAS
 #define COND_SWIGLU DL_GOLDEN_IF_SWIGLU
 #define COND_SHARED DL_GOLDEN_IF_SHARED
 #define COND_SHARED_GATE DL_GOLDEN_IF_SHARED_GATE
 #define COND_ROUTER_BIAS DL_GOLDEN_IF_ROUTER_BIAS
+#define COND_FFN_BIAS DL_GOLDEN_IF_FFN_BIAS
+#define COND_GATE DL_GOLDEN_IF_GATE
 
 #define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
@@ -55,7 +59,9 @@ _Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
                    (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU &&
                    (int)DL_GOLDEN_IF_SHARED == (int)DL_COND_SHARED &&
                    (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE &&
-                   (int)DL_GOLDEN_IF_ROUTER_BIAS == (int)DL_COND_ROUTER_BIAS,
+                   (int)DL_GOLDEN_IF_ROUTER_BIAS == (int)DL_COND_ROUTER_BIAS &&
+                   (int)DL_GOLDEN_IF_FFN_BIAS == (int)DL_COND_FFN_BIAS &&
+                   (int)DL_GOLDEN_IF_GATE == (int)DL_COND_GATE,
                "golden dataset conditions out of sync with dl_cond_t");
 
 _Static_assert(NTABLE <= DL_GOLDEN_DATASET_MAX, "more datasets than dl_golden_file_t's sets hold");
@@ -101,7 +107,7 @@ int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_conf
 
 dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, const dl_moe_config_t *c)
 {
-    return ds->act ? c->dtype : DL_F32;
+    return ds->act == 1 ? c->dtype : ds->act == 2 ? c->router_dtype : DL_F32;
 }
 
 void **dl_golden_slot(dl_golden_file_t *g, const dl_golden_dataset_t *ds)
@@ -137,7 +143,6 @@ void dl_golden_free(dl_golden_file_t *g)
 /* ------------------------------------------------------------ names */
 
 static const char *const group_names[] = {"max", "top2_sum", "topk_sum"};
-static const char *const ffn_names[] = {"swiglu", "plain"};
 static const char *const inputs_names[] = {"random", "zipf", "ties", "empty-experts", "one-hot",
                                            "sizes"};
 #define NINPUTS ((int)(sizeof inputs_names / sizeof inputs_names[0]))
@@ -152,11 +157,15 @@ static int lookup(const char *const *names, int n, const char *s)
 
 const char *dl__golden_score_name(int v) { return dl_route_score_name((dl_score_fn_t)v); }
 const char *dl__golden_group_name(int v) { return v >= 0 && v < 3 ? group_names[v] : NULL; }
-const char *dl__golden_ffn_name(int v) { return v >= 0 && v < 2 ? ffn_names[v] : NULL; }
+const char *dl__golden_ffn_name(int v) { return dl_ffn_name((dl_ffn_t)v); }
 const char *dl__golden_inputs_name(int v) { return v >= 0 && v < NINPUTS ? inputs_names[v] : NULL; }
 int dl__golden_score_parse(const char *s) { return dl_route_score_parse(s); }
 int dl__golden_group_parse(const char *s) { return lookup(group_names, 3, s); }
-int dl__golden_ffn_parse(const char *s) { return lookup(ffn_names, 2, s); }
+int dl__golden_ffn_parse(const char *s)
+{
+    dl_ffn_t k;
+    return dl_ffn_parse(s, &k) ? -1 : (int)k;
+}
 int dl__golden_inputs_parse(const char *s) { return lookup(inputs_names, NINPUTS, s); }
 
 /* One-line messages: "<file>: <what>". */

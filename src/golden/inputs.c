@@ -16,7 +16,9 @@ enum {
     S_OFFSET = 8,
     /* the shared experts' weights (doc/format.md) */
     S_SHARED_GATE = 32, S_SHARED_UP = 33, S_SHARED_DOWN = 34, S_SHARED_SG = 35,
-    S_ROUTER_BIAS = 20 /* the bias on the router logits */
+    S_ROUTER_BIAS = 20, /* the bias on the router logits */
+    /* the expert biases */
+    S_B_GATE = 9, S_B_UP = 10, S_B_DOWN = 11
 };
 
 static inline uint64_t mix(uint64_t z)
@@ -103,6 +105,9 @@ void dl_golden_inputs_free(dl_golden_inputs_t *in)
     free(in->shared_w_down);
     free(in->shared_gate_weight);
     free(in->router_bias);
+    free(in->b_gate);
+    free(in->b_up);
+    free(in->b_down);
     memset(in, 0, sizeof *in);
 }
 
@@ -110,7 +115,8 @@ dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in)
 {
     dl_moe_inputs_t v = {in->x, in->router_weight, in->expert_bias, in->w_gate,
                          in->w_up, in->w_down, in->d_out, in->shared_w_gate, in->shared_w_up,
-                         in->shared_w_down, in->shared_gate_weight, in->router_bias};
+                         in->shared_w_down, in->shared_gate_weight, in->router_bias,
+                         in->b_gate, in->b_up, in->b_down};
     return v;
 }
 
@@ -294,6 +300,26 @@ static int shared_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
     return 0;
 }
 
+/* The expert biases (ffn_bias only): N(0, 1/4), which moves the gates and
+ * ups as far as a weight column does. Small ([E, f], [E, d]), so every
+ * placement draws them whole with the token-side inputs. */
+static int bias_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    const dl_moe_config_t *k = &c->config;
+    if (!k->ffn_bias)
+        return 0;
+    const int64_t E_f = k->route.experts * k->ffn, E_d = k->route.experts * k->hidden;
+    in->b_gate = alloc_f(E_f);
+    in->b_up = alloc_f(E_f);
+    in->b_down = alloc_f(E_d);
+    if (!in->b_gate || !in->b_up || !in->b_down)
+        return DL_ENOMEM;
+    fill(in->b_gate, E_f, c->seed, S_B_GATE, 0.5, k->dtype);
+    fill(in->b_up, E_f, c->seed, S_B_UP, 0.5, k->dtype);
+    fill(in->b_down, E_d, c->seed, S_B_DOWN, 0.5, k->dtype);
+    return 0;
+}
+
 int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
 {
     if (!c || !in)
@@ -330,11 +356,12 @@ int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
 
     /* router weight: N(0, 1/d); row 0 carries the offsets through the feature */
     double sd = sigma_of(d);
-    fill(in->router_weight, nw, c->seed, S_ROUTER, sd, DL_F32);
+    const dl_dtype_t rt = k->router_dtype;
+    fill(in->router_weight, nw, c->seed, S_ROUTER, sd, rt);
     uint64_t kr = stream_key(c->seed, S_ROUTER);
     for (int64_t e = 0; e < E; e++)
         in->router_weight[e] =
-            (float)dl_round((b[e] + normal_k(kr, (uint64_t)e) * sd) * 0.125, DL_F32);
+            (float)dl_round((b[e] + normal_k(kr, (uint64_t)e) * sd) * 0.125, rt);
     free(b);
 
     if (in->expert_bias)
@@ -351,10 +378,13 @@ int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
 
     if (c->inputs == DL_INPUTS_TIES)
         make_ties(c, in);
-    if ((rc = shared_inputs(c, in)) || (c->inputs == DL_INPUTS_SIZES && (rc = plant(c, in)))) {
+    if ((rc = shared_inputs(c, in)) || (rc = bias_inputs(c, in)) ||
+        (c->inputs == DL_INPUTS_SIZES && (rc = plant(c, in)))) {
         dl_golden_inputs_free(in);
         return rc;
     }
+    for (int64_t i = 0; rt != DL_F32 && i < nw; i++) /* the planted values onto the grid */
+        in->router_weight[i] = (float)dl_round(in->router_weight[i], rt);
     return 0;
 }
 
@@ -369,19 +399,19 @@ int dl_case_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
         dl_golden_inputs_free(in);
         return DL_EOVERFLOW;
     }
-    int swiglu = k->ffn_kind == DL_FFN_SWIGLU;
-    in->w_gate = swiglu ? alloc_f(nffn) : NULL;
-    in->w_up = swiglu ? alloc_f(nffn) : NULL;
+    const int gated = DL_FFN_GATED(k->ffn_kind), hidden = DL_FFN_HIDDEN(k->ffn_kind);
+    in->w_gate = gated ? alloc_f(nffn) : NULL;
+    in->w_up = hidden ? alloc_f(nffn) : NULL; /* relu2: the up projection alone */
     in->w_down = alloc_f(nffn);
-    if ((swiglu && (!in->w_gate || !in->w_up)) || !in->w_down) {
+    if ((gated && !in->w_gate) || (hidden && !in->w_up) || !in->w_down) {
         dl_golden_inputs_free(in);
         return DL_ENOMEM;
     }
     dl_dtype_t t = k->dtype;
-    if (swiglu) {
+    if (gated)
         fill(in->w_gate, nffn, c->seed, S_GATE, sigma_of(k->hidden), t);
+    if (hidden)
         fill(in->w_up, nffn, c->seed, S_UP, sigma_of(k->hidden), t);
-    }
     fill(in->w_down, nffn, c->seed, S_DOWN, sigma_of(k->ffn), t);
     return 0;
 }
@@ -395,7 +425,8 @@ int dl_case_expert_weight(const dl_case_t *c, int which, int64_t e, float *buf)
 {
     if (!c || !buf || which < DL__W_GATE || which > DL__W_DOWN || e < 0 ||
         e >= c->config.route.experts ||
-        (c->config.ffn_kind != DL_FFN_SWIGLU && which != DL__W_DOWN))
+        (which == DL__W_GATE && !DL_FFN_GATED(c->config.ffn_kind)) ||
+        (which == DL__W_UP && !DL_FFN_HIDDEN(c->config.ffn_kind)))
         return DL_EINVAL;
     dl__case_expert_weight(c, which, e, buf);
     return 0;

@@ -177,6 +177,32 @@ fail:
     return rc;
 }
 
+/* The variants' attributes: act_alpha and act_limit (binary64, required
+ * with swiglu-clamp), router_dtype (a string, fp32 when absent). */
+static int read_variant_attrs(rctx_t *r, hid_t g, dl_moe_config_t *c)
+{
+    int rc = 0, clamp = c->ffn_kind == DL_FFN_SWIGLU_CLAMP;
+    if (clamp && ((rc = attr_num(r, g, "/config", "act_alpha", 1, H5T_FLOAT, H5T_NATIVE_DOUBLE,
+                                 &c->act_alpha)) < 0 ||
+                  (rc = attr_num(r, g, "/config", "act_limit", 1, H5T_FLOAT, H5T_NATIVE_DOUBLE,
+                                 &c->act_limit)) < 0))
+        return rc;
+    char rt[32];
+    if ((rc = attr_str(r, g, "/config", "router_dtype", 0, rt, sizeof rt)) < 0)
+        return rc;
+    if (rc == 1 && (dl_dtype_parse(rt, &c->router_dtype) || c->router_dtype == DL_F64))
+        FAILF(DL_EFORMAT, "/config: router_dtype '%s' is not fp32, bf16 or fp16", rt);
+    int64_t fb = 0;
+    if ((rc = ATTR_I64(g, "/config", "ffn_bias", 0, &fb)) < 0)
+        return rc;
+    if (fb != 0 && fb != 1)
+        FAILF(DL_EFORMAT, "/config: ffn_bias must be 0 or 1");
+    c->ffn_bias = (int)fb;
+    return 0;
+fail:
+    return rc;
+}
+
 static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
 {
     int rc = 0;
@@ -214,7 +240,8 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     if (igs < 0)
         FAILF(DL_EFORMAT, "/config: group_score '%s' is not max, top2_sum or topk_sum", gs);
     if (ifk < 0)
-        FAILF(DL_EFORMAT, "/config: ffn_kind '%s' is not swiglu or plain", fk);
+        FAILF(DL_EFORMAT, "/config: ffn_kind '%s' is not swiglu, plain, swiglu-clamp, geglu-tanh or relu2",
+              fk);
     if (strcmp(dt, "fp32") && strcmp(dt, "bf16") && strcmp(dt, "fp16"))
         FAILF(DL_EFORMAT, "/config: dtype '%s' is not fp32, bf16 or fp16", dt);
     dl_dtype_parse(dt, &t);
@@ -242,7 +269,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     c->ffn_kind = (dl_ffn_t)ifk;
     c->dtype = t;
     c->lowp = ilp;
-    if ((rc = read_shared(r, g, c)) < 0)
+    if ((rc = read_shared(r, g, c)) < 0 || (rc = read_variant_attrs(r, g, c)) < 0)
         goto fail;
     char why[200];
     if (dl__golden_config_check(c, why, sizeof why))

@@ -88,7 +88,11 @@ int dl__mut_gemm_of(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const d
                     const dl_moe_backward_t *b, int s, dl__mut_gemm_t *g, int *expert)
 {
     const int64_t d = c->hidden, ff = c->ffn, E = c->route.experts;
-    const int sw = c->ffn_kind == DL_FFN_SWIGLU;
+    const int sw = DL_FFN_HIDDEN(c->ffn_kind), gated = DL_FFN_GATED(c->ffn_kind);
+    /* the simulated GEMMs have no bias term: a projection of an ffn_bias
+     * layer is not one of them */
+    if (c->ffn_bias && (s == DL_VALUE_H_GATE || s == DL_VALUE_H_UP || s == DL_VALUE_Y_SORTED))
+        return DL_ENOTFOUND;
     memset(g, 0, sizeof *g);
     g->off = f->group_offsets, g->E = E, g->out_t = c->dtype;
     *expert = 1;
@@ -104,7 +108,8 @@ int dl__mut_gemm_of(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const d
     case DL_VALUE_D_H_ACT: grouped(g, b->d_y_sorted, d, in->w_down, DL_RHS_NK, ff); break;
     case DL_VALUE_D_X_SORTED:
         if (sw) {
-            grouped(g, b->d_h_gate, ff, in->w_gate, DL_RHS_NK, d);
+            if (gated)
+                grouped(g, b->d_h_gate, ff, in->w_gate, DL_RHS_NK, d);
             grouped(g, b->d_h_up, ff, in->w_up, DL_RHS_NK, d);
         } else {
             grouped(g, b->d_y_sorted, d, in->w_down, DL_RHS_NK, d);
@@ -125,8 +130,9 @@ int dl__mut_gemm_of(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const d
         *expert = 0;
         g->off = NULL, g->rows[1] = c->tokens, g->E = 1, g->out_t = DL_F32;
     }
-    if (!sw && (s == DL_VALUE_H_GATE || s == DL_VALUE_H_UP || s == DL_VALUE_D_H_ACT ||
-                s == DL_VALUE_D_W_GATE || s == DL_VALUE_D_W_UP))
+    if ((!sw && (s == DL_VALUE_H_GATE || s == DL_VALUE_H_UP || s == DL_VALUE_D_H_ACT ||
+                 s == DL_VALUE_D_W_GATE || s == DL_VALUE_D_W_UP)) ||
+        (!gated && (s == DL_VALUE_H_GATE || s == DL_VALUE_D_W_GATE)))
         return DL_ENOTFOUND;
     return 0;
 }
@@ -213,7 +219,7 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     case DL_VALUE_INV_PERM: case DL_VALUE_GROUP_SIZES: case DL_VALUE_GROUP_OFFSETS:
         return route_stage(c, in, f, s, dst);
     case DL_VALUE_X_SORTED: return dl_permute(in->x, T, d, k, f->sort_perm, dst);
-    case DL_VALUE_H_ACT: return dl_swiglu(f->h_gate, f->h_up, M * ff, t, dst);
+    case DL_VALUE_H_ACT: return dl_ffn_act(c, f->h_gate, f->h_up, M * ff, dst);
     case DL_VALUE_OUT: return dl_combine(f->y_sorted, f->topk_weights, f->inv_perm, T, k, d, t, dst);
     case DL_VALUE_D_TOPK_WEIGHTS:
         return dl_combine_backward(in->d_out, f->y_sorted, f->topk_weights, f->inv_perm, T, k, d,
@@ -222,9 +228,9 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
         return dl_combine_backward(in->d_out, f->y_sorted, f->topk_weights, f->inv_perm, T, k, d,
                                    t, NULL, dst);
     case DL_VALUE_D_H_GATE:
-        return dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, M * ff, t, dst, NULL);
+        return dl_ffn_act_backward(c, f->h_gate, f->h_up, b->d_h_act, M * ff, dst, NULL);
     case DL_VALUE_D_H_UP:
-        return dl_swiglu_backward(f->h_gate, f->h_up, b->d_h_act, M * ff, t, NULL, dst);
+        return dl_ffn_act_backward(c, f->h_gate, f->h_up, b->d_h_act, M * ff, NULL, dst);
     case DL_VALUE_D_ROUTER_SCORES:
         return dl_route_backward(&c->route, f->router_scores, f->topk_ids, b->d_topk_weights, T,
                                  dst, NULL);
@@ -241,7 +247,7 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
 int dl__mut_replay(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
                    dl_moe_backward_t *b, uint64_t dirty, uint64_t fixed)
 {
-    const int sw = c->ffn_kind == DL_FFN_SWIGLU;
+    const int sw = DL_FFN_HIDDEN(c->ffn_kind);
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
         if ((fixed & DL__BIT(s)) || !(deps(s, sw) & dirty) || !dl_value_numel(c, (dl_value_t)s))
             continue;

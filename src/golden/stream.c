@@ -60,7 +60,7 @@ int64_t dl__golden_slice_shape(const dl_golden_dataset_t *ds, const dl_moe_confi
     int64_t n = dl_golden_dataset_shape(ds, c, dims);
     if (n < 0 || full)
         return n;
-    if (ds->rank == 3 && ds->dims[0] == 'E')
+    if (ds->rank >= 2 && ds->dims[0] == 'E') /* the weights, the biases, their gradients */
         dims[0] = n_experts;
     else if (ds->rank == 2 && ds->dims[0] == 'M') /* sort_perm, inv_perm stay whole */
         dims[0] = n_rows;
@@ -112,6 +112,14 @@ static int slab(const dl_layout_row_t *r)
     return r->dims[0] == 'E' && r->dims[1] && r->dims[2];
 }
 
+/* A per-expert array of rank 2 ("E?": the expert biases, their
+ * gradients): held for the slice's experts A..B-1, expert e's row at e - A
+ * (an input is drawn whole: its row e). */
+static int expert_rows(const dl_layout_row_t *r)
+{
+    return r->dims[0] == 'E' && r->dims[1] && !r->dims[2];
+}
+
 /* The producer writes a dataset of this file (a slice leaves out what
  * needs every expert: out, the router gradients, d_x). */
 static int in_file(const stream_t *s, const dl_producer_t *p)
@@ -147,7 +155,8 @@ static int alloc_outputs(stream_t *s, const dl_producer_t *p)
         void **slot = dl_layout_slot(row, NULL, &s->f, &s->b);
         if (!DL_ROWSET_HAS(p->writes, r) || !slot || *slot || slab(row))
             continue;
-        int64_t n = dl_layout_numel_rows(row, c, rows_array(row) ? s->r1 - s->r0 : -1);
+        int64_t n = dl_layout_numel_rows(row, c, rows_array(row) ? s->r1 - s->r0
+                                                 : expert_rows(row) ? s->B - s->A : -1);
         if (!(*slot = alloc0(n, row->store == DL_STORE_I64 ? 8 : 4)))
             return DL_ENOMEM;
     }
@@ -185,6 +194,14 @@ static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
                                                                              : s->c->config.ffn);
         else if (slot && slab(row) && DL_ROWSET_HAS(p->writes, r))
             *slot = s->dw;
+        else if (experts && expert_rows(row)) { /* expert e's row */
+            const int64_t N = dl_layout_numel_rows(row, &s->c->config, 1);
+            void **in = dl_layout_slot(row, &v->in, NULL, NULL);
+            if (in && *in)
+                *in = (float *)*in + e * N;
+            else if (slot && *slot)
+                *slot = (float *)*slot + (e - s->A) * N;
+        }
     }
     int which, at = -1;
     for (int k = 0; experts && (at = weight_read(s, p, at, &which)) >= 0; k++) {
@@ -288,6 +305,8 @@ static int produce(void *vctx, const dl_golden_dataset_t *ds, dl__golden_sink_t 
         int64_t dims[3];
         if (!p || shape_of(s, ds, dims) < 0)
             FAILMSG(DL_EINTERNAL, "case %s: %s: nothing computed", s->c->name, ds->path);
+        if (lr->group == DL_LAYOUT_INPUTS && expert_rows(lr)) /* the slice's experts */
+            p = (const float *)p + s->A * dl_layout_numel_rows(lr, &s->c->config, 1);
         rc = dl__golden_sink_put(sink, 0, dims[0], p);
         progress(s, ds->name, 0.02);
     }
@@ -333,7 +352,7 @@ int64_t dl_case_memory_bytes(const dl_case_t *c, const dl_golden_gen_opts_t *opt
      * one expert's weights (two buffers) and one weight gradient */
     const dl_moe_config_t *k = &c->config;
     double E = (double)k->route.experts, df = (double)k->hidden * (double)k->ffn;
-    double nw = k->ffn_kind == DL_FFN_SWIGLU ? 3.0 : 1.0;
+    double nw = DL_FFN_GATED(k->ffn_kind) ? 3.0 : DL_FFN_HIDDEN(k->ffn_kind) ? 2.0 : 1.0;
     double est = (double)data - 2.0 * nw * E * df * 4.0 + 3.0 * df * 4.0 + (double)scratch;
     return est > 9e18 ? DL_EOVERFLOW : (int64_t)est;
 }
@@ -363,7 +382,7 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     s.A = A;
     s.B = B;
     s.full = A == 0 && B == E;
-    s.swiglu = k->ffn_kind == DL_FFN_SWIGLU;
+    s.swiglu = DL_FFN_HIDDEN(k->ffn_kind);
     s.err = err;
     s.errlen = errlen;
     s.work_total = work_total(&s);

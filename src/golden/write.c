@@ -216,6 +216,16 @@ static int write_config(wctx_t *w, hid_t file, const dl_moe_config_t *c)
          (rc = attr_i64(w, g, "shared_ffn", c->shared_ffn)) ||
          (rc = attr_i64(w, g, "shared_gate", c->shared_gate != 0))))
         goto fail;
+    /* the variants' attributes only where a case uses them */
+    if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP &&
+        ((rc = attr_write(w, g, "act_alpha", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &c->act_alpha)) ||
+         (rc = attr_write(w, g, "act_limit", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &c->act_limit))))
+        goto fail;
+    if (c->router_dtype != DL_F32 &&
+        (rc = attr_str(w, g, "router_dtype", dl_dtype_name(c->router_dtype))))
+        goto fail;
+    if (c->ffn_bias && (rc = attr_i64(w, g, "ffn_bias", 1)))
+        goto fail;
     rc = DL_EIO;
     H5TRY(H5Gclose(g), "closing /config");
     return 0;

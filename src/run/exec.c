@@ -217,6 +217,8 @@ int dl_run_backend(const char *path, const dl_moe_config_t *c, const dl_moe_inpu
     int rc = dl_moe_config_validate(c);
     if (rc)
         return rc;
+    if (!dl_run_expressible(c, NULL, 0)) /* the ABI has no FFN variants */
+        return DL_EINVAL;
     double limit = opt && opt->time_limit_s > 0 ? opt->time_limit_s : DL_RUN_DEFAULT_TIME_LIMIT_S;
     int forward_only = opt && opt->forward_only;
 
@@ -286,3 +288,15 @@ done:
     return rc;
 }
 
+
+int dl_run_expressible(const dl_moe_config_t *c, char *why, size_t n)
+{
+    const char *no = !c ? "no configuration"
+                     : c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN
+                         ? dl_ffn_name(c->ffn_kind)
+                         : c->ffn_bias ? "ffn_bias" : NULL;
+    if (no && why && n)
+        snprintf(why, n, "the backend ABI has no %s (its FFN is swiglu or plain, without biases)",
+                 no);
+    return !no;
+}

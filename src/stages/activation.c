@@ -1,7 +1,10 @@
-/* SwiGLU forward and backward, each output correctly rounded to its type
+/* The gated activations (SwiGLU, gpt-oss's clamped SwiGLU, GeGLU-tanh)
+ * forward and backward, each output correctly rounded to its type
  * (the certified kernels live in transc.c). */
 #include "config.h"
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include "stages/stages_priv.h"
 
 static int act_type_ok(dl_dtype_t t)
@@ -17,7 +20,56 @@ static int all_finite(const float *x, int64_t n)
     return 1;
 }
 
-int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h)
+/* ------------------------------------------- the other gated activations */
+
+static int core_kind(dl_ffn_t k)
+{
+    return k == DL_FFN_SWIGLU_CLAMP ? DL__ACT_OAI
+           : k == DL_FFN_GEGLU_TANH ? DL__ACT_GELU
+           : k == DL_FFN_RELU2     ? DL__ACT_RELU2 : 0;
+}
+
+static int act_args(const dl_moe_config_t *c, int64_t n)
+{
+    if (!c || n < 0 || !DL_FFN_HIDDEN(c->ffn_kind))
+        return DL_EINVAL;
+    if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP && !(isfinite(c->act_alpha) && c->act_limit >= 0 &&
+                                                isfinite(c->act_limit)))
+        return DL_EINVAL;
+    return 0;
+}
+
+/* which: DL__ACT_H (dh unused), DL__ACT_DG or DL__ACT_DU, over n elements
+ * of type t; kind 0 is SiLU (transc.c's kernels) */
+static int act_loop(int kind, double alpha, double limit, dl_dtype_t t, int which,
+                    const float *g, const float *u, const float *dh, int64_t n, float *out)
+{
+    int rc = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        double r = 0.0;
+        int e;
+        if (kind)
+            e = dl__act_eval(kind, alpha, limit, which, g[i], u[i], dh ? dh[i] : 0.0, t, &r);
+        else if (which == DL__ACT_DG)
+            e = dl__dsilu_mul(g[i], (double)dh[i] * u[i], t, &r); /* the product is exact */
+        else
+            e = dl__silu_mul(g[i], which == DL__ACT_H ? u[i] : dh[i], t, &r);
+        if (e) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            rc = e;
+        }
+        out[i] = (float)r;
+    }
+    return rc;
+}
+
+static int act_fw(int kind, double alpha, double limit, dl_dtype_t t, const float *g,
+                  const float *u, int64_t n, float *h)
 {
     if (n < 0)
         return DL_EINVAL;
@@ -29,26 +81,11 @@ int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h)
         return DL_EINVAL;
     if (!all_finite(g, n) || !all_finite(u, n))
         return DL_ENONFINITE;
-    int rc = 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (int64_t i = 0; i < n; i++) {
-        double r = 0.0;
-        int e = dl__silu_mul(g[i], u[i], t, &r);
-        if (e) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            rc = e;
-        }
-        h[i] = (float)r;
-    }
-    return rc;
+    return act_loop(kind, alpha, limit, t, DL__ACT_H, g, u, NULL, n, h);
 }
 
-int dl_swiglu_backward(const float *g, const float *u, const float *dh,
-                       int64_t n, dl_dtype_t t, float *d_g, float *d_u)
+static int act_bw(int kind, double alpha, double limit, dl_dtype_t t, const float *g,
+                  const float *u, const float *dh, int64_t n, float *d_g, float *d_u)
 {
     if (n < 0)
         return DL_EINVAL;
@@ -60,28 +97,93 @@ int dl_swiglu_backward(const float *g, const float *u, const float *dh,
         return DL_EINVAL;
     if (!all_finite(g, n) || !all_finite(u, n) || !all_finite(dh, n))
         return DL_ENONFINITE;
+    /* d_g written first would overwrite an input d_u still reads: with
+     * both requested and d_g aliasing an input, d_g goes through a copy
+     * (each pass alone reads element i before writing it) */
+    const int alias = d_g && d_u && (d_g == g || d_g == u || d_g == dh);
+    float *tmp = alias ? malloc((size_t)n * sizeof *tmp) : NULL;
+    if (alias && !tmp)
+        return DL_ENOMEM;
     int rc = 0;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (int64_t i = 0; i < n; i++) {
-        /* read everything first so outputs may overwrite inputs */
-        double gi = g[i], ui = u[i], dhi = dh[i], rg = 0.0, ru = 0.0;
-        int e = 0;
-        if (d_g)
-            e = dl__dsilu_mul(gi, dhi * ui, t, &rg); /* the product is exact */
-        if (d_u && !e)
-            e = dl__silu_mul(gi, dhi, t, &ru);
-        if (e) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            rc = e;
-        }
-        if (d_g)
-            d_g[i] = (float)rg;
-        if (d_u)
-            d_u[i] = (float)ru;
-    }
+    if (d_g)
+        rc = act_loop(kind, alpha, limit, t, DL__ACT_DG, g, u, dh, n, alias ? tmp : d_g);
+    if (!rc && d_u)
+        rc = act_loop(kind, alpha, limit, t, DL__ACT_DU, g, u, dh, n, d_u);
+    if (alias && !rc)
+        memcpy(d_g, tmp, (size_t)n * sizeof *tmp);
+    free(tmp);
     return rc;
+}
+
+int dl_swiglu(const float *g, const float *u, int64_t n, dl_dtype_t t, float *h)
+{
+    return act_fw(0, 0.0, 0.0, t, g, u, n, h);
+}
+
+int dl_swiglu_backward(const float *g, const float *u, const float *dh, int64_t n, dl_dtype_t t,
+                       float *d_g, float *d_u)
+{
+    return act_bw(0, 0.0, 0.0, t, g, u, dh, n, d_g, d_u);
+}
+
+int dl_ffn_act(const dl_moe_config_t *c, const float *g, const float *u, int64_t n, float *h)
+{
+    int rc = act_args(c, n);
+    if (!rc && c->ffn_kind == DL_FFN_RELU2) /* non-gated: h = relu(u)^2, g unused */
+        g = u;
+    return rc ? rc : act_fw(core_kind(c->ffn_kind), c->act_alpha, c->act_limit, c->dtype, g, u, n, h);
+}
+
+int dl_ffn_act_backward(const dl_moe_config_t *c, const float *g, const float *u,
+                        const float *dh, int64_t n, float *d_g, float *d_u)
+{
+    int rc = act_args(c, n);
+    if (!rc && c->ffn_kind == DL_FFN_RELU2) /* non-gated: d_u = 2 dh relu(u), no d_g */
+        return act_bw(DL__ACT_RELU2, 0.0, 0.0, c->dtype, u, u, dh, n, d_u, NULL);
+    return rc ? rc : act_bw(core_kind(c->ffn_kind), c->act_alpha, c->act_limit, c->dtype, g, u,
+                            dh, n, d_g, d_u);
+}
+
+/* ------------------------------------------- derivatives, for tolerances */
+
+static double logistic(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+void dl_ffn_act_deriv(const dl_moe_config_t *c, double g, double u, dl_ffn_act_deriv_t *d)
+{
+    if (c->ffn_kind == DL_FFN_RELU2) { /* h = relu(u)^2: in u alone, d2h/du2 = 2 (u > 0) */
+        const double r = u > 0 ? u : 0.0;
+        *d = (dl_ffn_act_deriv_t){r * r, 0.0, 2.0 * r, 0.0, 0.0, r * r, 2.0 * r, 0.0,
+                                  r > 0 ? 2.0 : 0.0};
+        return;
+    }
+    double x, k1 = 1.0, k2 = 0.0, v = u; /* x = k(g), k1 = x', k2 = x'' */
+    if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP) {
+        const double L = c->act_limit;
+        g = g > L ? L : g;
+        v = (u > L ? L : u < -L ? -L : u) + 1.0;
+        x = c->act_alpha * g;
+        k1 = c->act_alpha;
+    } else if (c->ffn_kind == DL_FFN_GEGLU_TANH) {
+        const double c2 = 0x1.9884533d43651p+0, b = 0.044715;
+        x = c2 * g * (1.0 + b * g * g);
+        k1 = c2 * (1.0 + 3.0 * b * g * g);
+        k2 = c2 * 6.0 * b * g;
+    } else {
+        x = g;
+    }
+    /* a(g) = g S(x(g)): a' = S + g S (1 - S) x', a'' = 2 S (1 - S) x' +
+     * g S (1 - S) ((1 - 2 S) x'^2 + x'') */
+    const double s = logistic(x), s1 = s * (1.0 - s);
+    const double a = g * s, a1 = s + g * s1 * k1;
+    const double a2 = 2.0 * s1 * k1 + g * s1 * ((1.0 - 2.0 * s) * k1 * k1 + k2);
+    double am = fabs(a), a1m = s + fabs(g * s1 * k1);
+    if (c->ffn_kind == DL_FFN_GEGLU_TANH) { /* th = 2 S - 1, (g (1 + th))' = 1 + th + g (1 - th^2) x'/2 */
+        const double th = 2.0 * s - 1.0;
+        am = 0.5 * fabs(g) * (1.0 + fabs(th));
+        a1m = 0.5 * (1.0 + fabs(th)) + 0.25 * fabs(g) * (1.0 + th * th) * fabs(k1);
+    }
+    *d = (dl_ffn_act_deriv_t){a * v, a1 * v, a, a2 * v, a1, fabs(v) * am, am, fabs(v) * a1m, 0.0};
 }

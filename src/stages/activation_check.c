@@ -1,10 +1,13 @@
-/* The checking side of SwiGLU (activation.c): its exact values on the
- * runner's effective operands, the magnitudes M of their rounding, and the
- * derivative magnitudes that carry an absent upstream's error into them
- * (doc/tolerances.md, "Absent stages"), all in binary64:
+/* The checking side of the gated activations (activation.c): their exact
+ * values on the runner's effective operands, the magnitudes M of their
+ * rounding, and the derivative magnitudes that carry an absent upstream's
+ * error into them (doc/tolerances.md, "Absent stages"), all in binary64.
+ * SwiGLU (the routed experts' default and the shared experts'):
  *   h = silu(g) u,  silu(g) = g s(g),  s the logistic function,
  *   silu'(g) = s (1 + g (1 - s)),  silu''(g) = s (1 - s) (2 + g (1 - 2 s)),
- *   d_g = dh u silu'(g),  d_u = dh silu(g). */
+ *   d_g = dh u silu'(g),  d_u = dh silu(g).
+ * The routed experts' other kinds (swiglu-clamp, geglu-tanh) take the same
+ * quantities from dl_ffn_act_deriv, beside their stage (activation.c). */
 #include "config.h"
 #include "stages/stages_priv.h"
 
@@ -29,7 +32,7 @@ static double dsilu(double g, double s)
 
 int dl__exact_h_act(const dl__vctx_t *v, float *out)
 {
-    return dl_swiglu(EF(H_GATE), EF(H_UP), v->M * v->f, v->act, out);
+    return dl_ffn_act(v->c, EF(H_GATE), EF(H_UP), v->M * v->f, out);
 }
 
 /* The routed experts' SwiGLU values, or the shared experts' (shared_check.c). */
@@ -39,8 +42,70 @@ static const dl__swiglu_vals_t routed = {DL_VALUE_H_GATE, DL_VALUE_H_UP, DL_VALU
 #define VD(s) (v->delta[s])
 #define VRSS(s) ((int)((v->rss >> (s)) & 1))
 
+/* The routed experts' activation when it is not SwiGLU: its derivatives
+ * come from dl_ffn_act_deriv (the shared experts are always SwiGLU). */
+static int variant(const dl__vctx_t *v, dl__swiglu_vals_t o)
+{
+    return o.g == DL_VALUE_H_GATE && v->c->ffn_kind != DL_FFN_SWIGLU;
+}
+
+/* M of h (which 0), of d_g (1) or of d_u (2) for a variant, |dh| times
+ * the scales of the usual evaluations (dh NULL: h). */
+static int variant_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int64_t n,
+                       dl__mag_t *m)
+{
+    const float *hg = VF(o.g), *hu = VF(o.u), *dh = which ? VF(o.dh) : NULL;
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        dl_ffn_act_deriv_t ad; /* relu2 has no gate (hg NULL) */
+        dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
+        a[i] = which == 0 ? ad.hm : fabs((double)dh[i]) * (which == 1 ? ad.hgm : ad.hum);
+    }
+    m->elem = 1;
+    return 0;
+}
+
+/* The first-order error that absent g, u (and dh) carry into h (which 0),
+ * d_g (1) or d_u (2) for a variant. */
+static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int64_t n,
+                        double *out)
+{
+    const double *dg = VD(o.g), *du = VD(o.u), *dd = which ? VD(o.dh) : NULL;
+    const float *hg = VF(o.g), *hu = VF(o.u), *dh = which ? VF(o.dh) : NULL;
+    if (!dg && !du && !dd)
+        return 0;
+    const int rg = VRSS(o.g), ru = VRSS(o.u), rd = which ? VRSS(o.dh) : 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        dl_ffn_act_deriv_t ad;
+        dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
+        const double hi = dh ? dh[i] : 0.0;
+        double td = 0.0, tu, tg;
+        if (which == 0) { /* h: |dh/dg| dg + |dh/du| du */
+            tg = dg ? fabs(ad.hg) * dg[i] : 0.0;
+            tu = du ? fabs(ad.hu) * du[i] : 0.0;
+        } else if (which == 1) { /* dh dh/dg */
+            td = dd ? fabs(ad.hg) * dd[i] : 0.0;
+            tu = du ? fabs(hi * ad.hgu) * du[i] : 0.0;
+            tg = dg ? fabs(hi * ad.hgg) * dg[i] : 0.0;
+        } else { /* dh dh/du (d2h/du2: relu2's 2, else 0) */
+            td = dd ? fabs(ad.hu) * dd[i] : 0.0;
+            tu = du ? fabs(hi * ad.huu) * du[i] : 0.0;
+            tg = dg ? fabs(hi * ad.hgu) * dg[i] : 0.0;
+        }
+        out[i] += dl__comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),
+                           (rd ? td * td : 0.0) + (ru ? tu * tu : 0.0) + (rg ? tg * tg : 0.0));
+    }
+    return 1;
+}
+
 int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_t *m)
 {
+    if (variant(v, o))
+        return variant_mag(v, o, 0, n, m);
     const float *hg = VF(o.g), *hu = VF(o.u);
     double *a = dl__mag_array(v, m, n);
     if (!a)
@@ -54,6 +119,8 @@ int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_
 
 int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double *out)
 {
+    if (variant(v, o))
+        return variant_prop(v, o, 0, n, out);
     const double *dg = VD(o.g), *du = VD(o.u);
     const float *hg = VF(o.g), *hu = VF(o.u);
     if (!dg && !du)
@@ -88,12 +155,17 @@ int dl__swiglu_exact_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64
     float *other = v->alloc(v->actx, n, sizeof *other);
     if (!other)
         return DL_ENOMEM;
+    if (variant(v, o))
+        return dl_ffn_act_backward(v->c, VF(o.g), VF(o.u), VF(o.dh), n, gate ? out : other,
+                                   gate ? other : out);
     return dl_swiglu_backward(VF(o.g), VF(o.u), VF(o.dh), n, v->act, gate ? out : other,
                               gate ? other : out);
 }
 
 int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, dl__mag_t *m)
 {
+    if (variant(v, o))
+        return variant_mag(v, o, gate ? 1 : 2, n, m);
     const float *hg = VF(o.g), *hu = VF(o.u), *dh = VF(o.dh);
     double *a = dl__mag_array(v, m, n);
     if (!a)
@@ -113,6 +185,8 @@ int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t
 
 int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, double *out)
 {
+    if (variant(v, o))
+        return variant_prop(v, o, gate ? 1 : 2, n, out);
     const double *dg = VD(o.g), *du = VD(o.u), *dd = VD(o.dh);
     const float *hg = VF(o.g), *hu = VF(o.u), *dh = VF(o.dh);
     if (!dg && !du && !dd)

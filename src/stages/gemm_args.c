@@ -1,6 +1,7 @@
 /* Argument checks shared by the grouped GEMMs (gemm.c) and their
  * references (gemm_ref.c): a leaf, so neither calls into the other. */
 #include "config.h"
+#include <stdlib.h>
 #include <stdint.h>
 #include "stages/stages_priv.h"
 
@@ -81,3 +82,10 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
     return 0;
 }
 
+float *dl__ones(int64_t n)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    for (int64_t i = 0; p && i < n; i++)
+        p[i] = 1.0f;
+    return p;
+}

@@ -9,6 +9,24 @@
 #include "stages/stages_priv.h"
 #include "stages/quant_priv.h"
 
+static const char *const ffn_names[] = {"swiglu", "plain", "swiglu-clamp", "geglu-tanh",
+                                        "relu2"};
+#define NFFN ((int)(sizeof ffn_names / sizeof ffn_names[0]))
+
+const char *dl_ffn_name(dl_ffn_t k)
+{
+    return (int)k >= 0 && (int)k < NFFN ? ffn_names[k] : NULL;
+}
+
+int dl_ffn_parse(const char *s, dl_ffn_t *k)
+{
+    for (int i = 0; s && i < NFFN; i++)
+        if (!strcmp(s, ffn_names[i])) {
+            *k = (dl_ffn_t)i;
+            return 0;
+        }
+    return DL_ENOTFOUND;
+}
 
 /* The shared experts' configuration: none (all 0), or S >= 1 experts of
  * width f_s >= 1 whose [T, S*f_s] and [d, S*f_s] arrays fit int64 bytes. */
@@ -32,9 +50,21 @@ int dl_moe_config_validate(const dl_moe_config_t *c)
         return DL_EINVAL;
     if (c->dtype != DL_F32 && c->dtype != DL_BF16 && c->dtype != DL_F16)
         return DL_EINVAL;
-    if (c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN)
+    if (!DL_FFN_HIDDEN(c->ffn_kind) && c->ffn_kind != DL_FFN_PLAIN)
         return DL_EINVAL;
     if (c->ffn_kind == DL_FFN_PLAIN && c->ffn != c->hidden)
+        return DL_EINVAL;
+    if (c->ffn_kind == DL_FFN_SWIGLU_CLAMP ? !(isfinite(c->act_alpha) && c->act_limit >= 0 &&
+                                               isfinite(c->act_limit))
+                                           : c->act_alpha != 0 || c->act_limit != 0)
+        return DL_EINVAL;
+    if (c->router_dtype != DL_F32 && c->router_dtype != DL_BF16 && c->router_dtype != DL_F16)
+        return DL_EINVAL;
+    if (c->ffn_bias && (c->ffn_bias != 1 || !DL_FFN_GATED(c->ffn_kind)))
+        return DL_EINVAL;
+    /* the shared experts are SwiGLU's; a layer recipe quantizes no bias */
+    if ((c->shared_experts > 0 && c->ffn_kind != DL_FFN_SWIGLU) ||
+        (c->lowp && (c->ffn_bias || c->ffn_kind == DL_FFN_RELU2)))
         return DL_EINVAL;
     int rc = dl_route_config_validate(&c->route);
     if (rc || (rc = dl__lowp_config_check(c)))
@@ -83,17 +113,21 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return DL_EINVAL;
     const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts;
     const dl_dtype_t t = c->dtype;
-    int swiglu = c->ffn_kind == DL_FFN_SWIGLU;
-    if ((rc = check_tensor(in->x, T * d, t)) || (rc = check_tensor(in->router_weight, d * E, DL_F32)))
+    const int gated = DL_FFN_GATED(c->ffn_kind), hidden = DL_FFN_HIDDEN(c->ffn_kind);
+    if ((rc = check_tensor(in->x, T * d, t)) || (rc = check_tensor(in->router_weight, d * E, c->router_dtype)))
         return rc;
     if (c->route.has_bias && (rc = check_tensor(in->expert_bias, E, DL_F32)))
         return rc;
     if (c->route.has_router_bias && (rc = check_tensor(in->router_bias, E, DL_F32)))
         return rc;
-    if (swiglu && ((rc = check_tensor(in->w_gate, E * d * f, t)) ||
-                   (rc = check_tensor(in->w_up, E * d * f, t))))
+    if ((gated && (rc = check_tensor(in->w_gate, E * d * f, t))) ||
+        (hidden && (rc = check_tensor(in->w_up, E * d * f, t))))
         return rc;
     if ((rc = check_tensor(in->w_down, E * f * d, t)))
+        return rc;
+    if (c->ffn_bias && ((rc = check_tensor(in->b_gate, E * f, t)) ||
+                        (rc = check_tensor(in->b_up, E * f, t)) ||
+                        (rc = check_tensor(in->b_down, E * d, t))))
         return rc;
     if (need_backward && (rc = check_tensor(in->d_out, T * d, t)))
         return rc;

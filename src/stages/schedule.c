@@ -7,6 +7,7 @@
  * one rank's tokens and experts). Each producer is a call of the stage
  * functions on the window it is given; nothing here computes a value. */
 #include "config.h"
+#include <stdlib.h>
 #include <string.h>
 #include "stages/stages_priv.h"
 #include "stages/quant_priv.h"
@@ -32,9 +33,10 @@ static int expert_gemm(const dl_stage_view_t *v, int q, const float *lhs, int64_
                                       : grouped1(v, lhs, K, rhs, lay, N, out);
 }
 
+/* The FFN has a hidden layer (h_up, h_act): the gated kinds and relu2. */
 static int swiglu(const dl_stage_view_t *v)
 {
-    return v->c.ffn_kind == DL_FFN_SWIGLU;
+    return DL_FFN_HIDDEN(v->c.ffn_kind);
 }
 
 static int p_router_logits(const dl_stage_view_t *v)
@@ -71,21 +73,31 @@ static int p_x_sorted(const dl_stage_view_t *v)
                             v->row0 + v->rows, v->f.x_sorted);
 }
 
+/* An expert projection of kind q: with ffn_bias, its bias as a second term
+ * of the one exact sum (experts.c); else expert_gemm. */
+static int projection(const dl_stage_view_t *v, int q, const float *lhs, int64_t K,
+                      const float *w, const float *bias, int64_t N, float *out)
+{
+    if (!v->c.ffn_bias)
+        return expert_gemm(v, q, lhs, K, w, DL_RHS_KN, N, out);
+    return dl__expert_projection(&v->c, lhs, K, w, bias, N, v->rows, v->off, v->ne, out, v->stats);
+}
+
 static int p_h_gate(const dl_stage_view_t *v)
 {
-    return expert_gemm(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_gate, DL_RHS_KN,
-                       v->c.ffn, v->f.h_gate);
+    return projection(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_gate, v->in.b_gate, v->c.ffn,
+                      v->f.h_gate);
 }
 
 static int p_h_up(const dl_stage_view_t *v)
 {
-    return expert_gemm(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_up, DL_RHS_KN,
-                       v->c.ffn, v->f.h_up);
+    return projection(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_up, v->in.b_up,
+                      v->c.ffn, v->f.h_up);
 }
 
 static int p_h_act(const dl_stage_view_t *v)
 {
-    return dl_swiglu(v->f.h_gate, v->f.h_up, v->rows * v->c.ffn, v->c.dtype, v->f.h_act);
+    return dl_ffn_act(&v->c, v->f.h_gate, v->f.h_up, v->rows * v->c.ffn, v->f.h_act);
 }
 
 /* The down projection's input: h_act, or x_sorted in a plain FFN. */
@@ -99,8 +111,8 @@ static int p_y_sorted(const dl_stage_view_t *v)
 {
     int64_t K;
     const float *a = down_in(v, &K);
-    return expert_gemm(v, swiglu(v) ? DL__LOWP_FWD_H : DL__LOWP_FWD_X, a, K, v->in.w_down,
-                       DL_RHS_KN, v->c.hidden, v->f.y_sorted);
+    return projection(v, swiglu(v) ? DL__LOWP_FWD_H : DL__LOWP_FWD_X, a, K, v->in.w_down,
+                      v->in.b_down, v->c.hidden, v->f.y_sorted);
 }
 
 #if DL_EXTRA_VALUE
@@ -213,8 +225,8 @@ static int p_d_w_down(const dl_stage_view_t *v)
 
 static int p_d_h_gate(const dl_stage_view_t *v)
 {
-    return dl_swiglu_backward(v->f.h_gate, v->f.h_up, v->b.d_h_act, v->rows * v->c.ffn,
-                              v->c.dtype, v->b.d_h_gate, v->b.d_h_up);
+    return dl_ffn_act_backward(&v->c, v->f.h_gate, v->f.h_up, v->b.d_h_act, v->rows * v->c.ffn,
+                               v->b.d_h_gate, v->b.d_h_up);
 }
 
 static int p_d_x_sorted(const dl_stage_view_t *v)
@@ -223,6 +235,8 @@ static int p_d_x_sorted(const dl_stage_view_t *v)
     if (!swiglu(v))
         return expert_gemm(v, DL__LOWP_DGRAD, v->b.d_y_sorted, d, v->in.w_down, DL_RHS_NK, d,
                            v->b.d_x_sorted);
+    if (v->c.ffn_kind == DL_FFN_RELU2) /* non-gated: the up projection's term alone */
+        return grouped1(v, v->b.d_h_up, ff, v->in.w_up, DL_RHS_NK, d, v->b.d_x_sorted);
     const dl__lowp_pair_t p[2] = {{v->b.d_h_gate, v->in.w_gate, DL_RHS_NK},
                                   {v->b.d_h_up, v->in.w_up, DL_RHS_NK}};
     if (dl__lowp_applies(&v->c, DL__LOWP_DGRAD))
@@ -324,6 +338,33 @@ static int p_d_router_bias(const dl_stage_view_t *v)
                                   v->b.d_router_bias, v->stats);
 }
 
+/* A bias gradient: the column sums of each expert's rows of g, exact and
+ * rounded once to fp32 (ones^T g, a ragged-K GEMM with I = 1). */
+static int bias_grad(const dl_stage_view_t *v, const float *g, int64_t N, float *out)
+{
+    float *ones = dl__ones(v->rows);
+    if (!ones)
+        return DL_ENOMEM;
+    int rc = ragged(v, ones, 1, g, N, out);
+    free(ones);
+    return rc;
+}
+
+static int p_d_b_down(const dl_stage_view_t *v)
+{
+    return bias_grad(v, v->b.d_y_sorted, v->c.hidden, v->b.d_b_down);
+}
+
+static int p_d_b_gate(const dl_stage_view_t *v)
+{
+    return bias_grad(v, v->b.d_h_gate, v->c.ffn, v->b.d_b_gate);
+}
+
+static int p_d_b_up(const dl_stage_view_t *v)
+{
+    return bias_grad(v, v->b.d_h_up, v->c.ffn, v->b.d_b_up);
+}
+
 static int p_d_x(const dl_stage_view_t *v)
 {
     const int gated = dl_cond_applies(DL_COND_SHARED_GATE, &v->c); /* reads no shared_gate */
@@ -357,10 +398,11 @@ static int p_d_x(const dl_stage_view_t *v)
     P(sort_perm, ALL, FW, ALWAYS, R(TOPK_IDS), 0,                                               \
       R(SORT_PERM) | R(INV_PERM) | R(GROUP_SIZES) | R(GROUP_OFFSETS))                           \
     P(x_sorted, DISPATCH, FW, ALWAYS, R(IN_X) | R(SORT_PERM), 0, R(X_SORTED))                      \
-    P(h_gate, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_GATE), 0, R(H_GATE))                       \
-    P(h_up, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_UP), 0, R(H_UP))                             \
+    P(h_gate, EXPERTS, FW, GATE, R(X_SORTED) | R(IN_W_GATE) | R(IN_B_GATE), 0, R(H_GATE))        \
+    P(h_up, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_UP) | R(IN_B_UP), 0, R(H_UP))                \
     P(h_act, EXPERTS, FW, SWIGLU, R(H_GATE) | R(H_UP), 0, R(H_ACT))                             \
-    P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN), R(X_SORTED) | R(IN_W_DOWN), R(Y_SORTED)) \
+    P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN) | R(IN_B_DOWN), R(X_SORTED) | R(IN_W_DOWN), \
+      R(Y_SORTED))                                                                              \
     DL__EXTRA_PRODUCER(P)                                                                       \
     P(shared_h_gate, TOKENS, FW, SHARED, R(IN_X) | R(IN_SHARED_W_GATE), 0, R(SHARED_H_GATE))   \
     P(shared_h_up, TOKENS, FW, SHARED, R(IN_X) | R(IN_SHARED_W_UP), 0, R(SHARED_H_UP))         \
@@ -382,8 +424,11 @@ static int p_d_x(const dl_stage_view_t *v)
       R(D_H_GATE) | R(D_H_UP))                                                                  \
     P(d_x_sorted, EXPERTS, BW, ALWAYS, R(D_H_GATE) | R(D_H_UP) | R(IN_W_GATE) | R(IN_W_UP),           \
       R(D_Y_SORTED) | R(IN_W_DOWN), R(D_X_SORTED))                                                 \
-    P(d_w_gate, EXPERTS, BW, SWIGLU, R(X_SORTED) | R(D_H_GATE), 0, R(D_W_GATE))                 \
+    P(d_w_gate, EXPERTS, BW, GATE, R(X_SORTED) | R(D_H_GATE), 0, R(D_W_GATE))                 \
     P(d_w_up, EXPERTS, BW, SWIGLU, R(X_SORTED) | R(D_H_UP), 0, R(D_W_UP))                       \
+    P(d_b_down, EXPERTS, BW, FFN_BIAS, R(D_Y_SORTED), 0, R(D_B_DOWN))                           \
+    P(d_b_gate, EXPERTS, BW, FFN_BIAS, R(D_H_GATE), 0, R(D_B_GATE))                             \
+    P(d_b_up, EXPERTS, BW, FFN_BIAS, R(D_H_UP), 0, R(D_B_UP))                                   \
     P(d_router_scores, TOKENS, BW, ALWAYS, R(ROUTER_SCORES) | R(TOPK_IDS) | R(D_TOPK_WEIGHTS),  \
       0, R(D_ROUTER_SCORES) | R(D_ROUTER_LOGITS))                                               \
     P(d_router_weight, ALL, BW, ALWAYS, R(IN_X) | R(D_ROUTER_LOGITS), 0, R(D_ROUTER_WEIGHT))      \
@@ -438,7 +483,7 @@ dl_rowset_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c)
 {
     /* an EXPERTS producer's window is groups of rows: it reads their offsets */
     const dl_rowset_t groups = p->span == DL_SPAN_EXPERTS ? R(GROUP_OFFSETS) : 0;
-    return (c->ffn_kind == DL_FFN_SWIGLU ? p->reads : p->reads_plain) | groups;
+    return (DL_FFN_HIDDEN(c->ffn_kind) ? p->reads : p->reads_plain) | groups;
 }
 
 dl_rowset_t dl_schedule_needs_experts(const dl_moe_config_t *c)

@@ -38,6 +38,13 @@ int dl__route_group_score(const dl_route_config_t *c, const float *s, const floa
 int dl__experts_forward_rows(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                              const float *xr, const int64_t *off, float *hg, float *hu,
                              float *y);
+/* An expert projection over rows grouped by off (E+1; rows of them in
+ * all): out = lhs W [K -> N] and, with c->ffn_bias, + bias [E, N] as a
+ * second term (a column of ones times the bias) of the one exact sum,
+ * rounded once to c->dtype. 0 or the grouped GEMM's error, DL_ENOMEM. */
+int dl__expert_projection(const dl_moe_config_t *c, const float *lhs, int64_t K, const float *w,
+                          const float *bias, int64_t N, int64_t rows, const int64_t *off,
+                          int64_t E, float *out, dl_tier_stats_t *stats);
 
 /* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
 #define DL__MAX_TOPK 1024
@@ -63,6 +70,9 @@ int dl__gemm_check_ragged(const float *a, int64_t I, const float *b, int64_t J,
 int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *inv_perm,
                          const float *d_out, int64_t T, int64_t k, int64_t d, dl_dtype_t t,
                          int64_t r0, int64_t r1, float *d_w, float *d_y);
+/* n floats of 1.0f (malloc'ed; NULL when out of memory): the bias terms' column. */
+float *dl__ones(int64_t n);
+
 /* x_sorted rows [r0, r1) of dl_permute into out (row r0 first). sort_perm
  * is checked by the caller (dl_permute) or comes from dl_sort_assignments. */
 int dl__permute_rows(const float *x, int64_t d, int64_t k, const int32_t *sort_perm, int64_t r0,

@@ -102,7 +102,9 @@ int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
 {
     switch (cond) {
     case DL_COND_BIAS: return c->route.has_bias != 0;
-    case DL_COND_SWIGLU: return c->ffn_kind == DL_FFN_SWIGLU;
+    case DL_COND_SWIGLU: return DL_FFN_HIDDEN(c->ffn_kind);
+    case DL_COND_GATE: return DL_FFN_GATED(c->ffn_kind);
+    case DL_COND_FFN_BIAS: return c->ffn_bias != 0;
     case DL_COND_SHARED: return c->shared_experts > 0;
     case DL_COND_SHARED_GATE: return c->shared_experts > 0 && c->shared_gate;
     case DL_COND_ROUTER_BIAS: return c->route.has_router_bias != 0;
@@ -198,7 +200,8 @@ const char *dl_value_dims(dl_value_t s)
 
 dl_dtype_t dl_value_dtype(const dl_moe_config_t *c, dl_value_t s)
 {
-    return dl_value_store(s) == DL_STORE_ACT ? c->dtype : DL_F32;
+    return dl_value_store(s) == DL_STORE_ACT ? c->dtype
+           : dl_value_store(s) == DL_STORE_RT ? c->router_dtype : DL_F32;
 }
 
 int dl_value_shape(const dl_moe_config_t *c, dl_value_t s, int64_t dims[3])

@@ -73,13 +73,19 @@ def _sizes(spec):
             "S": S}
 
 
+_GATED = ("swiglu", "swiglu-clamp", "geglu-tanh")  # dl_cond_applies' GATE: a gated FFN
+_HIDDEN = _GATED + ("relu2",)  # its SWIGLU: a hidden layer (h_up, h_act)
+
+
 def _applies(row, c):
     shared = int(c.get("shared_experts", 0)) > 0
     return (row["cond"] == "always" or (row["cond"] == "bias" and c["has_bias"] == "1") or
-            (row["cond"] == "swiglu" and c["ffn_kind"] == "swiglu") or
+            (row["cond"] == "swiglu" and c["ffn_kind"] in _HIDDEN) or
+            (row["cond"] == "gate" and c["ffn_kind"] in _GATED) or
             (row["cond"] == "shared" and shared) or
             (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1") or
-            (row["cond"] == "router_bias" and str(c.get("router_bias", 0)) == "1"))
+            (row["cond"] == "router_bias" and str(c.get("router_bias", 0)) == "1") or
+            (row["cond"] == "ffn_bias" and str(c.get("ffn_bias", 0)) == "1"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -113,6 +119,8 @@ def _dtype(row, spec):
         return jnp.dtype(_ACT[_cfg(spec)["dtype"]])
     if row["store"] == "i64":
         return jnp.dtype(jnp.int64 if spec.x64 else jnp.int32)
+    if row["store"] == "rt":  # the router weight: its own storage type (router_dtype)
+        return jnp.dtype(_ACT[_cfg(spec).get("router_dtype", "fp32")])
     return jnp.dtype({"f32": jnp.float32, "i32": jnp.int32}[row["store"]])
 
 
@@ -151,6 +159,8 @@ def _text(cfg, arrays):
     if arrays.get("router_bias") is not None:  # only then: older texts stay as they were
         cfg.setdefault("router_bias", 1)
     cfg.setdefault("ffn_kind", "swiglu" if arrays.get("w_gate") is not None else "plain")
+    if arrays.get("b_gate") is not None:
+        cfg.setdefault("ffn_bias", 1)
     if arrays.get("x") is not None:
         cfg.setdefault("dtype", str(jnp.dtype(_dtype_of(arrays["x"]))))
     keys = sorted(cfg, key=lambda k: k != "base")  # the parser wants base first
@@ -237,7 +247,7 @@ _layer.defvjp(_layer_fwd, _layer_bwd, symbolic_zeros=True)
 
 
 def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, router_bias=None, *,
-                config):
+                config, b_gate=None, b_up=None, b_down=None):
     """The layer's forward pass by the exact oracle, inside any JAX program
     (jit, grad): {stage name: array} of every forward stage value
     (router_logits ... out), bit-identical to `dropless gen`. Differentiable
@@ -247,22 +257,28 @@ def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, router
     jit with host arrays. Raises dropless.Error for a bad configuration, a
     wrong shape or dtype; NaN inputs fail the call (an XLA runtime error
     with the library's message). router_bias: the bias on the logits
-    (router_bias = 1), differentiable like the weights."""
+    (router_bias = 1), differentiable like the weights. b_gate, b_up,
+    b_down: the expert projections' biases of an ffn_bias configuration
+    (gpt-oss); their gradients come from moe_backward (d_b_gate, d_b_up,
+    d_b_down) and through the custom VJP."""
     register()
     spec, ops = _prepare("moe_forward", config, {
         "x": x, "router_weight": router_weight, "expert_bias": expert_bias, "w_gate": w_gate,
-        "w_up": w_up, "w_down": w_down, "router_bias": router_bias}, backward=False)
+        "w_up": w_up, "w_down": w_down, "router_bias": router_bias, "b_gate": b_gate,
+        "b_up": b_up, "b_down": b_down}, backward=False)
     return _layer(spec, *ops)
 
 
 def moe_backward(x, router_weight, w_gate, w_up, w_down, d_out, expert_bias=None,
-                 router_bias=None, *, config):
+                 router_bias=None, *, config, b_gate=None, b_up=None, b_down=None):
     """The layer's backward pass by the exact oracle at d_out: {stage name:
     array} of every backward stage value (d_topk_weights ... d_x), the
-    weight gradients in fp32 as the golden stores them."""
+    weight gradients in fp32 as the golden stores them. b_gate, b_up,
+    b_down: the expert biases of an ffn_bias configuration (as in
+    moe_forward)."""
     register()
     spec, ops = _prepare("moe_backward", config, {
         "x": x, "router_weight": router_weight, "expert_bias": expert_bias, "w_gate": w_gate,
-        "w_up": w_up, "w_down": w_down, "d_out": d_out, "router_bias": router_bias},
-        backward=True)
+        "w_up": w_up, "w_down": w_down, "d_out": d_out, "router_bias": router_bias,
+        "b_gate": b_gate, "b_up": b_up, "b_down": b_down}, backward=True)
     return _call(BACKWARD, spec, "backward", ops)

@@ -29,7 +29,7 @@
 
 #define ERRLEN 1024
 #define CONFIG_MAX 4096
-#define MAX_OWNED 8
+#define MAX_OWNED 16 /* at least the input rows: x, router weight, weights, biases, d_out */
 
 /* What the package checks before it registers the targets: the api.h
  * version this handler was compiled against. */
@@ -159,8 +159,11 @@ static XLA_FFI_DataType row_type(const dl_layout_row_t *r, const dl_moe_config_t
     *alt = XLA_FFI_DataType_INVALID;
     switch (r->store) {
     case DL_STORE_ACT:
-        return c->dtype == DL_BF16 ? XLA_FFI_DataType_BF16
-               : c->dtype == DL_F16 ? XLA_FFI_DataType_F16 : XLA_FFI_DataType_F32;
+    case DL_STORE_RT: { /* the case's dtype; the router weight's own storage type */
+        const dl_dtype_t t = r->store == DL_STORE_ACT ? c->dtype : c->router_dtype;
+        return t == DL_BF16 ? XLA_FFI_DataType_BF16
+               : t == DL_F16 ? XLA_FFI_DataType_F16 : XLA_FFI_DataType_F32;
+    }
     case DL_STORE_I32:
         return XLA_FFI_DataType_S32;
     case DL_STORE_I64:

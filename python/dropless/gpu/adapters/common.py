@@ -48,11 +48,20 @@ EXPRESSED_SCORES = ("softmax", "sigmoid")
 
 def unsupported(cfg):
     """The name of the first variant of case config cfg that the backends do
-    not express (None when they express the whole layer)."""
-    if cfg.get("score_function") not in EXPRESSED_SCORES:
+    not express (None when they express the whole layer): their layers
+    route by softmax or sigmoid over the plain router GEMM into SwiGLU or
+    plain FFN experts without biases, so sqrtsoftplus, softmax_topk, a
+    router-logit bias, gpt-oss's clamped SwiGLU, GeGLU-tanh, relu2 and the
+    expert biases are refused by name rather than computed as another layer."""
+    if cfg.get("score_function", "softmax") not in EXPRESSED_SCORES:
         return "score_function = %s" % cfg.get("score_function")
     if int(cfg.get("router_bias", 0) or cfg.get("has_router_bias", 0) or 0):  # library, h5py
         return "router_bias = 1 (a bias on the router logits)"
+    kind = cfg.get("ffn_kind", "swiglu")
+    if kind not in ("swiglu", "plain"):
+        return "ffn_kind = %s (their FFN is swiglu or plain)" % kind
+    if str(cfg.get("ffn_bias", 0)) == "1":
+        return "ffn_bias = 1 (the expert projections' biases)"
     return None
 
 
@@ -60,8 +69,9 @@ def refuse_unsupported(g, where):
     """Raises Unsupported naming the variant of golden g the backends lack."""
     why = unsupported(g.config)
     if why:
-        raise Unsupported("%s: %s: %s is not expressed by the GPU adapters (they route by "
-                          "softmax or sigmoid over the plain router GEMM)" % (where, g.case, why))
+        raise Unsupported("%s: %s: %s is not expressed by the GPU adapters (softmax or "
+                          "sigmoid routing over the plain router GEMM, SwiGLU or plain "
+                          "experts without biases)" % (where, g.case, why))
 
 
 def group_terms(cfg):
