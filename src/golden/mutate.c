@@ -386,7 +386,10 @@ static int mut_drop(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_gold
         return DL_ENOMEM;
     memcpy(w, f->topk_weights, sizeof(float) * (size_t)M);
     w[slot] = 0.0f;
-    int rc = dl_combine(f->y_sorted, w, f->inv_perm, T, k, d, c->dtype, f->out);
+    /* the shared experts' term stays in every row: only the slot is gone */
+    const int sh = c->shared_experts > 0;
+    int rc = dl_combine_shared(f->y_sorted, w, f->inv_perm, sh ? f->shared_y : NULL,
+                               sh && c->shared_gate ? f->shared_gate : NULL, T, k, d, c->dtype, f->out);
     *dirty = DL__BIT(DL_VALUE_OUT);
     if (!rc && mu->has_backward) {
         rc = dl_combine_backward(in->d_out, f->y_sorted, w, f->inv_perm, T, k, d, c->dtype, NULL,

@@ -136,8 +136,59 @@ class Layer:
         self.y = y
         yt = y[self.inv].reshape(self.T, self.k, -1)       # per (token, slot)
         m = (self.w * self.keep)[:, :, None]
-        self.out = r((m * yt).sum(axis=1, dtype=F32))
+        self.shared_forward()
+        self.out = r(self.combine((m * yt).astype(F32)) + self.shared_out() if self.S_ else
+                     self.combine((m * yt).astype(F32)))
         return self.out
+
+    def combine(self, rows):
+        """rows [T, k, d] summed over the slots in fp32 (the combine, and
+        d_x's un-permute); AtomicsCombine sums them in another order."""
+        return rows.sum(axis=1, dtype=F32)
+
+    def shared_forward(self):
+        """The shared experts (doc/format.md, "Shared experts"): one dense
+        SwiGLU of width S every token passes through, its output scaled by
+        sigmoid(x . shared_gate_weight) with the gate; nothing without them."""
+        c, z, r = self.c, self.z, self.rnd
+        self.S_ = int(c.get("shared_experts", 0)) * int(c.get("shared_ffn", 0))
+        if not self.S_:
+            return
+        x = z["x"]
+        self.shg = r(self.mm(x, z["shared_w_gate"]))
+        self.shu = r(self.mm(x, z["shared_w_up"]))
+        self.sha = r(swiglu(self.shg, self.shu))
+        self.shy = r(self.mm(self.sha, z["shared_w_down"]))
+        self.gated = int(c.get("shared_gate", 0)) == 1
+        if self.gated:
+            self.sgl = self.mm(x, z["shared_gate_weight"].reshape(-1, 1))[:, 0]
+            self.sg = (1.0 / (1.0 + np.exp(-self.sgl, dtype=F32))).astype(F32)
+
+    def shared_out(self):
+        return (self.sg[:, None] * self.shy).astype(F32) if self.gated else self.shy
+
+    def shared_backward(self):
+        """The shared experts' gradients; returns their part of d_x."""
+        z, r, dout = self.z, self.rnd, self.z["d_out"]
+        x = z["x"]
+        if self.gated:
+            self.dsg = (dout * self.shy).sum(axis=1, dtype=F32)
+            self.dsgl = (self.dsg * self.sg * (1 - self.sg)).astype(F32)
+            self.dsgw = self.mm(x.T, self.dsgl.reshape(-1, 1))[:, 0]
+            self.dsy = r(self.sg[:, None] * dout)
+        else:
+            self.dsy = r(dout)
+        self.dsha = r(self.mm(self.dsy, z["shared_w_down"].T))
+        sig = (1.0 / (1.0 + np.exp(-self.shg, dtype=F32))).astype(F32)
+        self.dshg = r(self.dsha * self.shu * sig * (1 + self.shg * (1 - sig)))
+        self.dshu = r(self.dsha * self.shg * sig)
+        self.dswd = self.rw(self.mm(self.sha.T, self.dsy))
+        self.dswg = self.rw(self.mm(x.T, self.dshg))
+        self.dswu = self.rw(self.mm(x.T, self.dshu))
+        dx = self.mm(self.dshg, z["shared_w_gate"].T) + self.mm(self.dshu, z["shared_w_up"].T)
+        if self.gated:
+            dx = dx + self.dsgl[:, None] * z["shared_gate_weight"][None, :]
+        return dx.astype(F32)
 
     def backward(self):
         c, z, r = self.c, self.z, self.rnd
@@ -184,8 +235,9 @@ class Layer:
             dl = ds * s * (1 - s)
         self.d_router_scores, self.d_router_logits = ds.astype(F32), dl.astype(F32)
         self.d_router_weight = self.mm(z["x"].T, dl)
-        dxt = dxs[self.inv].reshape(T, k, -1).sum(axis=1, dtype=F32)
-        self.d_x = r(dxt + self.mm(dl, z["router_weight"].T))
+        dxt = self.combine(dxs[self.inv].reshape(T, k, -1))
+        dxt = dxt + self.mm(dl, z["router_weight"].T)
+        self.d_x = r(dxt + self.shared_backward() if self.S_ else dxt)
         return self.d_x
 
     def stages(self):
@@ -201,6 +253,19 @@ class Layer:
             "forward/x_sorted": self.xs, "forward/h_gate": self.hg, "forward/h_up": self.hu,
             "forward/h_act": self.ha, "forward/y_sorted": self.y, "forward/out": self.out,
         }
+        if self.S_:
+            st.update({"forward/shared_h_gate": self.shg, "forward/shared_h_up": self.shu,
+                       "forward/shared_h_act": self.sha, "forward/shared_y": self.shy})
+            if self.gated:
+                st.update({"forward/shared_gate_logit": self.sgl, "forward/shared_gate": self.sg})
+        if hasattr(self, "d_x") and self.S_:
+            st.update({"backward/d_shared_y": self.dsy, "backward/d_shared_h_act": self.dsha,
+                       "backward/d_shared_w_down": self.dswd, "backward/d_shared_h_gate": self.dshg,
+                       "backward/d_shared_h_up": self.dshu, "backward/d_shared_w_gate": self.dswg,
+                       "backward/d_shared_w_up": self.dswu})
+            if self.gated:
+                st.update({"backward/d_shared_gate": self.dsg, "backward/d_shared_gate_logit": self.dsgl,
+                           "backward/d_shared_gate_weight": self.dsgw})
         if hasattr(self, "d_x"):
             st.update({
                 "backward/d_topk_weights": self.d_topk_weights, "backward/d_y_sorted": self.dy,

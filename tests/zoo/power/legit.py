@@ -33,6 +33,10 @@ def inputs(golden):
     z = {n: golden.array(n) for n in ("x", "router_weight", "w_gate", "w_up", "w_down", "d_out")}
     if c["has_bias"]:
         z["expert_bias"] = golden.array("expert_bias")
+    if c.get("shared_experts", 0):
+        z.update({n: golden.array(n) for n in ("shared_w_gate", "shared_w_up", "shared_w_down")})
+        if c.get("shared_gate", 0):
+            z["shared_gate_weight"] = golden.array("shared_gate_weight")
     z["topk_ids"] = golden.array("topk_ids")
     return c, z
 
@@ -103,18 +107,8 @@ class AtomicsCombine(K.Layer):
             acc = (acc + rows[t, self.order[:, j]]).astype(F32)
         return acc
 
-    def forward(self):
-        K.Layer.forward(self)
-        yt = self.y[self.inv].reshape(self.T, self.k, -1)
-        m = (self.w * self.keep)[:, :, None]
-        self.out = self.rnd(self.atomic_sum((m * yt).astype(F32)))
-        return self.out
-
-    def backward(self):
-        K.Layer.backward(self)
-        dxt = self.atomic_sum(self.dxs[self.inv].reshape(self.T, self.k, -1))
-        self.d_x = self.rnd(dxt + self.mm(self.d_router_logits, self.z["router_weight"].T))
-        return self.d_x
+    def combine(self, rows):  # the Layer's combine and d_x un-permute
+        return self.atomic_sum(rows)
 
 
 def _make(cls, c, z, bf16, seed, **kw):

@@ -17,9 +17,13 @@ Cases are generated in memory (dropless.generate), nothing is written but
 the doc.
 """
 import argparse
+import datetime
 import os
+import platform
+import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,15 +34,26 @@ sys.dont_write_bytecode = True
 if "DROPLESS_LIB" not in os.environ:
     os.environ["DROPLESS_LIB"] = os.path.join(os.environ.get("top_builddir", SRC), ".libs",
                                               "libdropless.so")
+import numpy as np  # noqa: E402
 import dropless  # noqa: E402
 import legit  # noqa: E402
+import kernels  # noqa: E402  (tests/zoo, on the path through legit)
 
 # the small catalogue: every vectors-tier case but no-tokens (T = 0: no row
 # to mutate or compute) and plain-ffn (the kernels are SwiGLU layers)
 SMALL = ["tiny", "ties", "ties-grouped", "empty-experts", "one-hot", "single-token", "odd-shapes",
-         "zipf", "mixtral-small", "deepseek-v3-small", "grouped-max"]
+         "zipf", "mixtral-small", "deepseek-v3-small", "grouped-max", "qwen2-moe-like",
+         "deepseek-v3-shared"]
 DTYPES = ["", "-bf16"]
-KERNEL = ["kernel-sizes-bf16", "kernel-t4096-bf16"]
+# the kernel tier: the two catalogue kernel cases whose golden and candidate
+# fit in about 3 GiB (kernel-sizes-bf16: 1.3 GiB resident; kernel-t33-bf16:
+# 256 experts, 2.6 GiB with the staged candidate checked from a file, 3.9
+# GiB in memory; kernel-t4096-bf16 takes 6.9 GiB and 4 minutes a check)
+KERNEL = ["kernel-sizes-bf16", "kernel-t33-bf16"]
+# a staged candidate above this many float elements is checked from a
+# temporary file (kernels.write), not from memory: the library's copy of an
+# in-memory candidate would double its weight gradients
+VIA_FILE = 50_000_000
 MODES = ["staged", "fused", "out"]
 MUTATIONS = ["gain", "sign", "zero_row", "off_by_one", "drop_slot", "swap_experts", "bf16_acc",
              "tf32", "ulp_weights", "reorder"]
@@ -48,6 +63,9 @@ FUSED = ("out", "d_x")
 WIDE = ["wide512", "wide512-bf16"]
 WIDE_MUTATIONS = ["off_by_one", "drop_slot", "swap_experts", "bf16_acc", "tf32", "ulp_weights"]
 WIDE_STAGES = ["h_gate", "out"]
+
+
+F32 = np.float32
 
 
 def log(*a):
@@ -61,7 +79,7 @@ def goldens(cases, seeds, seed_major=False):
         [(n, s) for n in cases for s in range(1, seeds + 1)]
     for name, s in pairs:
         g = dropless.generate(name, seed=s)
-        yield name, s, g
+        yield os.path.basename(name).replace(".case", ""), s, g
         g.close()
 
 
@@ -71,18 +89,43 @@ def verdict(rep):
 
 # ------------------------------------------------------------------ legit
 
-def legit_matrix(cases, seeds, out=sys.stdout):
-    """Every implementation x case x seed x mode; returns (counts, fails):
-    counts[(impl, mode)] = [runs, false FAILs]."""
-    counts, fails = {}, []
+def check_staged(g, st, impl):
+    """The staged check of st: from memory, or for a large candidate from a
+    temporary candidate file (st is emptied first, so only the library holds
+    the candidate while it is checked)."""
+    dt = g.config["dtype"]
+    if sum(v.size for v in st.values()) < VIA_FILE:
+        return dropless.check(g, st, compute_mode=dt, backend=impl)
+    group = {r["name"]: r["group"] for r in dropless.layout()["arrays"]}
+    fd, path = tempfile.mkstemp(prefix="dl_power.", suffix=".h5")
+    os.close(fd)
+    try:
+        kernels.write(path, {group[n] + "/" + n: v for n, v in st.items()}, impl, dt)
+        st.clear()
+        return dropless.check(g, path)
+    finally:
+        os.remove(path)
+
+
+def legit_matrix(cases, seeds, out=sys.stdout, deadline=None):
+    """Every implementation x case x seed x mode; returns (counts, fails,
+    done): counts[(impl, mode)] = [runs, false FAILs], done[case] = the
+    seeds measured (no new seed is started after time.time() > deadline)."""
+    counts, fails, done = {}, [], {}
     for name, seed, g in goldens(cases, seeds, seed_major=True):
+        if deadline is not None and time.time() > deadline:
+            log("legit: the time budget is spent before %s seed %d" % (name, seed))
+            break
         for impl, *_ in legit.IMPLS:
             st = legit.run(impl, g, seed)
             if st is None:
                 continue
-            for mode in ("staged", "fused"):
-                outs = st if mode == "staged" else {k: st[k] for k in FUSED}
-                rep = dropless.check(g, outs, compute_mode=g.config["dtype"], backend=impl)
+            for mode in ("fused", "staged"):
+                if mode == "fused":
+                    rep = dropless.check(g, {k: st[k] for k in FUSED}, compute_mode=g.config["dtype"],
+                                         backend=impl)
+                else:
+                    rep = check_staged(g, st, impl)
                 c = counts.setdefault((impl, mode), [0, 0])
                 c[0] += 1
                 if not rep.conformant:
@@ -92,9 +135,10 @@ def legit_matrix(cases, seeds, out=sys.stdout):
                     print("false FAIL: %s %s %s seed %d: %s" % (impl, mode, name, seed, "; ".join(
                         "%s %s %s" % (f.get("stage"), f.get("check"), (f.get("message") or "")[:90])
                         for f in worst)), file=out, flush=True)
+        done[name] = seed
         log("legit %s seed %d done: %d runs, %d false FAIL so far" % (
             name, seed, sum(n for n, _ in counts.values()), len(fails)))
-    return counts, fails
+    return counts, fails, done
 
 
 def drops_matrix(cases, seeds, impl="fp32-blocked"):
@@ -118,6 +162,47 @@ def drops_matrix(cases, seeds, impl="fp32-blocked"):
              "|---|---|---|---|---|---|"]
     for name, (n, p, w, o, m) in rows.items():
         lines.append("| %s | %d | %d | %d | %d | %.3g |" % (name, n, p, w, o, m))
+    return "\n".join(lines)
+
+
+def capacity_run(g, cf=1.0):
+    """(report, dropped pairs) of a capacity-factor-cf kernel handed over as
+    out alone (the case's storage; pairs with a nonzero weight), or None
+    where the zoo's Layer does not apply."""
+    c, z = legit.inputs(g)
+    if c["ffn_kind"] != "swiglu" or int(c["tokens"]) == 0 or c["dtype"] not in ("fp32", "bf16"):
+        return None
+    keep = kernels.capacity_keep(z, int(c["experts"]), cf)
+    L = kernels.Layer(c, z, rnd=kernels.bf16 if c["dtype"] == "bf16" else (lambda a: a.astype(F32)),
+                      keep=keep)
+    L.forward()
+    rep = dropless.check(g, {"out": L.out}, compute_mode=c["dtype"], backend="capacity-%g" % cf)
+    return rep, {(int(t), int(j)) for t, j in zip(*np.nonzero(~keep & (L.w != 0)))}
+
+
+def named_matrix(cases, seeds, cf=1.0):
+    """A dropping kernel handed over as out alone: Switch-style capacity
+    factor cf (tests/zoo/kernels.py capacity_keep, the case's storage). Per
+    case: runs, NOT CONFORMANT, pairs dropped (with a nonzero weight),
+    named among them, named but not dropped, and the report's own count
+    (issue 24 item 2: every dropped pair named, all of them in JSON)."""
+    rows = {}
+    for name, seed, g in goldens(cases, seeds):
+        r_ = capacity_run(g, cf)
+        if r_ is None:
+            continue
+        rep, dropped = r_
+        named = set(rep.dropped)
+        r = rows.setdefault(name, [0, 0, 0, 0, 0, 0])
+        for i, v in enumerate((1, not rep.conformant, len(dropped), len(named & dropped),
+                               len(named - dropped), rep.n_dropped)):
+            r[i] += v
+        log("named %s seed %d: %d of %d dropped pairs named, %d wrongly, %s" % (
+            name, seed, len(named & dropped), len(dropped), len(named - dropped), rep.verdict))
+    lines = ["| case | runs | NOT CONFORMANT | pairs dropped | named | named, not dropped | report's count |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        lines.append("| %s | %s |" % (name, " | ".join("%d" % v for v in r)))
     return "\n".join(lines)
 
 
@@ -188,6 +273,89 @@ def floors(cases, seeds, p_max):
     return out
 
 
+STRONG = {"sign", "zero_row", "off_by_one", "drop_slot", "swap_experts"}
+FORWARD = {"x_sorted", "h_gate", "h_up", "h_act", "y_sorted", "out"}
+
+
+def must_fail(m, stage, mode, dtype):
+    """Whether a correct runner cannot miss this mutant: staged, every
+    strong defect and the undeclared arithmetic; fused and out-only, the
+    strong defects of the forward stages (their error reaches out
+    undiminished, unless the slot it touches is below the floor)."""
+    if mode == "staged":
+        return m in STRONG or m == "bf16_acc" or (m == "tf32" and dtype == "fp32")
+    return m in STRONG and stage in FORWARD
+
+
+def flag_of(rep, stage):
+    """Why a CONFORMANT report still flags stage, or None: a WARN of the
+    second chained level (issue 24 item 3: off its own stored upstream,
+    within the bound from the exact inputs), or the NOTE that its storage
+    was inferred coarser than the case's (item 4). A staged mutant whose
+    defect is one stage's arithmetic can hide there on a small case: bf16
+    accumulation at small K is the size of the upstream's rounding, which a
+    kernel that consumed its upstream unrounded also shows, and a bf16
+    accumulator's fp32 output lies on the bf16 grid, as a correct result
+    stored in bf16 does (doc/power.md)."""
+    for c in rep["checks"]:
+        msg = c.get("message") or ""
+        if c.get("stage") != stage:
+            continue
+        if c.get("verdict") == "WARN" and "not with its own stored upstream" in msg:
+            return "second level WARN"
+        if c.get("check") == "storage" and "inferred" in msg:
+            return "storage inferred"
+    return None
+
+
+def survivors(cases, seeds):
+    """The mutants a correct runner must catch that stay CONFORMANT, by
+    (mutation, stage, mode, dtype): [mutants, survivors, flagged, silent,
+    {flag: count}, cases]."""
+    out = {}
+    for name, seed, g in goldens(cases, seeds):
+        dt = g.config["dtype"]
+        for m in MUTATIONS:
+            for s in g.stages():
+                for mode in MODES:
+                    if not must_fail(m, s, mode, dt):
+                        continue
+                    r = dropless.mutant_check(g, m, s, mode, seed=seed)
+                    if r is None:
+                        continue
+                    row = out.setdefault((m, s, mode, dt), [0, 0, 0, 0, {}, set()])
+                    row[0] += 1
+                    if not r[0]["conformant"]:
+                        continue
+                    why = flag_of(r[0], s)
+                    row[1] += 1
+                    row[2 if why else 3] += 1
+                    zd = [c for c in r[0]["checks"] if c["check"] == "zero_drops"]
+                    if not why and zd and zd[0]["verdict"] == "WARN":
+                        why_s = "silent, out's floor WARNed"  # some slot of out is below its floor
+                    else:
+                        why_s = why or "silent"
+                    row[4][why_s] = row[4].get(why_s, 0) + 1
+                    row[5].add(name)
+    return out
+
+
+def survivors_table(sv):
+    lines = ["| mutation | stage | mode | dtype | mutants | CONFORMANT | flagged | silent | how | cases |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    order = dropless.stage_names()
+    for (m, s, mode, dt), (n, c, f, q, how, cs) in sorted(
+            sv.items(), key=lambda kv: (MUTATIONS.index(kv[0][0]), order.index(kv[0][1]), kv[0][2], kv[0][3])):
+        if c:
+            lines.append("| %s | %s | %s | %s | %d | %d | %d | %d | %s | %s |" % (
+                m, s, mode, dt, n, c, f, q, ", ".join("%s %d" % kv for kv in sorted(how.items())),
+                ", ".join(sorted(cs))))
+    tot = [sum(v[i] for v in sv.values()) for i in range(4)]
+    lines.append("")
+    lines.append("%d must-fail mutants: %d CONFORMANT (%d flagged, %d silent)." % tuple(tot))
+    return "\n".join(lines)
+
+
 def pct(k):
     n, c = k
     return "%d/%d" % (c, n) if n else "-"
@@ -244,6 +412,14 @@ def fmt_u(x):
 
 # -------------------------------------------------------------------- doc
 
+def machine():
+    """Date, host and load: what the meta lines state beside the commit."""
+    return "%s UTC on %s (%s, %d CPUs, load %.1f at the end), peak %.1f GiB resident" % (
+        datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), platform.node() or "?",
+        platform.machine(), os.cpu_count() or 0, os.getloadavg()[0],
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2.0 ** 20)
+
+
 def runner_commit():
     try:
         return subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12", "HEAD"], capture_output=True,
@@ -279,17 +455,35 @@ def do_legit(a, cases, kcases):
     """The legit blocks: the small catalogue's (seeds > 0) and the kernel
     tier's (kernel seeds > 0), each with the runner commit."""
     blocks, bad = {}, 0
-    meta = "Measured by `tests/zoo/power/power.py legit` on runner commit `%s`." % runner_commit()
-    parts = [("power-legit", cases, a.seeds, "%d small cases (%s; fp32 and bf16)" % (
-        len(cases) // 2, ", ".join(a.cases.split(",")))),
-             ("power-legit-kernel", kcases, a.kernel_seeds, ", ".join(kcases))]
-    for tag, cs, seeds, desc in parts:
+    # the small catalogue as one part, each kernel case as its own (its own
+    # time budget: a cut-short kernel case says how many seeds it got)
+    parts = [("power-legit", cases, a.seeds, None)] + [
+        ("power-legit-kernel", [k], a.kernel_seeds, a.kernel_budget_s) for k in kcases]
+    counts_by, said = {}, {}
+    for tag, cs, seeds, budget in parts:
         if not cs or seeds <= 0:
             continue
         log("legit: %s x %d seeds" % (",".join(cs), seeds))
-        counts, fails = legit_matrix(cs, seeds)
+        t0 = time.time()
+        counts, fails, done = legit_matrix(cs, seeds, deadline=t0 + budget if budget else None)
         bad += len(fails)
-        blocks[tag] = legit_table(counts, "%s x %d seeds" % (desc, seeds)) + "\n\n" + meta
+        tot = counts_by.setdefault(tag, {})
+        for key, (n, f) in counts.items():
+            c = tot.setdefault(key, [0, 0])
+            c[0] += n
+            c[1] += f
+        if tag == "power-legit":
+            what = "%d small cases (%s; fp32 and bf16) x %d seeds" % (
+                len(cs) // 2, ", ".join(a.cases.split(",")), min(done.values(), default=0))
+        else:
+            what = "%s x %d seeds%s" % (cs[0], done.get(cs[0], 0), "" if done.get(cs[0], 0) == seeds else
+                                        " (of %d: the %d s budget ran out)" % (seeds, budget))
+        said.setdefault(tag, []).append("%s (%.0f s)" % (what, time.time() - t0))
+        blocks[tag] = legit_table(counts_by[tag], "; ".join(said[tag])) + "\n\n" + (
+            "Measured by `tests/zoo/power/power.py legit` on runner commit `%s`, %s." % (
+                runner_commit(), machine()))
+        if a.write:  # after each part: a run stopped later keeps what it measured
+            write_blocks(a.write, {tag: blocks[tag]})
     return blocks, bad
 
 
@@ -308,13 +502,21 @@ def do_kill(a, cases):
         blocks["power-drops"] = drops_matrix(dc, a.kill_seeds)
         said["drops"] = "zero drops of a correct out-only kernel (fp32-blocked) over %d seeds of %s" % (
             a.kill_seeds, ", ".join(dc))
+    if "survivors" in a.parts:
+        blocks["power-survivors"] = survivors_table(survivors(cases, a.kill_seeds))
+        said["survivors"] = "must-fail mutants over %d seeds of %s" % (a.kill_seeds, ", ".join(cases))
+    if "named" in a.parts:
+        nc = cases + wide + [c for c in a.drops_kernel_cases.split(",") if c]
+        blocks["power-named"] = named_matrix(nc, a.kill_seeds)
+        said["named"] = "a capacity-factor-1.0 kernel handed over as out alone, %d seeds of %s" % (
+            a.kill_seeds, ", ".join(os.path.basename(c).replace(".case", "") for c in nc))
     if "floor" in a.parts:
         blocks["power-floor"] = floor_table(floors(cases, a.floor_seeds, {"fp32": 26, "bf16": 12}))
         said["floor"] = "floors over %d seeds of %s (%d trials per cell)" % (
             a.floor_seeds, ", ".join(cases), a.floor_seeds * len(cases) // 2)
     for tag, what in said.items():
-        blocks["power-meta-" + tag] = "Measured by `tests/zoo/power/power.py kill` on runner commit `%s`: %s." % (
-            runner_commit(), what)
+        blocks["power-meta-" + tag] = "Measured by `tests/zoo/power/power.py kill` on runner commit `%s`, %s: %s." % (
+            runner_commit(), machine(), what)
     return blocks
 
 
@@ -327,8 +529,10 @@ def main():
     ap.add_argument("--cases", default=",".join(SMALL), help="base cases (fp32 and -bf16 of each)")
     ap.add_argument("--kernel-cases", default=",".join(KERNEL))
     ap.add_argument("--kernel-seeds", type=int, default=20)
+    ap.add_argument("--kernel-budget-s", type=float, default=None,
+                    help="no new seed of a kernel case after this many seconds on it")
     ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
-    ap.add_argument("--parts", default="kill,wide,drops,floor", help="kill: which tables")
+    ap.add_argument("--parts", default="kill,wide,drops,named,floor", help="kill: which tables")
     ap.add_argument("--drops-kernel-cases", default="kernel-sizes-bf16",
                     help="kernel-tier cases of the out-only zero-drops table")
     ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
