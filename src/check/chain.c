@@ -62,7 +62,9 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r)
     o.diagnose_drops = 0;
     o.progress = NULL; /* the outer run's bar goes on; this nested one is a detail of a stage */
     dl_check_report_t sub;
-    int rc = dl_check_run(&g, &c, &o, &sub);
+    /* a nested run without the second level: the candidate holds s alone,
+     * so no upstream of it is the candidate's and the level would not apply */
+    int rc = dl__ck_run(&g, &c, &o, NULL, &sub);
     const dl_check_result_t *x = NULL;
     for (size_t i = 0; !rc && i < sub.n; i++)
         if (sub.results[i].stage == s && !strcmp(sub.results[i].check, "numerics"))

@@ -56,12 +56,18 @@ typedef struct {
     int coherent;
 } dl__ck_stage_t;
 
+typedef struct dl__ck dl__ck_t;
+/* The second chained level (chain.c: dl__ck_chained_second), which the
+ * stage walk calls on a FAIL where it is set: 1 when it turned r into a
+ * WARN, 0 when r stays, or an error. */
+typedef int (*dl__ck_second_t)(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
+
 /* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
  * value downstream stages are recomputed on: the candidate's own (put in the
  * oracle's row layout and slot order) where it provides a finite one, else
  * the exact stage value; *_golden[s] says it is bitwise the golden's, which
  * lets the runner reuse golden values instead of recomputing. */
-typedef struct {
+struct dl__ck {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
     const dl_moe_forward_t *gf;
@@ -113,7 +119,8 @@ typedef struct {
     double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */
     dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
-} dl__ck_t;
+    dl__ck_second_t second;            /* NULL: no second chained level (a nested run) */
+};
 
 /* result.c */
 void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size);
@@ -220,7 +227,8 @@ const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store);
 /* DL_EINVAL (with a FAIL result naming it) when some value has no check in
  * the table: the runner refuses to start rather than skip it silently. */
 int dl__ck_table_check(dl__ck_t *ck);
-/* The runner's view of the layer for the stages' checking sides; tier
+/* vctx.c (a leaf): the runner's view of the layer for the stages' checking
+ * sides; tier
  * DL__TIER_PASS, _WARN or _STAT for a propagation (the deltas of that
  * tier), -1 for none. */
 void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v);
@@ -248,35 +256,15 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
+/* run.c: one run of the runner, dl_check_run's contract, with the second
+ * chained level second (NULL: none). */
+int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
+               const dl_check_options_t *o, dl__ck_second_t second, dl_check_report_t *r);
 /* ep.c: the candidate's expert-parallel layouts */
 int dl__ck_ep(dl__ck_t *ck);
 /* layouts.c: the candidate's kernel layouts; feed (before the stages):
  * their valid y rows become the candidate's y_sorted when it has none */
 int dl__ck_layouts_feed(dl__ck_t *ck);
 int dl__ck_layouts(dl__ck_t *ck);
-
-/* The shared experts' term of out[t, i] on the effective values
- * (dl__shared_out_term), and the first-order error the absent shared_y and
- * shared_gate carry into it (their WARN-bound deltas), 0 without shared
- * experts. A shared expert is never dropped: the zero-drop accounting
- * keeps this term in every row. */
-static inline double dl__ck_shared_out(const dl__ck_t *ck, int64_t t, int64_t i)
-{
-    const int sh = ck->c->shared_experts > 0;
-    return dl__shared_out_term(sh ? ck->eff[DL_VALUE_SHARED_Y] : NULL,
-                               sh && ck->c->shared_gate ? ck->eff[DL_VALUE_SHARED_GATE] : NULL,
-                               ck->d, t, i);
-}
-
-static inline double dl__ck_shared_out_prop(const dl__ck_t *ck, int64_t t, int64_t i)
-{
-    const int sh = ck->c->shared_experts > 0;
-    return dl__shared_out_delta(sh ? ck->eff[DL_VALUE_SHARED_Y] : NULL,
-                                sh && ck->c->shared_gate ? ck->eff[DL_VALUE_SHARED_GATE] : NULL,
-                                ck->delta[1][DL_VALUE_SHARED_Y], ck->delta[1][DL_VALUE_SHARED_GATE],
-                                ck->d, t, i);
-}
-
-
 
 #endif

@@ -462,49 +462,29 @@ int dl__ck_tokens(dl__ck_t *ck)
 }
 
 /* Whether candidate row t equals the exact combine without the slots in
- * mask, within the bound of that combine, each removed slot visible. */
-static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t mask,
-                       const float *y, const float *w, const int32_t *inv, double *p)
+ * mask, within the bound of that combine, each removed slot visible. The
+ * combine's element, its M and the worst-case error the absent y_sorted,
+ * weights and shared terms carry into the slots kept are the stage's own
+ * (dl__out_*_elem beside the combine; v has the WARN tier's deltas). */
+static int row_matches(dl__ck_t *ck, const dl__vctx_t *v, const float *cand_row, int64_t t,
+                       uint64_t mask)
 {
-    const int64_t k = ck->k, d = ck->d;
-    const int64_t K = k + (ck->c->shared_experts > 0); /* the shared term is one more */
+    const int64_t k = ck->k, d = ck->d, K = dl__out_terms(v);
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
-    /* the worst-case error the absent y_sorted and weights carry into the
-     * slots kept (prop.c) */
-    const double *dy = ck->delta[1][DL_VALUE_Y_SORTED], *dw = ck->delta[1][DL_VALUE_TOPK_WEIGHTS];
     uint64_t seen = 0;
     for (int64_t i = 0; i < d; i++) {
-        int64_t n = 0;
-        double m = 0.0, prop = 0.0;
-        for (int64_t j = 0; j < k; j++) {
-            if (j < 64 && (mask >> j) & 1)
-                continue;
-            const int64_t q = (int64_t)inv[t * k + j] * d + i;
-            p[n] = (double)w[t * k + j] * (double)y[q];
-            m += fabs(p[n]);
-            prop += (dy ? fabs((double)w[t * k + j]) * dy[q] : 0.0) +
-                    (dw ? dw[t * k + j] * fabs((double)y[q]) : 0.0);
-            n++;
-        }
-        /* the shared experts' term: never dropped, in every row */
-        const double sh = dl__ck_shared_out(ck, t, i);
-        if (ck->c->shared_experts > 0) {
-            p[n++] = sh;
-            m += fabs(sh);
-            prop += dl__ck_shared_out_prop(ck, t, i);
-        }
         int bad = 0;
-        const double g = dl__sum_exact(p, n, ck->act, &bad);
+        const double g = dl__out_exact_elem(v, t, i, mask, &bad);
         const double c = cand_row[i];
         if (bad || !isfinite(c))
             return 0;
         /* the tighter of the worst case and the statistical tier (the
          * latter with out's own sigma, which covers the slots kept) */
         const double *ps = ck->prop_out[DL__TIER_STAT];
-        double pr = prop * (1.0 + 0x1p-20);
+        double pr = dl__out_prop_elem(v, t, i, mask) * (1.0 + 0x1p-20);
         if (ps)
             pr = fmin(pr, ck->lambda * ps[t * d + i]);
-        const double B = dl__ck_bound(ck, &cmp, g, m, K, 1) + pr;
+        const double B = dl__ck_bound(ck, &cmp, g, dl__out_mag_elem(v, t, i, mask), K, 1) + pr;
         if (fabs(c - g) > B)
             return 0;
         /* a removed slot must be visible: its contribution beyond B
@@ -512,12 +492,8 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
          * it cannot), else keeping it fits as well and naming it would be
          * a guess (a wrong row that is no drop) */
         for (int64_t j = 0; j < k && j < 64; j++)
-            if ((mask >> j) & 1) {
-                const double v = fabs((double)w[t * k + j] *
-                                      (double)y[(int64_t)inv[t * k + j] * d + i]);
-                if (v > B)
-                    seen |= (uint64_t)1 << j;
-            }
+            if (((mask >> j) & 1) && dl__out_slot(v, t, j, i) > B)
+                seen |= (uint64_t)1 << j;
     }
     if ((seen & mask) != (mask & (k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0)))
         return 0;
@@ -535,11 +511,11 @@ static int popcount64(uint64_t x)
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
-    const float *y = ck->eff[DL_VALUE_Y_SORTED];
-    const float *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
-    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
-    if (!y || !w || !inv)
+    if (!ck->eff[DL_VALUE_Y_SORTED] || !ck->eff[DL_VALUE_TOPK_WEIGHTS] ||
+        !ck->eff[DL_VALUE_INV_PERM])
         return 0;
+    dl__vctx_t v;
+    dl__ck_vctx(ck, DL__TIER_WARN, &v);
     /* the subsets to try, fewest slots first: all of them up to k = 8,
      * else each single slot and the whole token */
     uint64_t *masks = NULL;
@@ -566,22 +542,17 @@ int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand
         return DL_ENOMEM;
     }
     int64_t nrows = 0, unexplained = 0;
-#pragma omp parallel reduction(+ : nrows, unexplained)
-    {
-        double *p = malloc((size_t)(k + 1) * sizeof *p); /* + the shared term */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < T; t++) {
-            if (!row_fail[t] || !p)
-                continue;
-            nrows++;
-            for (int64_t i = 0; i < nm; i++)
-                if (row_matches(ck, cand_out + t * d, t, masks[i], y, w, inv, p)) {
-                    found[t] = masks[i];
-                    break;
-                }
-            unexplained += !found[t];
-        }
-        free(p);
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : nrows, unexplained)
+    for (int64_t t = 0; t < T; t++) {
+        if (!row_fail[t])
+            continue;
+        nrows++;
+        for (int64_t i = 0; i < nm; i++)
+            if (row_matches(ck, &v, cand_out + t * d, t, masks[i])) {
+                found[t] = masks[i];
+                break;
+            }
+        unexplained += !found[t];
     }
     int rc = 0;
     for (int64_t t = 0; t < T && !rc; t++)
@@ -618,17 +589,17 @@ static int drop_cmp(const void *a, const void *b)
  * proof: dropping it leaves out unchanged; such slots are counted in *zero.
  * Finds the slot with the smallest ratio of its largest contribution to the
  * floor (*weak, as t*k+j, -1 if none) and counts the slots below it. */
-static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
+static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
                            double *floor_min, int64_t *zero)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
-    const float *y = ck->eff[DL_VALUE_Y_SORTED], *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
     const float *g = ck->exact[DL_VALUE_OUT];
-    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
+    dl__vctx_t v;
+    dl__ck_vctx(ck, -1, &v);
     const double *prop = ck->prop_out[1], *ps = ck->prop_out[DL__TIER_STAT];
     const float *c = ck->eff_is_cand[DL_VALUE_OUT] ? ck->eff[DL_VALUE_OUT] : NULL;
     const double uo = dl_dtype_unit_roundoff(ck->act), shrink = 1.0 - 2.0 * uo * (1.0 + 2.0 * uo);
-    const int64_t K = k + (ck->c->shared_experts > 0); /* the shared term is one more */
+    const int64_t K = dl__out_terms(&v);
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
     int64_t n = 0;
     *zero = 0;
@@ -640,10 +611,7 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
         for (int64_t j = 0; j < k; j++) {
             double best = 0.0, seen = 0.0;
             for (int64_t i = 0; i < d; i++) {
-                double m = 0.0;
-                for (int64_t l = 0; l < k; l++)
-                    m += fabs((double)w[t * k + l] * (double)y[(int64_t)inv[t * k + l] * d + i]);
-                m += fabs(dl__ck_shared_out(ck, t, i)); /* never dropped, in every row */
+                const double m = dl__out_mag_elem(&v, t, i, 0); /* the combine's M */
                 /* out FAILs beyond B, the tighter of its worst-case and
                  * statistical bounds; the floor is B plus the candidate's
                  * own error there (2B without it) */
@@ -655,8 +623,7 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
                                   shrink;
                 if (fl < *floor_min)
                     *floor_min = fl;
-                const double cj = fabs((double)w[t * k + j] *
-                                       (double)y[(int64_t)inv[t * k + j] * d + i]);
+                const double cj = dl__out_slot(&v, t, j, i);
                 if (fl > *floor_max)
                     *floor_max = fl;
                 if (cj / fl > best)
