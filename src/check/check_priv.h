@@ -43,11 +43,30 @@ typedef struct {
 #define DL__TIER_STAT 2
 #define DL__TIERS 3
 
-/* The driver's record of one stage value (stage.c, desc.c, prop.c). */
+/* The runner's record of one stage value s, ck->st[s]: its arrays, the
+ * storage it is judged at, the bounds on its hidden error, and the
+ * driver's flags (stage.c, desc.c, prop.c). eff is the value downstream
+ * stages are recomputed on: the candidate's own (put in the oracle's row
+ * layout and slot order) where it provides a finite one, else the exact
+ * stage value; *_golden says it is bitwise the golden's, which lets the
+ * runner reuse golden values instead of recomputing. */
 typedef struct {
+    const void *cand;  /* the candidate's: canonical slot order, its row layout (NULL: absent) */
+    const void *gold;  /* the golden's (NULL: absent) */
+    const void *exact; /* the exact value on the effective upstream */
+    const void *eff;
+    int exact_golden, eff_golden, eff_is_cand;
+    int64_t numel;
+    /* stored coarser than the case's type (bit s of ck->coarse): the
+     * candidate's declared or inferred type */
+    dl_dtype_t store;
+    /* absent and upstream of a provided stage: per element, the PASS [0]
+     * and WARN [1] bound on the error of the candidate's hidden value, and
+     * the statistical tier's scale [2] (NULL: none) */
+    double *delta[DL__TIERS];
     int need;       /* its value is needed: the candidate's, or upstream of one */
     int track;      /* absent and upstream of a provided stage: its error is bounded */
-    int recomputed; /* exact[s] was recomputed, not the golden's */
+    int recomputed; /* exact was recomputed, not the golden's */
     int prop_used;  /* a provided stage's bound carries propagated error */
     /* the statistical tier: a hidden value whose error is coherent across
      * its elements (GEMM operands rounded to the profile's input grid, and
@@ -62,11 +81,8 @@ typedef struct dl__ck dl__ck_t;
  * WARN, 0 when r stays, or an error. */
 typedef int (*dl__ck_second_t)(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 
-/* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
- * value downstream stages are recomputed on: the candidate's own (put in the
- * oracle's row layout and slot order) where it provides a finite one, else
- * the exact stage value; *_golden[s] says it is bitwise the golden's, which
- * lets the runner reuse golden values instead of recomputing. */
+/* Working state of one dl_check_run: the case, the options, the report,
+ * the run's figures, and one record per stage value (st). */
 struct dl__ck {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
@@ -83,21 +99,13 @@ struct dl__ck {
     int swiglu;
     dl_dtype_t act;
 
-    const void *cand_arr[DL_VALUE_COUNT]; /* canonical slot order, candidate row layout */
-    const void *exact[DL_VALUE_COUNT];
-    int exact_golden[DL_VALUE_COUNT];
-    const void *eff[DL_VALUE_COUNT];
-    int eff_golden[DL_VALUE_COUNT];
-    int eff_is_cand[DL_VALUE_COUNT];
     void **owned;
     size_t n_owned, cap_owned;
-    const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
-    int64_t numel[DL_VALUE_COUNT];
     /* stages stored coarser than the case's type: the candidate's
      * declaration (dtype attribute, a 2-byte type) or inferred from the
-     * values (every one on the bf16 or fp16 grid; inferred bit) */
+     * values (every one on the bf16 or fp16 grid; inferred bit); the type
+     * in st[s].store */
     uint64_t coarse, inferred;
-    dl_dtype_t store[DL_VALUE_COUNT];
     int have_bwd;                      /* golden backward and d_out present */
 
     /* slot canonicalisation: candidate flat index t*k+j <-> canonical */
@@ -112,9 +120,6 @@ struct dl__ck {
     float *exact_weights;
     int ids_cand_valid;
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
-    /* absent stages a provided one depends on: per element, the PASS [0]
-     * and WARN [1] bound on the error of the candidate's hidden value */
-    double *delta[DL__TIERS][DL_VALUE_COUNT];
     const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
     double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */

@@ -97,8 +97,8 @@ uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
     /* a candidate's coarser storage is judged at its own precision */
-    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->coarse >> s) & 1))
-        return ck->store[s];
+    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->st[s].cand && ((ck->coarse >> s) & 1))
+        return ck->st[s].store;
     return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
 }
 
@@ -121,7 +121,7 @@ int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
     dl__vctx_t v;
     dl__ck_vctx(ck, -1, &v);
     dl__mag_t m = {.mp = mp};
-    int rc = table[s].mag(&v, ck->exact[s], ck->numel[s], &m);
+    int rc = table[s].mag(&v, ck->st[s].exact, ck->st[s].numel, &m);
     if (rc)
         return rc;
     cmp->mp = m.mp;

@@ -45,7 +45,7 @@ static int storage_note(dl__ck_t *ck, dl_value_t s)
     dl_check_result_t *x = dl__ck_result(ck, s, "storage");
     if (!x)
         return DL_ENOMEM;
-    const char *have = dl_dtype_name(ck->store[s]), *want = dl_dtype_name(dl_value_dtype(ck->c, s));
+    const char *have = dl_dtype_name(ck->st[s].store), *want = dl_dtype_name(dl_value_dtype(ck->c, s));
     x->verdict = ck->opt.strict_storage ? DL_VERDICT_FAIL : DL_VERDICT_INFO;
     dl__ck_msg(x, "%sstored as %s%s, coarser than the case's %s%s",
                ck->opt.strict_storage ? "" : "NOTE: ", have ? have : "?",
@@ -88,18 +88,18 @@ static void storage_of(dl__ck_t *ck, dl_value_t s)
 {
     if ((ck->cand->coarse >> s) & 1) {
         ck->coarse |= (uint64_t)1 << s;
-        ck->store[s] = ck->cand->store[s];
+        ck->st[s].store = ck->cand->store[s];
         return;
     }
     if (dl_value_store(s) > DL_STORE_F32 || dl_value_dtype(ck->c, s) != DL_F32)
         return;
     /* the golden's own values on that grid (weights of exactly 1 with
      * top-1, an exact stage) say nothing about the candidate's storage */
-    const dl_dtype_t g = ck->gold[s] ? inferred_grid(ck->cand_arr[s], ck->numel[s]) : DL_F32;
-    if (g != DL_F32 && !all_on_grid(ck->gold[s], ck->numel[s], g)) {
+    const dl_dtype_t g = ck->st[s].gold ? inferred_grid(ck->st[s].cand, ck->st[s].numel) : DL_F32;
+    if (g != DL_F32 && !all_on_grid(ck->st[s].gold, ck->st[s].numel, g)) {
         ck->coarse |= (uint64_t)1 << s;
         ck->inferred |= (uint64_t)1 << s;
-        ck->store[s] = g;
+        ck->st[s].store = g;
     }
 }
 
@@ -175,8 +175,8 @@ int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     snprintf(r->profile, sizeof r->profile, "%s%s", ck.prof->name, per_stage ? "+per-stage" : "");
 
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
-        ck.numel[s] = dl_value_numel(ck.c, (dl_value_t)s);
-        ck.gold[s] = ck.numel[s] > 0 ? dl_value_array(ck.gf, ck.gb, (dl_value_t)s) : NULL;
+        ck.st[s].numel = dl_value_numel(ck.c, (dl_value_t)s);
+        ck.st[s].gold = ck.st[s].numel > 0 ? dl_value_array(ck.gf, ck.gb, (dl_value_t)s) : NULL;
         const void *p = dl_value_array(&cand->fwd, &cand->bwd, (dl_value_t)s);
         /* a loader that set a misshapen stage aside leaves its array NULL */
         if (cand->bad_shape & ((uint64_t)1 << s)) {
@@ -190,12 +190,12 @@ int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
                 dl__ck_msg(x, "set aside: %s", cand->bad_reason[s]);
             else
                 dl__ck_msg(x, "the candidate's %s has the wrong shape or type (expected %lld "
-                           "elements)", dl_value_name((dl_value_t)s), (long long)ck.numel[s]);
+                           "elements)", dl_value_name((dl_value_t)s), (long long)ck.st[s].numel);
             continue;
         }
-        if (!p || ck.numel[s] == 0)
+        if (!p || ck.st[s].numel == 0)
             continue;
-        ck.cand_arr[s] = p;
+        ck.st[s].cand = p;
         storage_of(&ck, (dl_value_t)s);
         if (((ck.coarse >> s) & 1) && (rc = storage_note(&ck, (dl_value_t)s)))
             goto out;

@@ -13,13 +13,16 @@ static void *ck_alloc(void *actx, int64_t n, size_t size)
 
 void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v)
 {
-    *v = (dl__vctx_t){.c = ck->c, .in = ck->in, .v = ck->eff, .T = ck->T, .d = ck->d,
-                      .f = ck->f, .E = ck->E, .k = ck->k, .M = ck->M, .swiglu = ck->swiglu,
-                      .act = ck->act, .sel_ids = ck->exact_ids, .sel_weights = ck->exact_weights,
+    *v = (dl__vctx_t){.c = ck->c, .in = ck->in, .T = ck->T, .d = ck->d, .f = ck->f, .E = ck->E,
+                      .k = ck->k, .M = ck->M, .swiglu = ck->swiglu, .act = ck->act,
+                      .sel_ids = ck->exact_ids, .sel_weights = ck->exact_weights,
                       .alloc = ck_alloc, .actx = ck};
+    for (int u = 0; u < DL_VALUE_COUNT; u++) {
+        v->v[u] = ck->st[u].eff;
+        v->delta[u] = tier < 0 ? NULL : ck->st[u].delta[tier];
+    }
     if (tier < 0)
         return;
-    v->delta = (const double *const *)ck->delta[tier];
     /* the statistical tier adds the terms of independent sources (a hidden
      * value whose errors are independent across its elements, and distinct
      * hidden values) as a root sum of squares, coherent ones linearly; the

@@ -146,7 +146,7 @@ typedef struct {
 typedef struct {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
-    const void *const *v;
+    const void *v[DL_VALUE_COUNT];
     int64_t T, d, f, E, k, M;
     int swiglu;
     dl_dtype_t act;
@@ -154,7 +154,7 @@ typedef struct {
     const float *sel_weights;
     void *(*alloc)(void *actx, int64_t n, size_t size);
     void *actx;
-    const double *const *delta;
+    const double *delta[DL_VALUE_COUNT];
     uint64_t rss;
 } dl__vctx_t;
 
