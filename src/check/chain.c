@@ -51,7 +51,8 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r)
      * kernel used the golden's ids): the stage alone is judged on the
      * golden's routing, so rows that follow other ids FAIL there too and
      * nothing is excused by them */
-    if (r->verdict != DL_VERDICT_FAIL || ck->opt.exact_upstream || !ck->st[s].gold || !chained(ck, s) ||
+    if (r->verdict != DL_VERDICT_FAIL || ck->opt.exact_upstream || !ck->st[s].gold ||
+        !chained(ck, s) ||
         !ck->st[DL_VALUE_TOPK_IDS].eff || ck->row_map || r->n_nonfinite)
         return 0;
     dl_check_candidate_t c = alone(ck, s);

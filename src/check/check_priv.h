@@ -203,6 +203,13 @@ int dl__ck_tokens(dl__ck_t *ck);
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out);
 int dl__ck_zero_drops(dl__ck_t *ck);
 
+/* The parts of the layer a per-part profile names, the part column of
+ * DL_VALUE_MAP (values.h); DL__CK_PART_##part maps a row's column. */
+#define DL__CK_PART_NONE 0
+#define DL__CK_PART_ROUTER 1
+#define DL__CK_PART_EXPERTS 2
+#define DL__CK_PART_COMBINE 3
+
 /* desc.c: one descriptor per stage value. */
 #define DL__CK_COPY 1u      /* a permutation of an input: compared bitwise */
 #define DL__CK_DW 2u        /* a weight gradient: empty experts' rows must be zero */
@@ -224,6 +231,7 @@ typedef struct {
      * beside the stage (prop), or through its magnitude GEMMs (prop_gemm). */
     int (*prop)(const dl__vctx_t *v, const float *g, int64_t numel, double *out);
     int prop_gemm;
+    int part; /* the part column: DL__CK_PART_* */
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* Why descriptor d (of a value stored as store) describes no check, or

@@ -2,7 +2,8 @@
  * (dropless/values.h): what it is a function of (up, up_plain), how it is
  * judged (check), and the functions beside its stage that give its exact
  * value on the effective upstream, the scale M of its rounding error and
- * the propagation of an absent upstream's error (stages_priv.h). Nothing
+ * the propagation of an absent upstream's error (stages_priv.h), and the
+ * part of the layer a per-part profile names it by (part). Nothing
  * here lists a value by hand, so none can be left out: a row without its
  * functions does not link, and a row whose columns do not describe a check
  * stops the runner before it judges anything (dl__ck_table_check). The
@@ -26,11 +27,14 @@
 #define PROP_ELEM(nm) dl__prop_##nm, 0
 #define PROP_GEMM(nm) NULL, 1
 #define PROP_NONE(nm) NULL, 0
-#define DESC_IN(nm, ck, pr, up, plain)
-#define DESC_AUX(nm, ck, pr, up, plain)
-#define DESC_FW(nm, ck, pr, up, plain) {up, plain, FNS_##ck(nm), PROP_##pr(nm)},
-#define DESC_BW(nm, ck, pr, up, plain) DESC_FW(nm, ck, pr, up, plain)
-#define DESC(g, E, nm, st, dims, cond, ck, pr, up, plain) DESC_##g(nm, ck, pr, up, plain)
+#define DESC_IN(nm, ck, pr, up, plain, part)
+#define DESC_AUX(nm, ck, pr, up, plain, part)
+#define DESC_FW(nm, ck, pr, up, plain, part) \
+    {up, plain, FNS_##ck(nm), PROP_##pr(nm), DL__CK_PART_##part},
+#define DESC_BW(nm, ck, pr, up, plain, part) DESC_FW(nm, ck, pr, up, plain, part)
+/* every column by name: a row that lacks one does not build */
+#define DESC(g, E, nm, st, dims, cond, ck, pr, up, plain, part) \
+    DESC_##g(nm, ck, pr, up, plain, part)
 /* in dl_value_t order: the map's FW and BW rows */
 static const dl__ck_desc_t table[] = {DL_VALUE_MAP(DESC)};
 _Static_assert(sizeof table / sizeof *table == DL_VALUE_COUNT,
@@ -46,6 +50,8 @@ const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store)
         return "its check column has no magnitude function";
     if (d->exact && !(d->flags & DL__CK_COPY) && !d->prop && !d->prop_gemm && (d->up || d->up_plain))
         return "it has upstream values but its prop column is NONE";
+    if (d->exact && !(d->flags & DL__CK_COPY) && d->part == DL__CK_PART_NONE)
+        return "it is judged within a tolerance but its part column is NONE (no profile part)";
     return NULL;
 }
 

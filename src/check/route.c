@@ -26,14 +26,15 @@ static int exact_selection(dl__ck_t *ck)
         float *mg = dl__ck_alloc(ck, T, sizeof *mg);
         if (!ids || !w || !mg)
             return DL_ENOMEM;
-        int rc = dl_route_topk(&ck->c->route, ck->st[DL_VALUE_ROUTER_SCORES].eff, ck->in->expert_bias,
-                               T, ids, w, mg);
+        int rc = dl_route_topk(&ck->c->route, ck->st[DL_VALUE_ROUTER_SCORES].eff,
+                               ck->in->expert_bias, T, ids, w, mg);
         if (rc)
             return rc;
         ck->exact_ids = ids;
         ck->exact_weights = w;
         ck->tie_margin = mg;
-        ck->st[DL_VALUE_TOPK_IDS].exact_golden = !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
+        ck->st[DL_VALUE_TOPK_IDS].exact_golden =
+            !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
     }
     ck->st[DL_VALUE_TOPK_IDS].exact = ck->exact_ids;
     return 0;

@@ -45,7 +45,8 @@ static int storage_note(dl__ck_t *ck, dl_value_t s)
     dl_check_result_t *x = dl__ck_result(ck, s, "storage");
     if (!x)
         return DL_ENOMEM;
-    const char *have = dl_dtype_name(ck->st[s].store), *want = dl_dtype_name(dl_value_dtype(ck->c, s));
+    const char *have = dl_dtype_name(ck->st[s].store);
+    const char *want = dl_dtype_name(dl_value_dtype(ck->c, s));
     x->verdict = ck->opt.strict_storage ? DL_VERDICT_FAIL : DL_VERDICT_INFO;
     dl__ck_msg(x, "%sstored as %s%s, coarser than the case's %s%s",
                ck->opt.strict_storage ? "" : "NOTE: ", have ? have : "?",

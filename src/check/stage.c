@@ -201,7 +201,8 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     ck->st[s].coherent = cmp.kappa_in > 0;
     const uint64_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        ck->st[s].coherent |= ((up >> u) & 1) && ck->st[u].delta[DL__TIER_STAT] && ck->st[u].coherent;
+        ck->st[s].coherent |=
+            ((up >> u) & 1) && ck->st[u].delta[DL__TIER_STAT] && ck->st[u].coherent;
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers && !rc; warn++) {
         double *p, *dl = NULL;
@@ -275,7 +276,8 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
         if (((up >> u) & 1) && ck->st[u].gold && dl__ck_desc((dl_value_t)u)->exact)
             ck->st[u].eff = ck->st[u].gold;
     }
-    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = ck->st[s].gold};
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg,
+                     .exact = ck->st[s].gold};
     dl__mprov_t mp;
     dl_check_result_t alt = *r;
     alt.message[0] = '\0';
@@ -345,7 +347,8 @@ static void locate(const dl__ck_t *ck, dl_value_t s, int64_t idx, dl_check_resul
 static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_result_t *r)
 {
     const char *dims = dl_value_dims(s);
-    const int rows_by_expert = dims[0] == 'M' && cmp->rows == ck->M && ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    const int rows_by_expert =
+        dims[0] == 'M' && cmp->rows == ck->M && ck->st[DL_VALUE_GROUP_OFFSETS].eff;
     if (!cmp->row_over || (!rows_by_expert && dims[0] != 'E') || ck->E <= 0)
         return;
     int64_t *cnt = calloc((size_t)ck->E, sizeof *cnt);
@@ -424,7 +427,8 @@ static int diagnose(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_r
 static int compare(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_t *r,
                    int *on_golden)
 {
-    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = ck->st[s].exact};
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg,
+                     .exact = ck->st[s].exact};
     dl__mprov_t mp;
     int rc;
     if ((rc = setup_cmp(ck, s, &cmp, &mp)) || (rc = add_propagation(ck, s, &cmp)))
@@ -539,7 +543,8 @@ int dl__ck_stages(dl__ck_t *ck)
      * 2 exp(-lambda^2 / 2) (tolerances.md) */
     ck->n_stat = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->n_stat += ck->st[s].cand && dl_value_store((dl_value_t)s) <= DL_STORE_F32 ? ck->st[s].numel : 0;
+        ck->n_stat +=
+            ck->st[s].cand && dl_value_store((dl_value_t)s) <= DL_STORE_F32 ? ck->st[s].numel : 0;
     const double pfa = ck->opt.false_alarm == 0.0 ? DL__FALSE_ALARM_DEFAULT : ck->opt.false_alarm;
     ck->lambda = pfa > 0 && pfa < 1 && ck->n_stat > 0
                      ? sqrt(2.0 * log(2.0 * (double)ck->n_stat / pfa)) : 0.0;
@@ -564,7 +569,8 @@ int dl__ck_stages(dl__ck_t *ck)
         if (ck->st[s].numel == 0 && !dl__ck_desc(s)->check)
             continue;
         const int bad_shape = (ck->cand->bad_shape >> s) & 1;
-        const int has = ck->st[s].cand || dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s); /* or fed */
+        const int has = /* or fed */
+            ck->st[s].cand || dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s);
         if (dl_value_is_backward(s) && !ck->have_bwd) {
             if (has && !bad_shape && (rc = skip(ck, s, "the golden has no backward pass")))
                 return rc;
