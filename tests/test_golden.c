@@ -1384,7 +1384,7 @@ START_TEST(candidate_subsets)
             iout = i;
     write_candidate(p, &c, -1, "bf16", 0.1f);
     ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), 0);
-    ck_assert(g.bad_datasets == (uint64_t)1 << iout && !g.fwd.out);
+    ck_assert(g.bad_datasets == DL_ROWSET_BIT(iout) && !g.fwd.out);
     dl_golden_free(&g);
     write_candidate(p, &c, -1, "bf16", 0.5f);
     ck_assert_int_eq(dl_golden_load_candidate(p, &c, &g, err, sizeof err), 0);
@@ -1465,19 +1465,20 @@ static void expect_set_aside(const char *path, const dl_moe_config_t *c, dl_gold
     char err[512] = "";
     int rc = dl_golden_load_candidate(path, c, g, err, sizeof err);
     ck_assert_msg(rc == 0, "%s: %s (%s)", path, dl_err_name(rc), err);
-    uint64_t want = 0;
+    dl_rowset_t want = 0;
     for (int j = 0; bad[j]; j++) {
         int i = ds_index(bad[j]);
-        want |= (uint64_t)1 << i;
+        want |= DL_ROWSET_BIT(i);
         ck_assert_msg(*dl_golden_slot(g, dl_golden_dataset(i)) == NULL, "%s has an array", bad[j]);
         ck_assert_msg(strstr(g->bad_reason[i], why[j]), "%s: reason '%s' lacks '%s'", bad[j],
                       g->bad_reason[i], why[j]);
         ck_assert(!strchr(g->bad_reason[i], '\n'));
     }
-    ck_assert_msg(g->bad_datasets == want, "bad_datasets %llx, want %llx",
-                  (unsigned long long)g->bad_datasets, (unsigned long long)want);
+    ck_assert_msg(g->bad_datasets == want, "bad_datasets %llx:%llx, want %llx:%llx",
+                  (unsigned long long)(g->bad_datasets >> 64), (unsigned long long)g->bad_datasets,
+                  (unsigned long long)(want >> 64), (unsigned long long)want);
     for (int i = 0; i < DL_GOLDEN_DATASET_MAX; i++)
-        if (!(want >> i & 1))
+        if (!DL_ROWSET_HAS(want, i))
             ck_assert_msg(g->bad_reason[i][0] == '\0', "reason for %d: %s", i, g->bad_reason[i]);
 }
 
@@ -1611,7 +1612,7 @@ START_TEST(candidate_bad_dtype_attributes_set_aside)
     ck_assert(strstr(g.bad_reason[ds_index("/forward/y_sorted")], "bf16"));
     /* fp32 storage in a bf16 stage is finer: read, not marked */
     ck_assert_ptr_nonnull(g.fwd.out);
-    ck_assert(!(g.coarse_datasets >> ds_index("/forward/out") & 1));
+    ck_assert(!DL_ROWSET_HAS(g.coarse_datasets, ds_index("/forward/out")));
     ck_assert_ptr_nonnull(g.fwd.x_sorted); /* no dtype attribute: values not judged */
     ck_assert(g.fwd.x_sorted[13] == off[13]);
     ck_assert_ptr_nonnull(g.fwd.router_logits);
@@ -1670,7 +1671,7 @@ START_TEST(candidate_storage_types)
         ck_assert_msg(g.fwd.out[i] == v[i] && g.fwd.router_logits[i] == v[i], "element %d", i);
     const int io = ds_index("/forward/out"), il = ds_index("/forward/router_logits"),
               iy = ds_index("/forward/y_sorted");
-    ck_assert(g.coarse_datasets == ((UINT64_C(1) << io) | (UINT64_C(1) << il) | (UINT64_C(1) << iy)));
+    ck_assert(g.coarse_datasets == (DL_ROWSET_BIT(io) | DL_ROWSET_BIT(il) | DL_ROWSET_BIT(iy)));
     ck_assert_int_eq(g.store[io], DL_F16);
     ck_assert_int_eq(g.store[il], DL_BF16);
     ck_assert_int_eq(g.store[iy], DL_BF16);

@@ -523,6 +523,47 @@ START_TEST(validation_bits_match_on_grid)
 }
 END_TEST
 
+/* The schedule's row sets hold every row of DL_VALUE_MAP, past bit 63 too
+ * (dl_rowset_t is 128 bits: the model variants took the table past 64
+ * rows): each stage value has exactly one writer, whose set holds it; an
+ * input has none; every producer reads only inputs and rows an earlier
+ * producer wrote (the table's dependency order), for both FFN kinds. */
+START_TEST(schedule_row_sets)
+{
+    ck_assert_int_le(dl_layout_count(), DL_ROWSET_BITS);
+    ck_assert_int_le(dl_golden_dataset_count(), DL_GOLDEN_DATASET_MAX);
+    for (int r = 0; r < dl_layout_count(); r++) {
+        const dl_layout_row_t *row = dl_layout_row(r);
+        int writers = 0;
+        for (int i = 0; i < dl_schedule_count(); i++)
+            writers += DL_ROWSET_HAS(dl_schedule_producer(i)->writes, r);
+        int want = row->group != DL_LAYOUT_INPUTS;
+        ck_assert_msg(writers == want, "%s: %d writers", row->name, writers);
+        int w = dl_schedule_writer(r);
+        ck_assert_msg(want ? w >= 0 && DL_ROWSET_HAS(dl_schedule_producer(w)->writes, r) : w < 0,
+                      "%s: writer %d", row->name, w);
+    }
+    ck_assert_int_lt(dl_schedule_writer(dl_layout_count()), 0);
+    for (int kind = 0; kind < 2; kind++) {
+        dl_moe_config_t c;
+        memset(&c, 0, sizeof c);
+        c.ffn_kind = kind ? DL_FFN_PLAIN : DL_FFN_SWIGLU;
+        dl_rowset_t have = 0;
+        for (int r = 0; r < dl_layout_count(); r++)
+            if (dl_layout_row(r)->group == DL_LAYOUT_INPUTS)
+                have |= DL_ROWSET_BIT(r);
+        for (int i = 0; i < dl_schedule_count(); i++) {
+            const dl_producer_t *p = dl_schedule_producer(i);
+            dl_rowset_t early = dl_schedule_reads(p, &c) & ~have;
+            for (int r = 0; r < dl_layout_count(); r++)
+                ck_assert_msg(!DL_ROWSET_HAS(early, r), "%s reads %s before it is written",
+                              p->name, dl_layout_row(r)->name);
+            have |= p->writes;
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -537,6 +578,7 @@ int main(void)
         DL_TEST("layer", "determinism-and-errors", bad_inputs, 120),
         DL_TEST("layer", "determinism-and-errors", route_stages_alone, 120),
         DL_TEST("layer", "determinism-and-errors", validation_bits_match_on_grid, 120),
+        DL_TEST("layer", "schedule", schedule_row_sets, 60),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -14,6 +14,8 @@
 #                                           # on the lowp goldens, judged by dl_qcheck_gemm
 #   sh doc/conformance/h200_run.sh masked   # the masked-layout FFN as one CUDA graph replayed
 #                                           # on several routings (reference_layer/masked.py)
+#   sh doc/conformance/h200_run.sh clients  # transformers' MoE blocks on CUDA (tools/clients/
+#                                           # run.py --device cuda), bf16 and fp32, all checks
 # Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
 set -u
 part=${1:?usage: h200_run.sh ep-jax|report}
@@ -182,6 +184,16 @@ fp8)
     timeout 300 $PY -m dropless.gpu.reference_layer.fp8 $g/*.h5 -o $R --device cuda > $R/fp8.txt 2>&1
     echo "== fp8 rc=$? $(( $(date +%s) - t0 )) s"; cat $R/env.txt $R/fp8.txt
     cp $R/fp8.jsonl $R/fp8.txt $OUT/ 2>/dev/null
+    ;;
+clients)
+    $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" \
+        > $R/env.txt 2>&1; cat $R/env.txt
+    timeout ${CLIENTS_TIMEOUT:-480} $PY tools/clients/run.py --dropless $DL --vectors vectors -o $W/cand \
+        --device cuda --jobs 14 --dtypes ${CLIENTS_DTYPES:-bf16,fp32} --table $R/clients-table.md \
+        --jsonl $R/clients.jsonl > $R/clients.txt 2>&1
+    echo "== clients rc=$? $(( $(date +%s) - t0 )) s"
+    grep -E "^clients:|^UNEXPECTED" $R/clients.txt | head -60
+    cp $R/clients-table.md $R/clients.jsonl $R/clients.txt $R/env.txt $OUT/ 2>/dev/null
     ;;
 esac
 tar -C $W -cJf $OUT/$part.tar.xz res && ls -la $OUT

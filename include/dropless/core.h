@@ -20,6 +20,19 @@
 extern "C" {
 #endif
 
+/* A set of the layer's arrays: bit i for row i of DL_VALUE_MAP (values.h),
+ * which is also dataset i of the golden format. 128 bits wide (the table
+ * outgrew 64 rows with the model variants); the compiler must have a
+ * 128-bit integer (gcc and clang do on every 64-bit target). */
+#if !defined(__SIZEOF_INT128__)
+#error "dropless needs unsigned __int128 (gcc or clang on a 64-bit target)"
+#endif
+__extension__ typedef unsigned __int128 dl_rowset_t;
+#define DL_ROWSET_BITS 128
+/* The set holding row i alone; 1 if set s holds row i. */
+#define DL_ROWSET_BIT(i) ((dl_rowset_t)1 << (i))
+#define DL_ROWSET_HAS(s, i) ((int)(((s) >> (i)) & 1))
+
 /* ---------------------------------------------------------------- errors */
 
 /* Every function that can fail returns 0 or one of these negative codes. */

@@ -171,7 +171,7 @@ DL_EXTERN dl_dtype_t dl_golden_dataset_dtype(const dl_golden_dataset_t *ds, cons
 #define DL_GOLDEN_LAYOUT_MAX 16
 
 /* An upper bound of dl_golden_dataset_count() (bits of bad_datasets). */
-#define DL_GOLDEN_DATASET_MAX 64
+#define DL_GOLDEN_DATASET_MAX DL_ROWSET_BITS
 
 typedef struct {
     /* root attributes */
@@ -200,15 +200,15 @@ typedef struct {
                               * may leave them out; a golden file has both) */
     /* candidate files: datasets present but unusable (wrong shape or type,
      * a dtype attribute naming another type, values off the declared grid),
-     * bit (1 << i) for dl_golden_dataset(i); their arrays stay NULL. */
-    uint64_t bad_datasets;
+     * DL_ROWSET_BIT(i) for dl_golden_dataset(i); their arrays stay NULL. */
+    dl_rowset_t bad_datasets;
     char bad_reason[DL_GOLDEN_DATASET_MAX][128]; /* why, per bad dataset i; "" otherwise */
     /* candidate files: float datasets stored coarser than the case's type
-     * for them (bf16 weight gradients of an fp32-typed stage), bit (1 << i);
+     * for them (bf16 weight gradients of an fp32-typed stage), DL_ROWSET_BIT(i);
      * store[i] is that storage type (the dtype attribute, or the HDF5 type
      * of a 2-byte float). Finer storage (float64, fp32 in a bf16 case) is
      * not marked: it is read and judged at the case's type. */
-    uint64_t coarse_datasets;
+    dl_rowset_t coarse_datasets;
     dl_dtype_t store[DL_GOLDEN_DATASET_MAX];
     /* /ep/ranks_R groups (doc/format.md, "Expert parallelism"): n_ep of them,
      * ascending R in golden files; a candidate's may be rank views, and

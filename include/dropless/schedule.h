@@ -37,7 +37,7 @@ typedef struct {
     dl_span_t span;
     int backward;        /* 1: a stage of the backward pass */
     dl_cond_t cond;      /* when it runs */
-    uint64_t reads, reads_plain, writes;
+    dl_rowset_t reads, reads_plain, writes;
 } dl_producer_t;
 
 /* The window a producer runs on, filled by the placement. Per-token arrays
@@ -65,13 +65,13 @@ DL_EXTERN const dl_producer_t *dl_schedule_producer(int i);
 DL_EXTERN int dl_schedule_writer(int row);
 /* What producer p reads for configuration c (reads or reads_plain; an
  * EXPERTS producer reads group_offsets too: its window is groups of rows). */
-DL_EXTERN uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c);
+DL_EXTERN dl_rowset_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c);
 
 /* The rows only every expert's sorted rows give (bit i: layout row i):
  * those written by TOKENS or ALL producers that read a sorted-row array of
  * rank 2, or a row such a producer wrote (out, d_topk_weights, the router
  * gradients, d_x): what an expert slice cannot hold. */
-DL_EXTERN uint64_t dl_schedule_needs_experts(const dl_moe_config_t *c);
+DL_EXTERN dl_rowset_t dl_schedule_needs_experts(const dl_moe_config_t *c);
 
 /* Runs producer i on the window *v: its stage functions on the arrays the
  * view holds (all caller-owned). Errors: DL_EINVAL (unknown i, or an array

@@ -221,7 +221,7 @@ int dl_api_candidate_open(const dl_api_golden_t *g, const char *path, unsigned t
     }
     for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
         dl_value_t v;
-        if (((h->f.bad_datasets >> i) & 1) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0)
+        if (DL_ROWSET_HAS(h->f.bad_datasets, i) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0)
             h->bad |= UINT64_C(1) << v;
     }
     h->from_file = 1;

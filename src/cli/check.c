@@ -201,7 +201,7 @@ static void select_stages(dl_golden_file_t *cand, uint64_t want, void **kept)
         void **slot = dl_golden_slot(cand, ds);
         kept[i] = *slot;
         *slot = NULL;
-        cand->bad_datasets &= ~(UINT64_C(1) << i);
+        cand->bad_datasets &= ~DL_ROWSET_BIT(i);
     }
 }
 
@@ -413,13 +413,13 @@ static dl_check_candidate_t candidate_of(const dl_golden_file_t *cand, const cha
         dl_value_t v;
         if (dl_value_parse(dl_golden_dataset(i)->name, &v) != 0 || v == DL_VALUE_NONE)
             continue;
-        if ((cand->bad_datasets >> i) & 1) {
+        if DL_ROWSET_HAS(cand->bad_datasets, i) {
             c.bad_shape |= UINT64_C(1) << v;
             c.bad_reason[v] = cand->bad_reason[i];
             fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
                     cand->bad_reason[i]);
         }
-        if ((cand->coarse_datasets >> i) & 1) {
+        if DL_ROWSET_HAS(cand->coarse_datasets, i) {
             c.coarse |= UINT64_C(1) << v;
             c.store[v] = cand->store[i];
         }

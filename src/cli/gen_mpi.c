@@ -349,17 +349,17 @@ static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
         x->t[1] = MPI_Wtime();
     }
     const int exp = p->span == DL_SPAN_EXPERTS;
-    const uint64_t reads = dl_schedule_reads(p, &x->c->config);
+    const dl_rowset_t reads = dl_schedule_reads(p, &x->c->config);
     for (int r = 0; r < dl_layout_count(); r++) {
-        if (p->span == DL_SPAN_DISPATCH && ((p->writes >> r) & 1))
+        if (p->span == DL_SPAN_DISPATCH && DL_ROWSET_HAS(p->writes, r))
             dispatch_rows(x, x->in.x, have(x, r, 1));
-        else if (p->span != DL_SPAN_ALL && p->span != DL_SPAN_DISPATCH && ((reads >> r) & 1))
+        else if (p->span != DL_SPAN_ALL && p->span != DL_SPAN_DISPATCH && DL_ROWSET_HAS(reads, r))
             need(x, r, exp);
     }
     if (p->span == DL_SPAN_ALL || p->span == DL_SPAN_DISPATCH)
         return DL_SCHEDULE_SKIP;
     for (int r = 0; r < dl_layout_count(); r++)
-        if (((p->writes >> r) & 1) && dl_cond_applies(dl_layout_row(r)->cond, &x->c->config))
+        if (DL_ROWSET_HAS(p->writes, r) && dl_cond_applies(dl_layout_row(r)->cond, &x->c->config))
             have(x, r, exp);
     *v = (dl_stage_view_t){.c = x->c->config, .in = dl_golden_inputs_view(&x->in),
                            .f = exp ? x->ef : x->sf, .b = exp ? x->eb : x->sb, .stats = &x->stats};
@@ -407,7 +407,7 @@ static void *whole(run_t *x, dl_golden_file_t *g, int r)
 
 /* The ALL producers of the passes on g's whole arrays (rank 0, or a slice:
  * those that need no expert's rows), their outputs allocated in g. */
-static void run_all(run_t *x, dl_golden_file_t *g, int passes, uint64_t skip)
+static void run_all(run_t *x, dl_golden_file_t *g, int passes, dl_rowset_t skip)
 {
     for (int i = 0; i < dl_schedule_count(); i++) {
         const dl_producer_t *p = dl_schedule_producer(i);
@@ -415,7 +415,7 @@ static void run_all(run_t *x, dl_golden_file_t *g, int passes, uint64_t skip)
             !dl_cond_applies(p->cond, &g->config) || (p->writes & skip))
             continue;
         for (int r = 0; r < dl_layout_count(); r++)
-            if ((p->writes >> r) & 1)
+            if (DL_ROWSET_HAS(p->writes, r))
                 whole(x, g, r);
         dl_stage_view_t v = {.c = g->config, .in = dl_golden_inputs_view(&g->in), .f = g->fwd,
                              .b = g->bwd, .rows = x->T * x->k, .off = g->fwd.group_offsets,
@@ -504,8 +504,8 @@ static void allgather(run_t *x, const void *s, int64_t rows, int64_t cols, MPI_D
 static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *go)
 {
     const int passes = DL_SCHEDULE_FORWARD | (go->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
-    const uint64_t out = dl_schedule_needs_experts(&x->c->config);
-    uint64_t mine = 0; /* the arrays g owns */
+    const dl_rowset_t out = dl_schedule_needs_experts(&x->c->config);
+    dl_rowset_t mine = 0; /* the arrays g owns */
     dl_golden_file_t g;
     header(x, &g, go);
     g.in = x->in;
@@ -514,7 +514,7 @@ static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *g
         const dl_layout_row_t *row = dl_layout_row(r);
         int span;
         if (row->group == DL_LAYOUT_INPUTS || !computed(x, r, passes, &span) ||
-            span == DL_SPAN_ALL || ((out >> r) & 1))
+            span == DL_SPAN_ALL || DL_ROWSET_HAS(out, r))
             continue;
         if (rows_array(row) || slab(row)) {
             need(x, r, 1);
@@ -522,7 +522,7 @@ static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *g
         } else {
             allgather(x, *at(x, r, 0), x->Ts, dl_layout_numel_rows(row, &x->c->config, 1),
                       mpi_type(row), whole(x, &g, r));
-            mine |= UINT64_C(1) << r;
+            mine |= DL_ROWSET_BIT(r);
         }
     }
     for (int i = 0; i < dl_schedule_count(); i++)
@@ -537,7 +537,7 @@ static int write_slice(run_t *x, const char *path, const dl_golden_gen_opts_t *g
     if (rc)
         fprintf(stderr, "dropless gen: rank %d: %s\n", x->me, err[0] ? err : dl_strerror(rc));
     for (int r = 0; r < dl_layout_count(); r++)
-        if ((mine >> r) & 1)
+        if (DL_ROWSET_HAS(mine, r))
             free(*dl_golden_slot(&g, dl_golden_dataset(r)));
     for (int i = 0; i < g.n_ep; i++)
         dl_ep_layout_free(&g.ep[i]);

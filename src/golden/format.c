@@ -56,6 +56,8 @@ _Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
                    (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE,
                "golden dataset conditions out of sync with dl_cond_t");
 
+_Static_assert(NTABLE <= DL_GOLDEN_DATASET_MAX, "more datasets than dl_golden_file_t's sets hold");
+
 int dl_golden_dataset_count(void) { return NTABLE; }
 
 const dl_golden_dataset_t *dl_golden_dataset(int i)

@@ -864,11 +864,11 @@ static int read_groups(rctx_t *r, hid_t file, dl_golden_file_t *g)
             if ((rc = read_dataset(r, grp, ds, &g->config, dl_golden_slot(g, ds))) < 0)
                 goto fail;
             if (rc == 2) {
-                g->bad_datasets |= (uint64_t)1 << i;
+                g->bad_datasets |= DL_ROWSET_BIT(i);
                 snprintf(g->bad_reason[i], sizeof g->bad_reason[i], "%s", r->why);
             }
             if (rc == 1 && !r->strict && r->coarse) {
-                g->coarse_datasets |= (uint64_t)1 << i;
+                g->coarse_datasets |= DL_ROWSET_BIT(i);
                 g->store[i] = r->store;
             }
             if (rc == 0 && r->strict)

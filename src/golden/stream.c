@@ -33,7 +33,7 @@ typedef struct {
     float *dw;             /* one expert's weight gradient */
     int64_t off1[2];       /* an EXPERTS window's one group: {0, its rows} */
     int next;              /* the schedule's next producer */
-    uint64_t written;      /* layout rows in the file */
+    dl_rowset_t written;   /* layout rows in the file */
     dl__golden_sink_t *sink; /* the dataset being written, and its row */
     int sink_row;
     dl_tier_stats_t stats;
@@ -48,7 +48,7 @@ static int needs_all_experts(const dl_golden_dataset_t *ds, const dl_moe_config_
 {
     for (int r = 0; r < dl_golden_dataset_count(); r++)
         if (dl_golden_dataset(r) == ds)
-            return (int)((dl_schedule_needs_experts(c) >> r) & 1);
+            return DL_ROWSET_HAS(dl_schedule_needs_experts(c), r);
     return 0;
 }
 
@@ -118,7 +118,7 @@ static int in_file(const stream_t *s, const dl_producer_t *p)
 {
     int64_t dims[3];
     for (int r = 0; r < dl_layout_count(); r++)
-        if (((p->writes >> r) & 1) && shape_of((void *)(uintptr_t)s, dl_golden_dataset(r), dims) >= 0)
+        if (DL_ROWSET_HAS(p->writes, r) && shape_of((void *)(uintptr_t)s, dl_golden_dataset(r), dims) >= 0)
             return 1;
     return 0;
 }
@@ -128,7 +128,7 @@ static int in_file(const stream_t *s, const dl_producer_t *p)
 static int weight_read(const stream_t *s, const dl_producer_t *p, int after, int *which)
 {
     static const int rows[3] = {DL__ROW_IN_W_GATE, DL__ROW_IN_W_UP, DL__ROW_IN_W_DOWN};
-    const uint64_t reads = dl_schedule_reads(p, &s->c->config);
+    const dl_rowset_t reads = dl_schedule_reads(p, &s->c->config);
     for (int i = 0; i < 3; i++)
         if (rows[i] > after && ((reads >> rows[i]) & 1)) {
             *which = i;
@@ -145,7 +145,7 @@ static int alloc_outputs(stream_t *s, const dl_producer_t *p)
     for (int r = 0; r < dl_layout_count(); r++) {
         const dl_layout_row_t *row = dl_layout_row(r);
         void **slot = dl_layout_slot(row, NULL, &s->f, &s->b);
-        if (!((p->writes >> r) & 1) || !slot || *slot || slab(row))
+        if (!DL_ROWSET_HAS(p->writes, r) || !slot || *slot || slab(row))
             continue;
         int64_t n = dl_layout_numel_rows(row, c, rows_array(row) ? s->r1 - s->r0 : -1);
         if (!(*slot = alloc0(n, row->store == DL_STORE_I64 ? 8 : 4)))
@@ -183,7 +183,7 @@ static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
         if (slot && *slot && rows_array(row))
             *slot = (float *)*slot + (row0 - s->r0) * (row->dims[1] == 'd' ? s->c->config.hidden
                                                                              : s->c->config.ffn);
-        else if (slot && slab(row) && ((p->writes >> r) & 1))
+        else if (slot && slab(row) && DL_ROWSET_HAS(p->writes, r))
             *slot = s->dw;
     }
     int which, at = -1;
@@ -201,14 +201,14 @@ static int done(void *ctx, int i, int w, const dl_stage_view_t *v)
     stream_t *s = ctx;
     const dl_producer_t *p = dl_schedule_producer(i);
     progress(s, p->name, p->span == DL_SPAN_EXPERTS ? 1.0 / (double)(s->B - s->A) : 0.02);
-    if ((p->writes >> DL__ROW_GROUP_OFFSETS) & 1) {
+    if (DL_ROWSET_HAS(p->writes, DL__ROW_GROUP_OFFSETS)) {
         s->r0 = s->f.group_offsets[s->A];
         s->r1 = s->f.group_offsets[s->B];
         /* written after every other group, by then from the header */
         return dl__golden_ep_layouts(&s->c->config, s->f.topk_ids, s->f.topk_weights, s->o, s->hdr);
     }
     for (int r = 0; r < dl_layout_count(); r++)
-        if (((p->writes >> r) & 1) && slab(dl_layout_row(r)))
+        if (DL_ROWSET_HAS(p->writes, r) && slab(dl_layout_row(r)))
             return r == s->sink_row ? dl__golden_sink_put(s->sink, w, 1, s->dw) : DL_EINTERNAL;
     return 0;
 }
@@ -220,7 +220,7 @@ static const dl_placement_t stream_placement = {bind, done};
 static void release(stream_t *s)
 {
     const int passes = DL_SCHEDULE_FORWARD | (s->o->no_backward ? 0 : DL_SCHEDULE_BACKWARD);
-    uint64_t pending = 0;
+    dl_rowset_t pending = 0;
     for (int i = s->next; i < dl_schedule_count(); i++) {
         const dl_producer_t *p = dl_schedule_producer(i);
         if (((passes >> p->backward) & 1) && dl_cond_applies(p->cond, &s->c->config) && in_file(s, p))
@@ -228,7 +228,7 @@ static void release(stream_t *s)
     }
     for (int r = 0; r < dl_layout_count(); r++) {
         void **slot = dl_layout_slot(dl_layout_row(r), NULL, &s->f, &s->b);
-        if (slot && *slot && ((s->written >> r) & 1) && !((pending >> r) & 1)) {
+        if (slot && *slot && DL_ROWSET_HAS(s->written, r) && !DL_ROWSET_HAS(pending, r)) {
             free(*slot);
             *slot = NULL;
         }
@@ -277,7 +277,7 @@ static int produce(void *vctx, const dl_golden_dataset_t *ds, dl__golden_sink_t 
             FAILMSG(rc, "case %s: %s: out of memory", s->c->name, ds->path);
         FAILMSG(rc, "case %s: computing %s: %s", s->c->name, ds->path, dl_strerror(rc));
     }
-    s->written |= UINT64_C(1) << row;
+    s->written |= DL_ROWSET_BIT(row);
     if (!slab(lr)) {
         dl_golden_file_t view;
         memset(&view, 0, sizeof view);

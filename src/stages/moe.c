@@ -117,7 +117,7 @@ void dl_moe_forward_free(dl_moe_forward_t *f)
  * arrays; the producers that write a row of `want` run. */
 typedef struct {
     dl_stage_view_t v;
-    uint64_t want;
+    dl_rowset_t want;
 } whole_t;
 
 static int whole_bind(void *ctx, int i, int w, dl_stage_view_t *v)
@@ -137,7 +137,7 @@ static const dl_placement_t whole_placement = {whole_bind, NULL};
  * layer (c validated by the caller). */
 static int run_whole(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const dl_moe_forward_t *f,
                      const dl_moe_backward_t *b, dl_tier_stats_t *st, int passes, int from,
-                     uint64_t want)
+                     dl_rowset_t want)
 {
     whole_t x = {{.c = *c, .in = *in, .f = *f, .rows = c->tokens * c->route.top_k,
                   .off = f->group_offsets, .ne = c->route.experts, .stats = st}, want};
@@ -147,13 +147,13 @@ static int run_whole(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const 
 }
 
 /* The rows of the arrays present in *f (or *b). */
-static uint64_t present(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b)
+static dl_rowset_t present(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b)
 {
-    uint64_t m = 0;
+    dl_rowset_t m = 0;
     for (int r = 0; r < dl_layout_count(); r++) {
         void **p = dl_layout_slot(dl_layout_row(r), NULL, f, b);
         if (p && *p)
-            m |= UINT64_C(1) << r;
+            m |= DL_ROWSET_BIT(r);
     }
     return m;
 }
@@ -166,9 +166,9 @@ int dl_moe_route(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_for
     if (!in || !f || !f->router_logits || !f->router_scores || !f->topk_ids || !f->topk_weights)
         return DL_EINVAL;
     /* the router, then the sort when sort_perm is there, x_sorted when it is too */
-    uint64_t want = present(c, f, NULL) & ((UINT64_C(1) << (DL__ROW_X_SORTED + 1)) - 1);
+    dl_rowset_t want = present(c, f, NULL) & (DL_ROWSET_BIT(DL__ROW_X_SORTED + 1) - 1);
     if (!f->sort_perm)
-        want &= ~(UINT64_C(1) << DL__ROW_X_SORTED);
+        want &= ~DL_ROWSET_BIT(DL__ROW_X_SORTED);
     return run_whole(c, in, f, NULL, &f->stats, DL_SCHEDULE_FORWARD, 0, want);
 }
 
@@ -182,7 +182,7 @@ int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
         return rc;
     if (dl__moe_arrays_alloc(c, f, NULL))
         return DL_ENOMEM;
-    return run_whole(c, in, f, NULL, &f->stats, DL_SCHEDULE_FORWARD, 0, ~UINT64_C(0));
+    return run_whole(c, in, f, NULL, &f->stats, DL_SCHEDULE_FORWARD, 0, ~(dl_rowset_t)0);
 }
 
 void dl_moe_backward_free(dl_moe_backward_t *b)
@@ -204,7 +204,7 @@ int dl_moe_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return rc;
     if (dl__moe_arrays_alloc(c, NULL, b))
         return DL_ENOMEM;
-    return run_whole(c, in, f, b, &b->stats, DL_SCHEDULE_BACKWARD, 0, ~UINT64_C(0));
+    return run_whole(c, in, f, b, &b->stats, DL_SCHEDULE_BACKWARD, 0, ~(dl_rowset_t)0);
 }
 
 int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
@@ -216,9 +216,9 @@ int dl_moe_route_backward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     if (!in || !f || !b || !b->d_router_scores || !b->d_router_logits || !b->d_router_weight ||
         !b->d_x)
         return DL_EINVAL;
-    const uint64_t tail = UINT64_C(1) << DL__ROW_D_ROUTER_SCORES |
-                          UINT64_C(1) << DL__ROW_D_ROUTER_LOGITS |
-                          UINT64_C(1) << DL__ROW_D_ROUTER_WEIGHT | UINT64_C(1) << DL__ROW_D_X;
+    const dl_rowset_t tail = DL_ROWSET_BIT(DL__ROW_D_ROUTER_SCORES) |
+                             DL_ROWSET_BIT(DL__ROW_D_ROUTER_LOGITS) |
+                             DL_ROWSET_BIT(DL__ROW_D_ROUTER_WEIGHT) | DL_ROWSET_BIT(DL__ROW_D_X);
     return run_whole(c, in, f, b, &b->stats, DL_SCHEDULE_BACKWARD,
                      dl_schedule_writer(DL__ROW_D_ROUTER_SCORES), tail);
 }

@@ -11,7 +11,7 @@
 #include "stages/stages_priv.h"
 #include "stages/quant_priv.h"
 
-#define R(n) (UINT64_C(1) << DL__ROW_##n)
+#define R(n) DL_ROWSET_BIT(DL__ROW_##n)
 
 /* ---------------------------------------------------------- producers */
 
@@ -421,25 +421,25 @@ const dl_producer_t *dl_schedule_producer(int i)
 
 int dl_schedule_writer(int row)
 {
-    for (int i = 0; row >= 0 && row < 64 && i < NPROD; i++)
-        if ((table[i].writes >> row) & 1)
+    for (int i = 0; row >= 0 && row < DL__ROW_COUNT && i < NPROD; i++)
+        if (DL_ROWSET_HAS(table[i].writes, row))
             return i;
     return -1;
 }
 
-uint64_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c)
+dl_rowset_t dl_schedule_reads(const dl_producer_t *p, const dl_moe_config_t *c)
 {
     /* an EXPERTS producer's window is groups of rows: it reads their offsets */
-    const uint64_t groups = p->span == DL_SPAN_EXPERTS ? R(GROUP_OFFSETS) : 0;
+    const dl_rowset_t groups = p->span == DL_SPAN_EXPERTS ? R(GROUP_OFFSETS) : 0;
     return (c->ffn_kind == DL_FFN_SWIGLU ? p->reads : p->reads_plain) | groups;
 }
 
-uint64_t dl_schedule_needs_experts(const dl_moe_config_t *c)
+dl_rowset_t dl_schedule_needs_experts(const dl_moe_config_t *c)
 {
-    uint64_t rows = 0, m = 0;
+    dl_rowset_t rows = 0, m = 0;
     for (int r = 0; r < dl_layout_count(); r++)
         if (dl_layout_row(r)->dims[0] == 'M' && dl_layout_row(r)->dims[1])
-            rows |= UINT64_C(1) << r;
+            rows |= DL_ROWSET_BIT(r);
     for (int i = 0; i < NPROD; i++)
         if ((table[i].span == DL_SPAN_TOKENS || table[i].span == DL_SPAN_ALL) &&
             (dl_schedule_reads(&table[i], c) & (rows | m)))
@@ -452,11 +452,11 @@ uint64_t dl_schedule_needs_experts(const dl_moe_config_t *c)
 static int arrays_present(const dl_producer_t *p, const dl_stage_view_t *v)
 {
     dl_stage_view_t w = *v;
-    const uint64_t all = dl_schedule_reads(p, &v->c) | p->writes;
+    const dl_rowset_t all = dl_schedule_reads(p, &v->c) | p->writes;
     for (int r = 0; r < dl_layout_count(); r++) {
         const dl_layout_row_t *row = dl_layout_row(r);
         const int aux = row->group != DL_LAYOUT_INPUTS && row->value == DL_VALUE_NONE;
-        if (!((all >> r) & 1) || !dl_cond_applies(row->cond, &v->c) || aux)
+        if (!DL_ROWSET_HAS(all, r) || !dl_cond_applies(row->cond, &v->c) || aux)
             continue; /* an AUX array (tie_margin) is optional */
         void **s = dl_layout_slot(row, &w.in, &w.f, &w.b);
         if (!s || !*s)

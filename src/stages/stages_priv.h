@@ -18,7 +18,10 @@
  * sets are bits of these). */
 #define DL__ROW_POS(g, E, n, st, dims, cond, ...) DL__ROW_##E,
 enum { DL_VALUE_MAP(DL__ROW_POS) DL__ROW_COUNT };
-_Static_assert(DL__ROW_COUNT <= 64, "the schedule's row sets are 64-bit masks");
+_Static_assert(DL__ROW_COUNT <= DL_ROWSET_BITS, "the schedule's row sets (dl_rowset_t) are too narrow");
+/* value sets (dl_check_options_t.require, bad_shape, the mutations' stages)
+ * are 64-bit masks over dl_value_t */
+_Static_assert(DL_VALUE_COUNT <= 64, "the value sets (uint64_t) are too narrow");
 
 /* The selection's key of expert e: its score plus its bias (when the
  * router has one) rounded once to fp32, as dl_route_topk ranks it. */

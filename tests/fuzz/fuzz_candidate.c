@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* a dataset set aside has no array, a reason, and exists in the table */
         for (int i = 0; i < DL_GOLDEN_DATASET_MAX; i++) {
             const dl_golden_dataset_t *ds = dl_golden_dataset(i);
-            int bad = (int)(g.bad_datasets >> i & 1);
+            int bad = DL_ROWSET_HAS(g.bad_datasets, i);
             if (bad && (!ds || *dl_golden_slot(&g, ds) || !g.bad_reason[i][0] ||
                         strchr(g.bad_reason[i], '\n')))
                 abort();

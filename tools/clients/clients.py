@@ -503,9 +503,10 @@ def TORCH_DTYPES(torch):
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def run_block(client, block, golden, torch):
-    """Forward and backward of the block on the golden's x and d_out:
-    {stage: array} of what the block exposes."""
+def run_block(client, block, golden, torch, device="cpu"):
+    """Forward and backward of the block (its parameters on `device`) on
+    the golden's x and d_out: {stage: array on the CPU} of what the block
+    exposes."""
     dt = TORCH_DTYPES(torch)[golden.config["dtype"]]
     T, d = golden.dims["T"], golden.dims["d"]
     f = golden.dims["f"]
@@ -539,13 +540,14 @@ def run_block(client, block, golden, torch):
         if shared_of(golden.config)[2]:
             block.shared_expert_gate.register_forward_hook(
                 lambda m, a, out: seen.update(shared_gate_logit=keep(out)))
-    x = torch.from_numpy(golden.array("x")).to(dt).reshape(1, T, d).requires_grad_()
+    x = torch.from_numpy(golden.array("x")).to(device=device, dtype=dt)
+    x = x.reshape(1, T, d).requires_grad_()
     out = block(x)
     if isinstance(out, tuple):  # gpt-oss, Llama-4 return (out, router output)
         out = out[0]
     out = out.reshape(T, d)
     if out.requires_grad:  # with T = 0 the eager loop runs no expert: no graph at all
-        out.backward(torch.from_numpy(golden.array("d_out")).to(dt))
+        out.backward(torch.from_numpy(golden.array("d_out")).to(device=device, dtype=dt))
     dwg, dwu, dwd = LAYOUTS[client.layout][1](block, f, torch)
     res = {
         "router_logits": seen["logits"], "topk_ids": seen["ids"].to(torch.int32),
@@ -574,8 +576,8 @@ def _np(t, torch):
     block made, in its own dtype, so the candidate declares its storage
     (a bf16 gradient of an fp32-typed stage is labelled bf16, not left to
     the checker's inference, which needs 8 nonzero values); integers as
-    numpy arrays."""
-    t = t.detach().contiguous()
+    numpy arrays. Tensors on a GPU come back to the CPU first."""
+    t = t.detach().cpu().contiguous()
     if t.is_floating_point():
         return t
     return np.ascontiguousarray(t.numpy())

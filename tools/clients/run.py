@@ -6,6 +6,11 @@ compared with the expectations (expected.tsv beside this file).
 
 Usage: python3 tools/clients/run.py --dropless PATH/dropless --vectors DIR -o OUTDIR
            [--clients NAME,...] [--cases NAME,...] [--golden FILE ...] [--table FILE]
+           [--device cpu|cuda] [--jobs N]
+
+--device cuda runs the blocks on the GPU (doc/conformance/h200_run.sh,
+part clients); --jobs N runs N `dropless check`s at once (each on one
+thread), for a machine with the cores to spare.
 Exit status: 0 when every verdict is the expected one, 1 otherwise (the
 unexpected rows are listed), 2 on bad usage (a client, case or file that
 does not exist).
@@ -99,9 +104,11 @@ def check(dropless, golden, cand, report):
     return verdict, worst, where, warns, p.returncode
 
 
-def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_for, version):
-    """Builds, runs and writes both candidates of one client on one golden
-    file, checks them: [row dict] (one per candidate)."""
+def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_for, version,
+            device="cpu", pool=None):
+    """Builds, runs (on `device`) and writes both candidates of one client
+    on one golden file, checks them (in `pool`, an Executor, when given):
+    [row dict] (one per candidate), their verdicts filled by finish()."""
     g = dropless_pkg.load(golden_path)
     case, dtype = g.case, g.config["dtype"]
     base = {"client": client.name, "case": base_case(case, dtype), "dtype": dtype,
@@ -109,8 +116,9 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
     try:
         block = C.build(client, dict(g.config), torch)
         C.load_inputs(client, block, g, torch)
+        block.to(device)  # the parameters keep their dtypes
         t0 = time.time()
-        outputs = C.run_block(client, block, g, torch)
+        outputs = C.run_block(client, block, g, torch, device)
         secs = time.time() - t0
     except C.NotExpressible as e:
         return [dict(base, candidate=m, verdict="NOT EXPRESSIBLE", why=str(e)) for m in CANDIDATES]
@@ -130,15 +138,24 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
         cand = os.path.join(outdir, stem + ".h5")
         dropless_pkg.write_candidate(cand, outs, g, backend="transformers:" + client.name,
                                      compute_mode=profile_for(dtype), force=True,
-                                     backend_version=version, device="cpu")
+                                     backend_version=version, device=device)
         declare_storage(cand, outs, g, torch)
-        verdict, worst, where, warns, rc = check(dropless, golden_path, cand,
-                                                 os.path.join(outdir, stem + ".json"))
-        rows.append(dict(base, candidate=mode, verdict=verdict, worst=worst, worst_stage=where,
-                         warns=warns, stages=sorted(outs), seconds=round(secs, 3),
-                         profile=profile_for(dtype), why="; ".join(warns)))
+        args = (dropless, golden_path, cand, os.path.join(outdir, stem + ".json"))
+        rows.append(dict(base, candidate=mode, stages=sorted(outs), seconds=round(secs, 3),
+                         profile=profile_for(dtype), device=device,
+                         pending=pool.submit(check, *args) if pool else check(*args)))
     g.close()
     return rows
+
+
+def finish(row):
+    """Fills a row's verdict from its check (a result or a Future)."""
+    p = row.pop("pending", None)
+    if p is None:
+        return row
+    verdict, worst, where, warns, rc = p.result() if hasattr(p, "result") else p
+    row.update(verdict=verdict, worst=worst, worst_stage=where, warns=warns, why="; ".join(warns))
+    return row
 
 
 def declare_storage(path, outs, g, torch):
@@ -224,6 +241,32 @@ def not_expressible(rows):
     return out
 
 
+def judge(r, expected, bad):
+    """Sets the row's expected verdict and whether it met it (appending it
+    to bad if not), and prints it when it ran."""
+    want, why = expected_for(expected, r["client"], r["case"], r["dtype"],
+                             r["candidate"])
+    if r["verdict"] == "NOT EXPRESSIBLE" and want != "NOT EXPRESSIBLE":
+        # the case filter refused this case: expected, as long as
+        # the client expresses some case (checked below)
+        want = "NOT EXPRESSIBLE"
+    elif r["verdict"] != "NOT EXPRESSIBLE" and want == "NOT EXPRESSIBLE":
+        # a waiting mapping whose variant the catalogue now has
+        # (a branch merged): from now on it must conform
+        want = "CONFORMANT"
+    r["expected"], r["expected_why"] = want, why
+    r["as_expected"] = r["verdict"] == want
+    if not r["as_expected"]:
+        bad.append(r)
+    if r["verdict"] != "NOT EXPRESSIBLE":
+        print("%-34s %-22s %-5s %-8s %-15s worst %7s x PASS (%s)%s%s" % (
+            r["client"], r["case"], r["dtype"], r["candidate"], r["verdict"],
+            fmt(r.get("worst")), r.get("worst_stage", "-"),
+            ("  " + r["why"]) if r["verdict"] in ("ERROR", "NOTHING CHECKED") else "",
+            "" if r["as_expected"] else "  UNEXPECTED (expected %s)" % want),
+            flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dropless", required=True, help="the dropless command")
@@ -237,7 +280,12 @@ def main(argv=None):
     ap.add_argument("--expected", default=os.path.join(HERE, "expected.tsv"))
     ap.add_argument("--table", help="write the markdown table here")
     ap.add_argument("--jsonl", help="write one JSON line per row here")
+    ap.add_argument("--device", default="cpu", help="where the blocks run (cpu, cuda)")
+    ap.add_argument("--jobs", type=int, default=1, help="dropless checks run at once")
     a = ap.parse_args(argv)
+    if a.jobs < 1:
+        print("clients: --jobs must be at least 1", file=sys.stderr)
+        return 2
     try:
         chosen = [C.by_name(n) for n in a.clients.split(",")] if a.clients else C.CLIENTS
     except KeyError as e:
@@ -268,41 +316,32 @@ def main(argv=None):
     warnings.filterwarnings("ignore", message="Initializing zero-element tensors")  # width 0
     torch.manual_seed(0)
     torch.set_num_threads(1)  # the machine is shared; the blocks are small
+    if a.device != "cpu" and not torch.cuda.is_available():
+        print("clients: --device %s: torch sees no GPU" % a.device, file=sys.stderr)
+        return 2
     version = "transformers %s, torch %s" % (transformers.__version__, torch.__version__)
+    if a.device != "cpu":
+        version += ", %s" % torch.cuda.get_device_name()
     os.makedirs(a.outdir, exist_ok=True)
-    rows, bad = [], []
+    import concurrent.futures
+    pool = concurrent.futures.ThreadPoolExecutor(a.jobs) if a.jobs > 1 else None
+    runs = []
     for client in chosen:
         for gp in goldens:
             try:
                 got = run_one(client, gp, a.outdir, a.dropless, torch, dropless, profile_for,
-                              version)
+                              version, a.device, pool)
             except Exception as e:  # one failing run must not stop the others
                 got = [dict(client=client.name, case=os.path.basename(gp), dtype="?",
                             candidate=m, verdict="ERROR", why="%s: %s" % (type(e).__name__, e),
                             traceback=traceback.format_exc()) for m in CANDIDATES]
-            for r in got:
-                want, why = expected_for(expected, r["client"], r["case"], r["dtype"],
-                                         r["candidate"])
-                if r["verdict"] == "NOT EXPRESSIBLE" and want != "NOT EXPRESSIBLE":
-                    # the case filter refused this case: expected, as long as
-                    # the client expresses some case (checked below)
-                    want = "NOT EXPRESSIBLE"
-                elif r["verdict"] != "NOT EXPRESSIBLE" and want == "NOT EXPRESSIBLE":
-                    # a waiting mapping whose variant the catalogue now has
-                    # (a branch merged): from now on it must conform
-                    want = "CONFORMANT"
-                r["expected"], r["expected_why"] = want, why
-                r["as_expected"] = r["verdict"] == want
-                if not r["as_expected"]:
-                    bad.append(r)
-                if r["verdict"] != "NOT EXPRESSIBLE":
-                    print("%-34s %-22s %-5s %-8s %-15s worst %7s x PASS (%s)%s%s" % (
-                        r["client"], r["case"], r["dtype"], r["candidate"], r["verdict"],
-                        fmt(r.get("worst")), r.get("worst_stage", "-"),
-                        ("  " + r["why"]) if r["verdict"] in ("ERROR", "NOTHING CHECKED") else "",
-                        "" if r["as_expected"] else "  UNEXPECTED (expected %s)" % want),
-                        flush=True)
-            rows.extend(got)
+            runs.append((client, got))
+    rows, bad = [], []
+    for client in chosen:
+        for r in (r for c, got in runs if c is client for r in got):
+            finish(r)
+            judge(r, expected, bad)
+            rows.append(r)
         mine = [r for r in rows if r["client"] == client.name]
         waiting = expected_for(expected, client.name, "*", "*", "*")[0] == "NOT EXPRESSIBLE"
         if a.cases is None and mine and not waiting and \
