@@ -45,19 +45,6 @@ DEFINE = re.compile(r'^(?!static\b|typedef\b|extern\b|#)[A-Za-z_][\w \t\*]*?\b(d
 IDENT = re.compile(r'\bdl_\w+\b')
 COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*', re.S)
 
-# File cycles the tree had when the rule came (issue 23); each is to be
-# broken (a leaf for what the two share) and its line removed. The rule
-# fails on any other cycle, and on a listed one that is gone (so the list
-# only shrinks).
-KNOWN_FILE_CYCLES = {
-    # The second chained level (issue 24 item 3) judges a stage once more
-    # by a nested dl_check_run on a candidate holding it alone: a recursion
-    # of the runner, not a tangle of helpers. It goes when the runner's
-    # per-stage records (issue 23 item 4) let chain.c judge one stage
-    # without the entry point.
-    ("src/check/chain.c", "src/check/check.c", "src/check/stage.c"),
-}
-
 
 def layer_of(path):
     """(layer, file key) of a source or header path relative to the root."""
@@ -210,13 +197,8 @@ def file_cycles(root, sources):
             strong(v)
     found, out = set(comps), []
     for c in sorted(found):
-        if c in KNOWN_FILE_CYCLES:
-            continue
         edges = ["%s uses %s" % (a, b) for a in c for b in uses[a] if b in c]
         out.append("file cycle: " + " <-> ".join(c) + " (" + "; ".join(edges) + ")")
-    for c in sorted(KNOWN_FILE_CYCLES - found):
-        if all(os.path.isfile(os.path.join(root, f)) for f in c):
-            out.append("file cycle %s is gone: remove it from KNOWN_FILE_CYCLES" % " <-> ".join(c))
     return out
 
 

@@ -877,6 +877,19 @@ START_TEST(per_stage_profiles)
     ck_assert_int_eq(dl_check_parse_profiles("default=tf32,combine=fp32", &whole, ps), 0);
     ck_assert_str_eq(whole->name, "tf32");
     ck_assert_str_eq(ps[DL_VALUE_D_X]->name, "fp32");
+    /* the three parts cover every value judged within a tolerance (their
+     * part column), the shared experts' ones by the part they belong to;
+     * the exactly judged ones (x_sorted, the routing ids) none */
+    ck_assert_int_eq(dl_check_parse_profiles("router=fp32,experts=bf16-acc,combine=tf32", &whole, ps),
+                     0);
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
+        const dl__ck_desc_t *d = dl__ck_desc((dl_value_t)s);
+        ck_assert_msg((ps[s] != NULL) == (d->exact && !(d->flags & DL__CK_COPY)), "%s",
+                      dl_value_name((dl_value_t)s));
+    }
+    ck_assert_str_eq(ps[DL_VALUE_SHARED_GATE]->name, "fp32");
+    ck_assert_str_eq(ps[DL_VALUE_D_SHARED_W_DOWN]->name, "bf16-acc");
+    ck_assert_str_eq(ps[DL_VALUE_D_SHARED_Y]->name, "tf32");
     ck_assert_int_eq(dl_check_parse_profiles("routr=fp32", &whole, ps), DL_EINVAL);
     ck_assert_int_eq(dl_check_parse_profiles("router=fp8", &whole, ps), DL_EINVAL);
     ck_assert_int_eq(dl_check_parse_profiles("router=fp32,,experts=tf32", &whole, ps), DL_EINVAL);
@@ -1319,6 +1332,12 @@ START_TEST(value_table)
     bad = *out;
     bad.mag = NULL; /* a numeric check without its M */
     ck_assert_ptr_nonnull(dl__ck_desc_gap(&bad, DL_STORE_ACT));
+    bad = *out;
+    bad.part = DL__CK_PART_NONE; /* judged within a tolerance, under no profile part */
+    ck_assert_ptr_nonnull(dl__ck_desc_gap(&bad, DL_STORE_ACT));
+    /* exact checks need no part: the permutation, the routing ids */
+    ck_assert_int_eq(dl__ck_desc(DL_VALUE_X_SORTED)->part, DL__CK_PART_NONE);
+    ck_assert_ptr_null(dl__ck_desc_gap(dl__ck_desc(DL_VALUE_X_SORTED), DL_STORE_ACT));
     ck_assert_ptr_nonnull(dl__ck_desc_gap(out, DL_STORE_I32)); /* floats compared on ints */
     ck_assert_ptr_null(dl__ck_desc_gap(out, DL_STORE_ACT));
 }

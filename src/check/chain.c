@@ -22,7 +22,7 @@ static int chained(const dl__ck_t *ck, dl_value_t s)
 {
     const uint64_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        if (((up >> u) & 1) && ck->eff_is_cand[u])
+        if (((up >> u) & 1) && ck->st[u].eff_is_cand)
             return 1;
     return 0;
 }
@@ -39,7 +39,7 @@ static dl_check_candidate_t alone(const dl__ck_t *ck, dl_value_t s)
     if (slot)
         *slot = (void *)dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s);
     c.coarse = ck->coarse & ((uint64_t)1 << s);
-    c.store[s] = ck->store[s];
+    c.store[s] = ck->st[s].store;
     return c;
 }
 
@@ -51,8 +51,9 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r)
      * kernel used the golden's ids): the stage alone is judged on the
      * golden's routing, so rows that follow other ids FAIL there too and
      * nothing is excused by them */
-    if (r->verdict != DL_VERDICT_FAIL || ck->opt.exact_upstream || !ck->gold[s] || !chained(ck, s) ||
-        !ck->eff[DL_VALUE_TOPK_IDS] || ck->row_map || r->n_nonfinite)
+    if (r->verdict != DL_VERDICT_FAIL || ck->opt.exact_upstream || !ck->st[s].gold ||
+        !chained(ck, s) ||
+        !ck->st[DL_VALUE_TOPK_IDS].eff || ck->row_map || r->n_nonfinite)
         return 0;
     dl_check_candidate_t c = alone(ck, s);
     dl_check_golden_t g = {ck->c, ck->in, ck->gf, ck->gb, NULL};
@@ -62,7 +63,9 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r)
     o.diagnose_drops = 0;
     o.progress = NULL; /* the outer run's bar goes on; this nested one is a detail of a stage */
     dl_check_report_t sub;
-    int rc = dl_check_run(&g, &c, &o, &sub);
+    /* a nested run without the second level: the candidate holds s alone,
+     * so no upstream of it is the candidate's and the level would not apply */
+    int rc = dl__ck_run(&g, &c, &o, NULL, &sub);
     const dl_check_result_t *x = NULL;
     for (size_t i = 0; !rc && i < sub.n; i++)
         if (sub.results[i].stage == s && !strcmp(sub.results[i].check, "numerics"))

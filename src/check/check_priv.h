@@ -44,11 +44,30 @@ typedef struct {
 #define DL__TIER_STAT 2
 #define DL__TIERS 3
 
-/* The driver's record of one stage value (stage.c, desc.c, prop.c). */
+/* The runner's record of one stage value s, ck->st[s]: its arrays, the
+ * storage it is judged at, the bounds on its hidden error, and the
+ * driver's flags (stage.c, desc.c, prop.c). eff is the value downstream
+ * stages are recomputed on: the candidate's own (put in the oracle's row
+ * layout and slot order) where it provides a finite one, else the exact
+ * stage value; *_golden says it is bitwise the golden's, which lets the
+ * runner reuse golden values instead of recomputing. */
 typedef struct {
+    const void *cand;  /* the candidate's: canonical slot order, its row layout (NULL: absent) */
+    const void *gold;  /* the golden's (NULL: absent) */
+    const void *exact; /* the exact value on the effective upstream */
+    const void *eff;
+    int exact_golden, eff_golden, eff_is_cand;
+    int64_t numel;
+    /* stored coarser than the case's type (bit s of ck->coarse): the
+     * candidate's declared or inferred type */
+    dl_dtype_t store;
+    /* absent and upstream of a provided stage: per element, the PASS [0]
+     * and WARN [1] bound on the error of the candidate's hidden value, and
+     * the statistical tier's scale [2] (NULL: none) */
+    double *delta[DL__TIERS];
     int need;       /* its value is needed: the candidate's, or upstream of one */
     int track;      /* absent and upstream of a provided stage: its error is bounded */
-    int recomputed; /* exact[s] was recomputed, not the golden's */
+    int recomputed; /* exact was recomputed, not the golden's */
     int prop_used;  /* a provided stage's bound carries propagated error */
     /* the statistical tier: a hidden value whose error is coherent across
      * its elements (GEMM operands rounded to the profile's input grid, and
@@ -57,12 +76,15 @@ typedef struct {
     int coherent;
 } dl__ck_stage_t;
 
-/* Working state of one dl_check_run. Arrays indexed by stage. eff[s] is the
- * value downstream stages are recomputed on: the candidate's own (put in the
- * oracle's row layout and slot order) where it provides a finite one, else
- * the exact stage value; *_golden[s] says it is bitwise the golden's, which
- * lets the runner reuse golden values instead of recomputing. */
-typedef struct {
+typedef struct dl__ck dl__ck_t;
+/* The second chained level (chain.c: dl__ck_chained_second), which the
+ * stage walk calls on a FAIL where it is set: 1 when it turned r into a
+ * WARN, 0 when r stays, or an error. */
+typedef int (*dl__ck_second_t)(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
+
+/* Working state of one dl_check_run: the case, the options, the report,
+ * the run's figures, and one record per stage value (st). */
+struct dl__ck {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
     const dl_moe_forward_t *gf;
@@ -78,21 +100,13 @@ typedef struct {
     int swiglu;
     dl_dtype_t act;
 
-    const void *cand_arr[DL_VALUE_COUNT]; /* canonical slot order, candidate row layout */
-    const void *exact[DL_VALUE_COUNT];
-    int exact_golden[DL_VALUE_COUNT];
-    const void *eff[DL_VALUE_COUNT];
-    int eff_golden[DL_VALUE_COUNT];
-    int eff_is_cand[DL_VALUE_COUNT];
     void **owned;
     size_t n_owned, cap_owned;
-    const void *gold[DL_VALUE_COUNT];  /* the golden's arrays (NULL: absent) */
-    int64_t numel[DL_VALUE_COUNT];
     /* stages stored coarser than the case's type: the candidate's
      * declaration (dtype attribute, a 2-byte type) or inferred from the
-     * values (every one on the bf16 or fp16 grid; inferred bit) */
+     * values (every one on the bf16 or fp16 grid; inferred bit); the type
+     * in st[s].store */
     uint64_t coarse, inferred;
-    dl_dtype_t store[DL_VALUE_COUNT];
     int have_bwd;                      /* golden backward and d_out present */
 
     /* slot canonicalisation: candidate flat index t*k+j <-> canonical */
@@ -107,14 +121,12 @@ typedef struct {
     float *exact_weights;
     int ids_cand_valid;
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
-    /* absent stages a provided one depends on: per element, the PASS [0]
-     * and WARN [1] bound on the error of the candidate's hidden value */
-    double *delta[DL__TIERS][DL_VALUE_COUNT];
     const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
     double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */
     dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
-} dl__ck_t;
+    dl__ck_second_t second;            /* NULL: no second chained level (a nested run) */
+};
 
 /* result.c */
 void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size);
@@ -192,6 +204,13 @@ int dl__ck_tokens(dl__ck_t *ck);
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out);
 int dl__ck_zero_drops(dl__ck_t *ck);
 
+/* The parts of the layer a per-part profile names, the part column of
+ * DL_VALUE_MAP (values.h); DL__CK_PART_##part maps a row's column. */
+#define DL__CK_PART_NONE 0
+#define DL__CK_PART_ROUTER 1
+#define DL__CK_PART_EXPERTS 2
+#define DL__CK_PART_COMBINE 3
+
 /* desc.c: one descriptor per stage value. */
 #define DL__CK_COPY 1u      /* a permutation of an input: compared bitwise */
 #define DL__CK_DW 2u        /* a weight gradient: empty experts' rows must be zero */
@@ -213,6 +232,7 @@ typedef struct {
      * beside the stage (prop), or through its magnitude GEMMs (prop_gemm). */
     int (*prop)(const dl__vctx_t *v, const float *g, int64_t numel, double *out);
     int prop_gemm;
+    int part; /* the part column: DL__CK_PART_* */
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* Why descriptor d (of a value stored as store) describes no check, or
@@ -221,7 +241,8 @@ const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store);
 /* DL_EINVAL (with a FAIL result naming it) when some value has no check in
  * the table: the runner refuses to start rather than skip it silently. */
 int dl__ck_table_check(dl__ck_t *ck);
-/* The runner's view of the layer for the stages' checking sides; tier
+/* vctx.c (a leaf): the runner's view of the layer for the stages' checking
+ * sides; tier
  * DL__TIER_PASS, _WARN or _STAT for a propagation (the deltas of that
  * tier), -1 for none. */
 void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v);
@@ -249,35 +270,15 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
+/* run.c: one run of the runner, dl_check_run's contract, with the second
+ * chained level second (NULL: none). */
+int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
+               const dl_check_options_t *o, dl__ck_second_t second, dl_check_report_t *r);
 /* ep.c: the candidate's expert-parallel layouts */
 int dl__ck_ep(dl__ck_t *ck);
 /* layouts.c: the candidate's kernel layouts; feed (before the stages):
  * their valid y rows become the candidate's y_sorted when it has none */
 int dl__ck_layouts_feed(dl__ck_t *ck);
 int dl__ck_layouts(dl__ck_t *ck);
-
-/* The shared experts' term of out[t, i] on the effective values
- * (dl__shared_out_term), and the first-order error the absent shared_y and
- * shared_gate carry into it (their WARN-bound deltas), 0 without shared
- * experts. A shared expert is never dropped: the zero-drop accounting
- * keeps this term in every row. */
-static inline double dl__ck_shared_out(const dl__ck_t *ck, int64_t t, int64_t i)
-{
-    const int sh = ck->c->shared_experts > 0;
-    return dl__shared_out_term(sh ? ck->eff[DL_VALUE_SHARED_Y] : NULL,
-                               sh && ck->c->shared_gate ? ck->eff[DL_VALUE_SHARED_GATE] : NULL,
-                               ck->d, t, i);
-}
-
-static inline double dl__ck_shared_out_prop(const dl__ck_t *ck, int64_t t, int64_t i)
-{
-    const int sh = ck->c->shared_experts > 0;
-    return dl__shared_out_delta(sh ? ck->eff[DL_VALUE_SHARED_Y] : NULL,
-                                sh && ck->c->shared_gate ? ck->eff[DL_VALUE_SHARED_GATE] : NULL,
-                                ck->delta[1][DL_VALUE_SHARED_Y], ck->delta[1][DL_VALUE_SHARED_GATE],
-                                ck->d, t, i);
-}
-
-
 
 #endif

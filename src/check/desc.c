@@ -2,7 +2,8 @@
  * (dropless/values.h): what it is a function of (up, up_plain), how it is
  * judged (check), and the functions beside its stage that give its exact
  * value on the effective upstream, the scale M of its rounding error and
- * the propagation of an absent upstream's error (stages_priv.h). Nothing
+ * the propagation of an absent upstream's error (stages_priv.h), and the
+ * part of the layer a per-part profile names it by (part). Nothing
  * here lists a value by hand, so none can be left out: a row without its
  * functions does not link, and a row whose columns do not describe a check
  * stops the runner before it judges anything (dl__ck_table_check). The
@@ -26,11 +27,14 @@
 #define PROP_ELEM(nm) dl__prop_##nm, 0
 #define PROP_GEMM(nm) NULL, 1
 #define PROP_NONE(nm) NULL, 0
-#define DESC_IN(nm, ck, pr, up, plain)
-#define DESC_AUX(nm, ck, pr, up, plain)
-#define DESC_FW(nm, ck, pr, up, plain) {up, plain, FNS_##ck(nm), PROP_##pr(nm)},
-#define DESC_BW(nm, ck, pr, up, plain) DESC_FW(nm, ck, pr, up, plain)
-#define DESC(g, E, nm, st, dims, cond, ck, pr, up, plain) DESC_##g(nm, ck, pr, up, plain)
+#define DESC_IN(nm, ck, pr, up, plain, part)
+#define DESC_AUX(nm, ck, pr, up, plain, part)
+#define DESC_FW(nm, ck, pr, up, plain, part) \
+    {up, plain, FNS_##ck(nm), PROP_##pr(nm), DL__CK_PART_##part},
+#define DESC_BW(nm, ck, pr, up, plain, part) DESC_FW(nm, ck, pr, up, plain, part)
+/* every column by name: a row that lacks one does not build */
+#define DESC(g, E, nm, st, dims, cond, ck, pr, up, plain, part) \
+    DESC_##g(nm, ck, pr, up, plain, part)
 /* in dl_value_t order: the map's FW and BW rows */
 static const dl__ck_desc_t table[] = {DL_VALUE_MAP(DESC)};
 _Static_assert(sizeof table / sizeof *table == DL_VALUE_COUNT,
@@ -46,6 +50,8 @@ const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store)
         return "its check column has no magnitude function";
     if (d->exact && !(d->flags & DL__CK_COPY) && !d->prop && !d->prop_gemm && (d->up || d->up_plain))
         return "it has upstream values but its prop column is NONE";
+    if (d->exact && !(d->flags & DL__CK_COPY) && d->part == DL__CK_PART_NONE)
+        return "it is judged within a tolerance but its part column is NONE (no profile part)";
     return NULL;
 }
 
@@ -97,31 +103,9 @@ uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
     /* a candidate's coarser storage is judged at its own precision */
-    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->cand_arr[s] && ((ck->coarse >> s) & 1))
-        return ck->store[s];
+    if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->st[s].cand && ((ck->coarse >> s) & 1))
+        return ck->st[s].store;
     return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
-}
-
-static void *ck_alloc(void *actx, int64_t n, size_t size)
-{
-    return dl__ck_alloc(actx, n, size);
-}
-
-void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v)
-{
-    *v = (dl__vctx_t){.c = ck->c, .in = ck->in, .v = ck->eff, .T = ck->T, .d = ck->d,
-                      .f = ck->f, .E = ck->E, .k = ck->k, .M = ck->M, .swiglu = ck->swiglu,
-                      .act = ck->act, .sel_ids = ck->exact_ids, .sel_weights = ck->exact_weights,
-                      .alloc = ck_alloc, .actx = ck};
-    if (tier < 0)
-        return;
-    v->delta = (const double *const *)ck->delta[tier];
-    /* the statistical tier adds the terms of independent sources (a hidden
-     * value whose errors are independent across its elements, and distinct
-     * hidden values) as a root sum of squares, coherent ones linearly; the
-     * other tiers always linearly */
-    for (int u = 0; tier == DL__TIER_STAT && u < DL_VALUE_COUNT; u++)
-        v->rss |= (uint64_t)!ck->st[u].coherent << u;
 }
 
 int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out)
@@ -143,7 +127,7 @@ int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
     dl__vctx_t v;
     dl__ck_vctx(ck, -1, &v);
     dl__mag_t m = {.mp = mp};
-    int rc = table[s].mag(&v, ck->exact[s], ck->numel[s], &m);
+    int rc = table[s].mag(&v, ck->st[s].exact, ck->st[s].numel, &m);
     if (rc)
         return rc;
     cmp->mp = m.mp;

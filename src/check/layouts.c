@@ -313,7 +313,7 @@ int dl__ck_layouts_feed(dl__ck_t *ck)
         if (L->y && !(L->bad >> DL_LAYOUT_DS_ACT_Y & 1))
             first = L;
     }
-    if (!first || ck->cand_arr[DL_VALUE_Y_SORTED] || ck->M == 0)
+    if (!first || ck->st[DL_VALUE_Y_SORTED].cand || ck->M == 0)
         return 0;
     /* the flat rows are in the golden's sorted order: a candidate sorting
      * its own way keeps its layouts to the layout checks */
@@ -350,7 +350,7 @@ int dl__ck_layouts_feed(dl__ck_t *ck)
             memcpy(flat + q * ck->d, ck->gf->y_sorted + q * ck->d, (size_t)ck->d * sizeof *flat);
     if (n == 0)
         return 0;
-    ck->cand_arr[DL_VALUE_Y_SORTED] = flat;
+    ck->st[DL_VALUE_Y_SORTED].cand = flat;
     if (n < ck->M) {
         dl_check_result_t *x = dl__ck_result(ck, DL_VALUE_NONE, "layout_feed");
         if (!x)

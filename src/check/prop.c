@@ -55,7 +55,7 @@ static float *sq_float(const double *x, const float *xf, int64_t n)
 static int delta_of(const dl__ck_t *ck, const void *p, int warn)
 {
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        if (p && ck->eff[u] == p && ck->delta[warn][u])
+        if (p && ck->st[u].eff == p && ck->st[u].delta[warn])
             return u;
     return -1;
 }
@@ -97,8 +97,8 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
             continue;
         const int rss = warn == DL__TIER_STAT && !ck->st[u].coherent;
         dl__mprov_t sub = *mp;
-        float *fd = rss ? sq_float(ck->delta[warn][u], NULL, ck->numel[u])
-                        : up_float(ck->delta[warn][u], ck->numel[u]);
+        float *fd = rss ? sq_float(ck->st[u].delta[warn], NULL, ck->st[u].numel)
+                        : up_float(ck->st[u].delta[warn], ck->st[u].numel);
         float *w2 = NULL;
         double *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
         int rc = fd && tmp ? 0 : DL_ENOMEM;
@@ -138,7 +138,7 @@ static int prop_elem(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 {
     dl__vctx_t v;
     dl__ck_vctx(ck, warn, &v);
-    return dl__ck_desc(s)->prop(&v, ck->exact[s], ck->numel[s], out);
+    return dl__ck_desc(s)->prop(&v, ck->st[s].exact, ck->st[s].numel, out);
 }
 
 int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out)
@@ -147,10 +147,10 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     const uint64_t up = dl__ck_upstream(ck, s);
     int has = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        has |= ((up >> u) & 1) && ck->delta[warn][u] != NULL;
+        has |= ((up >> u) & 1) && ck->st[u].delta[warn] != NULL;
     if (!has)
         return 0;
-    const int64_t n = ck->numel[s];
+    const int64_t n = ck->st[s].numel;
     double *p = dl__ck_alloc(ck, n, sizeof *p); /* zeroed */
     if (!p)
         return DL_ENOMEM;

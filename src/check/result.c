@@ -179,7 +179,7 @@ int dl_check_exit_status(const dl_check_report_t *const *r, size_t n)
 int dl__ck_require(dl__ck_t *ck)
 {
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
-        if (!((ck->opt.require >> s) & 1) || ck->numel[s] == 0)
+        if (!((ck->opt.require >> s) & 1) || ck->st[s].numel == 0)
             continue;
         dl_check_result_t *x = NULL;
         int judged = 0;

@@ -15,27 +15,28 @@
 static int exact_selection(dl__ck_t *ck)
 {
     const int64_t T = ck->T, M = ck->M;
-    if (ck->eff_golden[DL_VALUE_ROUTER_SCORES] && ck->gf->tie_margin && !ck->opt.recompute_all) {
+    if (ck->st[DL_VALUE_ROUTER_SCORES].eff_golden && ck->gf->tie_margin && !ck->opt.recompute_all) {
         ck->exact_ids = ck->gf->topk_ids;
         ck->exact_weights = ck->gf->topk_weights;
         ck->tie_margin = ck->gf->tie_margin;
-        ck->exact_golden[DL_VALUE_TOPK_IDS] = 1;
+        ck->st[DL_VALUE_TOPK_IDS].exact_golden = 1;
     } else {
         int32_t *ids = dl__ck_alloc(ck, M, sizeof *ids);
         float *w = dl__ck_alloc(ck, M, sizeof *w);
         float *mg = dl__ck_alloc(ck, T, sizeof *mg);
         if (!ids || !w || !mg)
             return DL_ENOMEM;
-        int rc = dl_route_topk(&ck->c->route, ck->eff[DL_VALUE_ROUTER_SCORES], ck->in->expert_bias,
-                               T, ids, w, mg);
+        int rc = dl_route_topk(&ck->c->route, ck->st[DL_VALUE_ROUTER_SCORES].eff,
+                               ck->in->expert_bias, T, ids, w, mg);
         if (rc)
             return rc;
         ck->exact_ids = ids;
         ck->exact_weights = w;
         ck->tie_margin = mg;
-        ck->exact_golden[DL_VALUE_TOPK_IDS] = !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
+        ck->st[DL_VALUE_TOPK_IDS].exact_golden =
+            !memcmp(ids, ck->gf->topk_ids, (size_t)M * sizeof *ids);
     }
-    ck->exact[DL_VALUE_TOPK_IDS] = ck->exact_ids;
+    ck->st[DL_VALUE_TOPK_IDS].exact = ck->exact_ids;
     return 0;
 }
 
@@ -174,23 +175,23 @@ int dl__ck_route_ids(dl__ck_t *ck)
     int rc;
     if ((rc = exact_selection(ck)) || (rc = dl__ck_canonicalise(ck)))
         return rc;
-    const int32_t *cid = ck->cand_arr[DL_VALUE_TOPK_IDS]
+    const int32_t *cid = ck->st[DL_VALUE_TOPK_IDS].cand
                              ? dl_value_array(&ck->cand->fwd, NULL, DL_VALUE_TOPK_IDS)
                              : NULL;
     if (cid && (rc = check_ids(ck, cid)))
         return rc;
     /* the ids downstream stages are recomputed on */
-    if (ck->cand_arr[DL_VALUE_TOPK_IDS] && ck->ids_cand_valid) {
-        ck->eff[DL_VALUE_TOPK_IDS] = ck->cand_arr[DL_VALUE_TOPK_IDS];
-        ck->eff_is_cand[DL_VALUE_TOPK_IDS] = 1;
+    if (ck->st[DL_VALUE_TOPK_IDS].cand && ck->ids_cand_valid) {
+        ck->st[DL_VALUE_TOPK_IDS].eff = ck->st[DL_VALUE_TOPK_IDS].cand;
+        ck->st[DL_VALUE_TOPK_IDS].eff_is_cand = 1;
     } else {
         int32_t *inferred = NULL;
-        if (!ck->cand_arr[DL_VALUE_TOPK_IDS] && (rc = dl__ck_infer_ties(ck, &inferred)))
+        if (!ck->st[DL_VALUE_TOPK_IDS].cand && (rc = dl__ck_infer_ties(ck, &inferred)))
             return rc;
-        ck->eff[DL_VALUE_TOPK_IDS] = inferred ? inferred : ck->exact_ids;
-        ck->eff_is_cand[DL_VALUE_TOPK_IDS] = inferred != NULL;
+        ck->st[DL_VALUE_TOPK_IDS].eff = inferred ? inferred : ck->exact_ids;
+        ck->st[DL_VALUE_TOPK_IDS].eff_is_cand = inferred != NULL;
     }
-    ck->eff_golden[DL_VALUE_TOPK_IDS] =
-        !memcmp(ck->eff[DL_VALUE_TOPK_IDS], ck->gf->topk_ids, (size_t)ck->M * sizeof(int32_t));
+    ck->st[DL_VALUE_TOPK_IDS].eff_golden =
+        !memcmp(ck->st[DL_VALUE_TOPK_IDS].eff, ck->gf->topk_ids, (size_t)ck->M * sizeof(int32_t));
     return 0;
 }

@@ -67,7 +67,7 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
 static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
 {
     const int64_t d = ck->d, E = ck->E;
-    if (ck->cand_arr[DL_VALUE_ROUTER_LOGITS] || ck->cand_arr[DL_VALUE_ROUTER_SCORES] ||
+    if (ck->st[DL_VALUE_ROUTER_LOGITS].cand || ck->st[DL_VALUE_ROUTER_SCORES].cand ||
         !ck->in->router_weight) {
         memset(dl, 0, (size_t)E * sizeof *dl);
         return 0;
@@ -77,7 +77,7 @@ static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
                        (dl__ck_on_input_grid(p, DL_F32) ? 0 : 1);
     const double K = (double)d + (ck->c->route.has_router_bias ? 1 : 0);
     const double rel = K * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
-    const float *l = (const float *)ck->eff[DL_VALUE_ROUTER_LOGITS] + t * E;
+    const float *l = (const float *)ck->st[DL_VALUE_ROUTER_LOGITS].eff + t * E;
     for (int64_t e = 0; e < E; e++) {
         double m = 0.0;
         for (int64_t i = 0; i < d; i++)
@@ -92,8 +92,8 @@ static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
 void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
 {
     const int64_t E = ck->E;
-    const float *scores = ck->eff[DL_VALUE_ROUTER_SCORES];
-    const float *logits = ck->eff[DL_VALUE_ROUTER_LOGITS];
+    const float *scores = ck->st[DL_VALUE_ROUTER_SCORES].eff;
+    const float *logits = ck->st[DL_VALUE_ROUTER_LOGITS].eff;
     const float *s = scores + t * E;
     /* the hidden router's error per expert, through the score function as
      * the score stage propagates it (stages/route_check.c) */
@@ -125,7 +125,7 @@ static int select_moved(const dl__ck_t *ck, int64_t t, const int32_t *c, double 
                         dl__ck_sel_t *w)
 {
     const int64_t E = ck->E, k = ck->k;
-    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    const float *s = (const float *)ck->st[DL_VALUE_ROUTER_SCORES].eff + t * E;
     memset(w->in, 0, (size_t)E);
     for (int64_t j = 0; j < k; j++)
         if (c[j] >= 0 && c[j] < E)

@@ -72,8 +72,8 @@ static void compare_copy(dl__ck_t *ck, const float *c, const float *x, int64_t r
 /* dW of an expert that received no token must be exactly zero. */
 static int empty_experts(dl__ck_t *ck, dl_value_t s, const float *c)
 {
-    const int64_t *size = ck->eff[DL_VALUE_GROUP_SIZES];
-    const int64_t per = ck->numel[s] / ck->E;
+    const int64_t *size = ck->st[DL_VALUE_GROUP_SIZES].eff;
+    const int64_t per = ck->st[s].numel / ck->E;
     dl_check_result_t *r = dl__ck_result(ck, s, "empty_experts");
     if (!r)
         return DL_ENOMEM;
@@ -117,7 +117,7 @@ static int empty_experts(dl__ck_t *ck, dl_value_t s, const float *c)
  * from the exact values (and skipped by the comparison). */
 static const float *gather(dl__ck_t *ck, dl_value_t s, const float *exact)
 {
-    const float *c = ck->cand_arr[s];
+    const float *c = ck->st[s].cand;
     const int64_t cols = row_cols(ck, s);
     if (!cols || !ck->row_map)
         return c;
@@ -157,7 +157,7 @@ static void shape2(const dl__ck_t *ck, dl_value_t s, int64_t *rows, int64_t *col
         *cols = dims[1];
     } else {
         *rows = 1;
-        *cols = ck->numel[s];
+        *cols = ck->st[s].numel;
     }
 }
 
@@ -167,7 +167,7 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
 {
     memset(mp, 0, sizeof *mp);
     cmp->mp = mp;
-    mp->off = ck->eff[DL_VALUE_GROUP_OFFSETS];
+    mp->off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
     mp->E = ck->E;
     int rc = dl__ck_mag(ck, s, cmp, mp);
     if (!rc && !cmp->rows)
@@ -180,12 +180,12 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
  * exact value plus what its own absent upstream propagates. */
 static int absent_delta(dl__ck_t *ck, dl_value_t s)
 {
-    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .exact = ck->exact[s]};
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .exact = ck->st[s].exact};
     dl__mprov_t mp;
     int rc = setup_cmp(ck, s, &cmp, &mp);
     if (rc)
         return rc;
-    const int64_t n = ck->numel[s];
+    const int64_t n = ck->st[s].numel;
     double *M = NULL;
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
         if (!(M = malloc((size_t)(n > 0 ? n : 1) * sizeof *M)))
@@ -195,13 +195,14 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
             return rc;
         }
     }
-    const float *g = ck->exact[s];
+    const float *g = ck->st[s].exact;
     /* coherent: its own operands rounded to the input grid, or fed by a
      * coherent hidden value (the statistical tier propagates it linearly) */
     ck->st[s].coherent = cmp.kappa_in > 0;
     const uint64_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        ck->st[s].coherent |= ((up >> u) & 1) && ck->delta[DL__TIER_STAT][u] && ck->st[u].coherent;
+        ck->st[s].coherent |=
+            ((up >> u) & 1) && ck->st[u].delta[DL__TIER_STAT] && ck->st[u].coherent;
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers && !rc; warn++) {
         double *p, *dl = NULL;
@@ -223,7 +224,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
                 dl[i] = warn == DL__TIER_STAT && !ck->st[s].coherent ? hypot(own, pr) : own + pr;
             }
         }
-        ck->delta[warn][s] = dl;
+        ck->st[s].delta[warn] = dl;
     }
     free(M);
     return rc;
@@ -251,7 +252,7 @@ static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
  * golden's upstream arrays line up with the candidate's rows. */
 static int golden_dispatch(const dl__ck_t *ck)
 {
-    const void *e = ck->eff[DL_VALUE_TOPK_IDS], *g = ck->gold[DL_VALUE_TOPK_IDS];
+    const void *e = ck->st[DL_VALUE_TOPK_IDS].eff, *g = ck->st[DL_VALUE_TOPK_IDS].gold;
     return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
 }
 
@@ -265,17 +266,18 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
     const uint64_t up = dl__ck_upstream(ck, s);
     int differs = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        differs |= ((up >> u) & 1) && !ck->eff_golden[u];
-    if (r->verdict <= DL_VERDICT_PASS || !ck->gold[s] || (!differs && !ck->st[s].prop_used) ||
+        differs |= ((up >> u) & 1) && !ck->st[u].eff_golden;
+    if (r->verdict <= DL_VERDICT_PASS || !ck->st[s].gold || (!differs && !ck->st[s].prop_used) ||
         !golden_dispatch(ck))
         return 0;
     const void *save[DL_VALUE_COUNT];
     for (int u = 0; u < DL_VALUE_COUNT; u++) {
-        save[u] = ck->eff[u];
-        if (((up >> u) & 1) && ck->gold[u] && dl__ck_desc((dl_value_t)u)->exact)
-            ck->eff[u] = ck->gold[u];
+        save[u] = ck->st[u].eff;
+        if (((up >> u) & 1) && ck->st[u].gold && dl__ck_desc((dl_value_t)u)->exact)
+            ck->st[u].eff = ck->st[u].gold;
     }
-    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = ck->gold[s]};
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg,
+                     .exact = ck->st[s].gold};
     dl__mprov_t mp;
     dl_check_result_t alt = *r;
     alt.message[0] = '\0';
@@ -283,7 +285,7 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
     if (!rc)
         rc = dl__ck_compare(ck, &cmp, &alt);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        ck->eff[u] = save[u];
+        ck->st[u].eff = save[u];
     if (rc || alt.verdict >= r->verdict)
         return rc;
     char own[64];
@@ -297,7 +299,7 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
 /* The expert whose rows hold sorted row q (oracle layout). */
 static int64_t expert_of(const dl__ck_t *ck, int64_t q)
 {
-    const int64_t *off = ck->eff[DL_VALUE_GROUP_OFFSETS];
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
     int64_t e = 0;
     while (e + 1 < ck->E && off[e + 1] <= q)
         e++;
@@ -316,10 +318,10 @@ static void locate(const dl__ck_t *ck, dl_value_t s, int64_t idx, dl_check_resul
     if (idx < 0 || rank < 1)
         return;
     const int64_t cols = rank >= 2 ? sh[rank - 1] : 1;
-    if (dims[0] == 'M' && rank == 2 && ck->eff[DL_VALUE_SORT_PERM]) {
+    if (dims[0] == 'M' && rank == 2 && ck->st[DL_VALUE_SORT_PERM].eff) {
         const int64_t q = idx / cols, e = expert_of(ck, q);
-        const int64_t *off = ck->eff[DL_VALUE_GROUP_OFFSETS];
-        int64_t p = ((const int32_t *)ck->eff[DL_VALUE_SORT_PERM])[q];
+        const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+        int64_t p = ((const int32_t *)ck->st[DL_VALUE_SORT_PERM].eff)[q];
         if (ck->from_canon && p >= 0 && p < ck->M)
             p = ck->from_canon[p];
         dl__ck_msg_append(r, " at (expert %lld, row %lld of %lld, token %lld, slot %lld, column %lld)",
@@ -345,7 +347,8 @@ static void locate(const dl__ck_t *ck, dl_value_t s, int64_t idx, dl_check_resul
 static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_result_t *r)
 {
     const char *dims = dl_value_dims(s);
-    const int rows_by_expert = dims[0] == 'M' && cmp->rows == ck->M && ck->eff[DL_VALUE_GROUP_OFFSETS];
+    const int rows_by_expert =
+        dims[0] == 'M' && cmp->rows == ck->M && ck->st[DL_VALUE_GROUP_OFFSETS].eff;
     if (!cmp->row_over || (!rows_by_expert && dims[0] != 'E') || ck->E <= 0)
         return;
     int64_t *cnt = calloc((size_t)ck->E, sizeof *cnt);
@@ -376,17 +379,17 @@ static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, d
  * row's function. */
 static int exact_value(dl__ck_t *ck, dl_value_t s)
 {
-    const int64_t n = ck->numel[s];
+    const int64_t n = ck->st[s].numel;
     const uint64_t up = dl__ck_upstream(ck, s);
     int up_golden = 1;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         if ((up >> u) & 1)
-            up_golden &= ck->eff_golden[u];
-    if (ck->exact[s]) {
+            up_golden &= ck->st[u].eff_golden;
+    if (ck->st[s].exact) {
         ck->st[s].recomputed = 1;
-    } else if (up_golden && ck->gold[s] && !ck->opt.recompute_all) {
-        ck->exact[s] = ck->gold[s];
-        ck->exact_golden[s] = 1;
+    } else if (up_golden && ck->st[s].gold && !ck->opt.recompute_all) {
+        ck->st[s].exact = ck->st[s].gold;
+        ck->st[s].exact_golden = 1;
     } else {
         float *x = dl__ck_alloc(ck, n, sizeof *x);
         if (!x)
@@ -394,12 +397,12 @@ static int exact_value(dl__ck_t *ck, dl_value_t s)
         int rc = dl__ck_exact(ck, s, x);
         if (rc)
             return rc;
-        ck->exact[s] = x;
+        ck->st[s].exact = x;
         ck->st[s].recomputed = 1;
     }
-    if (!ck->exact_golden[s])
-        ck->exact_golden[s] = ck->gold[s] &&
-                              !memcmp(ck->exact[s], ck->gold[s], (size_t)n * sizeof(float));
+    if (!ck->st[s].exact_golden)
+        ck->st[s].exact_golden = ck->st[s].gold &&
+                              !memcmp(ck->st[s].exact, ck->st[s].gold, (size_t)n * sizeof(float));
     return 0;
 }
 
@@ -424,7 +427,8 @@ static int diagnose(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, dl_check_r
 static int compare(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_t *r,
                    int *on_golden)
 {
-    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg, .exact = ck->exact[s]};
+    dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = cg,
+                     .exact = ck->st[s].exact};
     dl__mprov_t mp;
     int rc;
     if ((rc = setup_cmp(ck, s, &cmp, &mp)) || (rc = add_propagation(ck, s, &cmp)))
@@ -439,7 +443,7 @@ static int compare(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_
     if ((rc = dl__ck_compare(ck, &cmp, r)) || (rc = against_golden_upstream(ck, s, cg, r)) < 0)
         return rc;
     *on_golden = rc;
-    if (!*on_golden && (rc = dl__ck_chained_second(ck, s, r)) < 0)
+    if (!*on_golden && ck->second && (rc = ck->second(ck, s, r)) < 0)
         return rc;
     *on_golden |= rc; /* figures then are the second level's */
     return diagnose(ck, s, &cmp, r, *on_golden, cg);
@@ -450,7 +454,7 @@ static int compare(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_
 static int judge(dl__ck_t *ck, dl_value_t s, int *cand_ok)
 {
     const dl__ck_desc_t *desc = dl__ck_desc(s);
-    const float *cg = gather(ck, s, ck->exact[s]);
+    const float *cg = gather(ck, s, ck->st[s].exact);
     if (!cg)
         return DL_ENOMEM;
     const int copy = (desc->flags & DL__CK_COPY) != 0;
@@ -459,7 +463,7 @@ static int judge(dl__ck_t *ck, dl_value_t s, int *cand_ok)
         return DL_ENOMEM;
     int rc = 0, on_golden = 0;
     if (copy)
-        compare_copy(ck, cg, ck->exact[s], ck->M, row_cols(ck, s), ck->row_missing, r);
+        compare_copy(ck, cg, ck->st[s].exact, ck->M, row_cols(ck, s), ck->row_missing, r);
     else if ((rc = compare(ck, s, cg, r, &on_golden)))
         return rc;
     r->worst_index = cand_index(ck, s, r->worst_index);
@@ -469,13 +473,13 @@ static int judge(dl__ck_t *ck, dl_value_t s, int *cand_ok)
         dl__ck_msg_append(r, " [+ error propagated from absent upstream]");
     *cand_ok = r->n_nonfinite == 0;
     if (*cand_ok) {
-        ck->eff[s] = cg;
-        ck->eff_is_cand[s] = 1;
-        ck->eff_golden[s] = ck->gold[s] &&
-                            !memcmp(cg, ck->gold[s], (size_t)ck->numel[s] * sizeof(float));
+        ck->st[s].eff = cg;
+        ck->st[s].eff_is_cand = 1;
+        ck->st[s].eff_golden = ck->st[s].gold &&
+                            !memcmp(cg, ck->st[s].gold, (size_t)ck->st[s].numel * sizeof(float));
     }
     if (desc->flags & DL__CK_DW)
-        return empty_experts(ck, s, ck->cand_arr[s]);
+        return empty_experts(ck, s, ck->st[s].cand);
     return 0;
 }
 
@@ -487,11 +491,11 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
     int rc, cand_ok = 0;
     if ((rc = exact_value(ck, s)))
         return rc;
-    if (ck->cand_arr[s] && (rc = judge(ck, s, &cand_ok)))
+    if (ck->st[s].cand && (rc = judge(ck, s, &cand_ok)))
         return rc;
     if (!cand_ok) {
-        ck->eff[s] = ck->exact[s];
-        ck->eff_golden[s] = ck->exact_golden[s];
+        ck->st[s].eff = ck->st[s].exact;
+        ck->st[s].eff_golden = ck->st[s].exact_golden;
         if (ck->st[s].track && !(dl__ck_desc(s)->flags & DL__CK_COPY) &&
             (rc = absent_delta(ck, s)))
             return rc;
@@ -501,13 +505,13 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
 
 static int drift(dl__ck_t *ck, dl_value_t s)
 {
-    if (!ck->cand_arr[s] || !ck->gold[s])
+    if (!ck->st[s].cand || !ck->st[s].gold)
         return 0;
     dl_check_result_t *r = dl__ck_result(ck, s, "drift");
     if (!r)
         return DL_ENOMEM;
     dl__cmp_t cmp = {.stage = s, .t = ck->act, .rows = ck->T, .cols = ck->d,
-                     .cand = ck->cand_arr[s], .exact = ck->gold[s], .info = 1};
+                     .cand = ck->st[s].cand, .exact = ck->st[s].gold, .info = 1};
     return dl__ck_compare(ck, &cmp, r);
 }
 
@@ -526,7 +530,7 @@ int dl__ck_stages(dl__ck_t *ck)
     int rc;
     /* which stages' values are needed: the candidate's, and their upstream */
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->st[s].need = ck->cand_arr[s] != NULL;
+        ck->st[s].need = ck->st[s].cand != NULL;
     for (int s = DL_VALUE_COUNT - 1; s >= 0; s--)
         if (ck->st[s].need) {
             uint64_t up = dl__ck_upstream(ck, (dl_value_t)s);
@@ -539,32 +543,34 @@ int dl__ck_stages(dl__ck_t *ck)
      * 2 exp(-lambda^2 / 2) (tolerances.md) */
     ck->n_stat = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->n_stat += ck->cand_arr[s] && dl_value_store((dl_value_t)s) <= DL_STORE_F32 ? ck->numel[s] : 0;
+        ck->n_stat +=
+            ck->st[s].cand && dl_value_store((dl_value_t)s) <= DL_STORE_F32 ? ck->st[s].numel : 0;
     const double pfa = ck->opt.false_alarm == 0.0 ? DL__FALSE_ALARM_DEFAULT : ck->opt.false_alarm;
     ck->lambda = pfa > 0 && pfa < 1 && ck->n_stat > 0
                      ? sqrt(2.0 * log(2.0 * (double)ck->n_stat / pfa)) : 0.0;
     /* the absent stages whose errors reach a provided one */
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->st[s].track = ck->st[s].need && !ck->cand_arr[s] && !ck->opt.exact_upstream;
+        ck->st[s].track = ck->st[s].need && !ck->st[s].cand && !ck->opt.exact_upstream;
     /* routing and dispatch are cheap and always needed for token accounting */
     for (int s = 0; s <= DL_VALUE_GROUP_OFFSETS; s++)
         ck->st[s].need = 1;
 
     int64_t total = 0, done = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        total += ck->numel[s] > 0 ? ck->numel[s] : 0;
+        total += ck->st[s].numel > 0 ? ck->st[s].numel : 0;
     for (int si = 0; si < DL_VALUE_COUNT; si++) {
         const dl_value_t s = (dl_value_t)si;
         if (ck->opt.progress)
             ck->opt.progress(ck->opt.progress_ctx, dl_value_name(s),
                              total > 0 ? (double)done / (double)total : 0.0);
-        done += ck->numel[s] > 0 ? ck->numel[s] : 0;
+        done += ck->st[s].numel > 0 ? ck->st[s].numel : 0;
         /* a stage with no element is not checked, but the routing and the
          * token accounting still set the dispatch (T = 0: E empty groups) */
-        if (ck->numel[s] == 0 && !dl__ck_desc(s)->check)
+        if (ck->st[s].numel == 0 && !dl__ck_desc(s)->check)
             continue;
         const int bad_shape = (ck->cand->bad_shape >> s) & 1;
-        const int has = ck->cand_arr[s] || dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s); /* or fed */
+        const int has = /* or fed */
+            ck->st[s].cand || dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s);
         if (dl_value_is_backward(s) && !ck->have_bwd) {
             if (has && !bad_shape && (rc = skip(ck, s, "the golden has no backward pass")))
                 return rc;

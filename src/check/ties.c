@@ -88,7 +88,7 @@ static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel
     const int64_t E = ck->E, k = ck->k;
     const dl_route_config_t *rc = &ck->c->route;
     const double *tol = sel->tol;
-    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    const float *s = (const float *)ck->st[DL_VALUE_ROUTER_SCORES].eff + t * E;
     int units[MAX_UNITS];
     int nu = near_units(ck, s, x, tol, sel->in, units);
     int n = 1;
@@ -157,7 +157,7 @@ static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, con
     int rc = expert_rows(ck, t, w->used, w->ys, w->off, w->xr, w->hg, w->hu);
     if (rc)
         return rc;
-    const float *s = (const float *)ck->eff[DL_VALUE_ROUTER_SCORES] + t * E;
+    const float *s = (const float *)ck->st[DL_VALUE_ROUTER_SCORES].eff + t * E;
     int best = 0;
     double best_err = INFINITY, err0 = INFINITY;
     for (int i = 0; i < n; i++) {
@@ -238,9 +238,9 @@ static int scratch_init(dl__ck_t *ck, scratch_t *w)
 int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids_out)
 {
     const int64_t T = ck->T, k = ck->k;
-    const float *cand = ck->cand_arr[DL_VALUE_OUT];
+    const float *cand = ck->st[DL_VALUE_OUT].cand;
     *ids_out = NULL;
-    if (!cand || !ck->tie_margin || !ck->eff[DL_VALUE_ROUTER_SCORES] || k > 64 ||
+    if (!cand || !ck->tie_margin || !ck->st[DL_VALUE_ROUTER_SCORES].eff || k > 64 ||
         ck->opt.exact_upstream)
         return 0;
     scratch_t w;

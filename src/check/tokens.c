@@ -14,7 +14,7 @@
 int dl__ck_canonicalise(dl__ck_t *ck)
 {
     const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
-    const int32_t *cid = ck->cand_arr[DL_VALUE_TOPK_IDS];
+    const int32_t *cid = ck->st[DL_VALUE_TOPK_IDS].cand;
     ck->ids_cand_valid = 1;
     if (!cid)
         return 0;
@@ -68,7 +68,7 @@ int dl__ck_canonicalise(dl__ck_t *ck)
     /* per-slot arrays: value at canonical slot */
     static const dl_value_t slot_float[] = {DL_VALUE_TOPK_WEIGHTS, DL_VALUE_D_TOPK_WEIGHTS};
     for (size_t i = 0; i < 2; i++) {
-        const float *src = ck->cand_arr[slot_float[i]];
+        const float *src = ck->st[slot_float[i]].cand;
         if (!src)
             continue;
         float *dst = dl__ck_alloc(ck, M, sizeof *dst);
@@ -76,33 +76,33 @@ int dl__ck_canonicalise(dl__ck_t *ck)
             return DL_ENOMEM;
         for (int64_t fl = 0; fl < M; fl++)
             dst[map[fl]] = src[fl];
-        ck->cand_arr[slot_float[i]] = dst;
+        ck->st[slot_float[i]].cand = dst;
     }
     int32_t *ids = dl__ck_alloc(ck, M, sizeof *ids);
     if (!ids)
         return DL_ENOMEM;
     for (int64_t fl = 0; fl < M; fl++)
         ids[map[fl]] = cid[fl];
-    ck->cand_arr[DL_VALUE_TOPK_IDS] = ids;
+    ck->st[DL_VALUE_TOPK_IDS].cand = ids;
     /* sort_perm holds flat indices: renumber its values */
-    const int32_t *sp = ck->cand_arr[DL_VALUE_SORT_PERM];
+    const int32_t *sp = ck->st[DL_VALUE_SORT_PERM].cand;
     if (sp) {
         int32_t *d = dl__ck_alloc(ck, M, sizeof *d);
         if (!d)
             return DL_ENOMEM;
         for (int64_t p = 0; p < M; p++)
             d[p] = sp[p] >= 0 && sp[p] < M ? map[sp[p]] : sp[p];
-        ck->cand_arr[DL_VALUE_SORT_PERM] = d;
+        ck->st[DL_VALUE_SORT_PERM].cand = d;
     }
     /* inv_perm is indexed by flat index */
-    const int32_t *ip = ck->cand_arr[DL_VALUE_INV_PERM];
+    const int32_t *ip = ck->st[DL_VALUE_INV_PERM].cand;
     if (ip) {
         int32_t *d = dl__ck_alloc(ck, M, sizeof *d);
         if (!d)
             return DL_ENOMEM;
         for (int64_t fl = 0; fl < M; fl++)
             d[map[fl]] = ip[fl];
-        ck->cand_arr[DL_VALUE_INV_PERM] = d;
+        ck->st[DL_VALUE_INV_PERM].cand = d;
     }
     return 0;
 }
@@ -131,7 +131,7 @@ static void list_pairs(dl__ck_t *ck, dl_check_result_t *r, const int32_t *fl, in
 static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
 {
     const int64_t E = ck->E, M = ck->M;
-    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    const int64_t *co = ck->st[DL_VALUE_GROUP_OFFSETS].cand;
     if (co) {
         int ok = co[0] == 0;
         for (int64_t e = 0; e < E && ok; e++)
@@ -139,7 +139,7 @@ static const int64_t *layout_offsets(dl__ck_t *ck, const int64_t *oracle)
         if (ok)
             return co;
     }
-    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
+    const int64_t *cs = ck->st[DL_VALUE_GROUP_SIZES].cand;
     if (cs) {
         int64_t *o = dl__ck_alloc(ck, E + 1, sizeof *o);
         if (!o)
@@ -162,7 +162,7 @@ static int exact_dispatch(dl__ck_t *ck)
     const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
     int32_t *sort_o, *inv_o;
     int64_t *size_o, *off_o;
-    const int gold = ck->eff_golden[DL_VALUE_TOPK_IDS];
+    const int gold = ck->st[DL_VALUE_TOPK_IDS].eff_golden;
     if (gold && !ck->opt.recompute_all) {
         sort_o = ck->gf->sort_perm;
         inv_o = ck->gf->inv_perm;
@@ -175,7 +175,7 @@ static int exact_dispatch(dl__ck_t *ck)
         off_o = dl__ck_alloc(ck, E + 1, sizeof *off_o);
         if (!sort_o || !inv_o || !size_o || !off_o)
             return DL_ENOMEM;
-        int rc = dl_sort_assignments(ck->eff[DL_VALUE_TOPK_IDS], T, k, E, sort_o, inv_o, size_o,
+        int rc = dl_sort_assignments(ck->st[DL_VALUE_TOPK_IDS].eff, T, k, E, sort_o, inv_o, size_o,
                                      off_o);
         if (rc)
             return rc;
@@ -183,8 +183,8 @@ static int exact_dispatch(dl__ck_t *ck)
     const void *orc[4] = {sort_o, inv_o, size_o, off_o};
     for (int i = 0; i < 4; i++) {
         dl_value_t s = (dl_value_t)(DL_VALUE_SORT_PERM + i);
-        ck->exact[s] = ck->eff[s] = orc[i];
-        ck->exact_golden[s] = ck->eff_golden[s] = gold;
+        ck->st[s].exact = ck->st[s].eff = orc[i];
+        ck->st[s].exact_golden = ck->st[s].eff_golden = gold;
     }
     return 0;
 }
@@ -221,7 +221,7 @@ static int scan_perm(dl__ck_t *ck, const int32_t *cp, const int64_t *lay, int32_
                      int32_t *miss, scan_t *sc)
 {
     const int64_t M = ck->M, E = ck->E;
-    const int32_t *ids = ck->eff[DL_VALUE_TOPK_IDS];
+    const int32_t *ids = ck->st[DL_VALUE_TOPK_IDS].eff;
     memset(sc, 0, sizeof *sc);
     sc->first = -1;
     for (int64_t fl = 0; fl < M; fl++)
@@ -303,12 +303,12 @@ static void bijection_verdict(dl__ck_t *ck, dl_check_result_t *r, const scan_t *
 static int check_bijection(dl__ck_t *ck, const int32_t *cp, int from_inv)
 {
     const int64_t M = ck->M;
-    const int32_t *sort_o = ck->exact[DL_VALUE_SORT_PERM];
+    const int32_t *sort_o = ck->st[DL_VALUE_SORT_PERM].exact;
     dl_check_result_t *r = dl__ck_result(ck, from_inv ? DL_VALUE_INV_PERM : DL_VALUE_SORT_PERM,
                                          "bijection");
     int32_t *where = dl__ck_alloc(ck, M, sizeof *where); /* flat -> candidate row */
     int32_t *miss = dl__ck_alloc(ck, M, sizeof *miss);
-    const int64_t *lay = layout_offsets(ck, ck->exact[DL_VALUE_GROUP_OFFSETS]);
+    const int64_t *lay = layout_offsets(ck, ck->st[DL_VALUE_GROUP_OFFSETS].exact);
     if (!r || !where || !miss || !lay)
         return DL_ENOMEM;
     scan_t sc;
@@ -367,7 +367,7 @@ static int check_inverse(dl__ck_t *ck, const int32_t *ci, const int32_t *cp)
 static int check_sizes(dl__ck_t *ck, const int64_t *cs)
 {
     const int64_t E = ck->E, M = ck->M;
-    const int64_t *size_o = ck->exact[DL_VALUE_GROUP_SIZES];
+    const int64_t *size_o = ck->st[DL_VALUE_GROUP_SIZES].exact;
     dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_SIZES, "exact");
     if (!r)
         return DL_ENOMEM;
@@ -409,7 +409,7 @@ static int check_sizes(dl__ck_t *ck, const int64_t *cs)
 static int check_offsets(dl__ck_t *ck, const int64_t *co)
 {
     const int64_t E = ck->E, M = ck->M;
-    const int64_t *off_o = ck->exact[DL_VALUE_GROUP_OFFSETS];
+    const int64_t *off_o = ck->st[DL_VALUE_GROUP_OFFSETS].exact;
     dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_OFFSETS, "exact");
     if (!r)
         return DL_ENOMEM;
@@ -443,8 +443,8 @@ int dl__ck_tokens(dl__ck_t *ck)
     if (rc)
         return rc;
     /* the candidate's permutation: its sort_perm, else the inverse of its inv_perm */
-    const int32_t *cp = ck->cand_arr[DL_VALUE_SORT_PERM];
-    const int32_t *ci = ck->cand_arr[DL_VALUE_INV_PERM];
+    const int32_t *cp = ck->st[DL_VALUE_SORT_PERM].cand;
+    const int32_t *ci = ck->st[DL_VALUE_INV_PERM].cand;
     const int from_inv = !cp && ci;
     if (from_inv && !(cp = perm_from_inv(ck, ci)))
         return DL_ENOMEM;
@@ -452,59 +452,39 @@ int dl__ck_tokens(dl__ck_t *ck)
         return rc;
     if (ci && !from_inv && (rc = check_inverse(ck, ci, cp)))
         return rc;
-    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
+    const int64_t *cs = ck->st[DL_VALUE_GROUP_SIZES].cand;
     if (cs && (rc = check_sizes(ck, cs)))
         return rc;
-    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    const int64_t *co = ck->st[DL_VALUE_GROUP_OFFSETS].cand;
     if (co && (rc = check_offsets(ck, co)))
         return rc;
     return 0;
 }
 
 /* Whether candidate row t equals the exact combine without the slots in
- * mask, within the bound of that combine, each removed slot visible. */
-static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t mask,
-                       const float *y, const float *w, const int32_t *inv, double *p)
+ * mask, within the bound of that combine, each removed slot visible. The
+ * combine's element, its M and the worst-case error the absent y_sorted,
+ * weights and shared terms carry into the slots kept are the stage's own
+ * (dl__out_*_elem beside the combine; v has the WARN tier's deltas). */
+static int row_matches(dl__ck_t *ck, const dl__vctx_t *v, const float *cand_row, int64_t t,
+                       uint64_t mask)
 {
-    const int64_t k = ck->k, d = ck->d;
-    const int64_t K = k + (ck->c->shared_experts > 0); /* the shared term is one more */
+    const int64_t k = ck->k, d = ck->d, K = dl__out_terms(v);
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
-    /* the worst-case error the absent y_sorted and weights carry into the
-     * slots kept (prop.c) */
-    const double *dy = ck->delta[1][DL_VALUE_Y_SORTED], *dw = ck->delta[1][DL_VALUE_TOPK_WEIGHTS];
     uint64_t seen = 0;
     for (int64_t i = 0; i < d; i++) {
-        int64_t n = 0;
-        double m = 0.0, prop = 0.0;
-        for (int64_t j = 0; j < k; j++) {
-            if (j < 64 && (mask >> j) & 1)
-                continue;
-            const int64_t q = (int64_t)inv[t * k + j] * d + i;
-            p[n] = (double)w[t * k + j] * (double)y[q];
-            m += fabs(p[n]);
-            prop += (dy ? fabs((double)w[t * k + j]) * dy[q] : 0.0) +
-                    (dw ? dw[t * k + j] * fabs((double)y[q]) : 0.0);
-            n++;
-        }
-        /* the shared experts' term: never dropped, in every row */
-        const double sh = dl__ck_shared_out(ck, t, i);
-        if (ck->c->shared_experts > 0) {
-            p[n++] = sh;
-            m += fabs(sh);
-            prop += dl__ck_shared_out_prop(ck, t, i);
-        }
         int bad = 0;
-        const double g = dl__sum_exact(p, n, ck->act, &bad);
+        const double g = dl__out_exact_elem(v, t, i, mask, &bad);
         const double c = cand_row[i];
         if (bad || !isfinite(c))
             return 0;
         /* the tighter of the worst case and the statistical tier (the
          * latter with out's own sigma, which covers the slots kept) */
         const double *ps = ck->prop_out[DL__TIER_STAT];
-        double pr = prop * (1.0 + 0x1p-20);
+        double pr = dl__out_prop_elem(v, t, i, mask) * (1.0 + 0x1p-20);
         if (ps)
             pr = fmin(pr, ck->lambda * ps[t * d + i]);
-        const double B = dl__ck_bound(ck, &cmp, g, m, K, 1) + pr;
+        const double B = dl__ck_bound(ck, &cmp, g, dl__out_mag_elem(v, t, i, mask), K, 1) + pr;
         if (fabs(c - g) > B)
             return 0;
         /* a removed slot must be visible: its contribution beyond B
@@ -512,12 +492,8 @@ static int row_matches(dl__ck_t *ck, const float *cand_row, int64_t t, uint64_t 
          * it cannot), else keeping it fits as well and naming it would be
          * a guess (a wrong row that is no drop) */
         for (int64_t j = 0; j < k && j < 64; j++)
-            if ((mask >> j) & 1) {
-                const double v = fabs((double)w[t * k + j] *
-                                      (double)y[(int64_t)inv[t * k + j] * d + i]);
-                if (v > B)
-                    seen |= (uint64_t)1 << j;
-            }
+            if (((mask >> j) & 1) && dl__out_slot(v, t, j, i) > B)
+                seen |= (uint64_t)1 << j;
     }
     if ((seen & mask) != (mask & (k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0)))
         return 0;
@@ -535,11 +511,11 @@ static int popcount64(uint64_t x)
 int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand_out)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
-    const float *y = ck->eff[DL_VALUE_Y_SORTED];
-    const float *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
-    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
-    if (!y || !w || !inv)
+    if (!ck->st[DL_VALUE_Y_SORTED].eff || !ck->st[DL_VALUE_TOPK_WEIGHTS].eff ||
+        !ck->st[DL_VALUE_INV_PERM].eff)
         return 0;
+    dl__vctx_t v;
+    dl__ck_vctx(ck, DL__TIER_WARN, &v);
     /* the subsets to try, fewest slots first: all of them up to k = 8,
      * else each single slot and the whole token */
     uint64_t *masks = NULL;
@@ -566,22 +542,17 @@ int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand
         return DL_ENOMEM;
     }
     int64_t nrows = 0, unexplained = 0;
-#pragma omp parallel reduction(+ : nrows, unexplained)
-    {
-        double *p = malloc((size_t)(k + 1) * sizeof *p); /* + the shared term */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < T; t++) {
-            if (!row_fail[t] || !p)
-                continue;
-            nrows++;
-            for (int64_t i = 0; i < nm; i++)
-                if (row_matches(ck, cand_out + t * d, t, masks[i], y, w, inv, p)) {
-                    found[t] = masks[i];
-                    break;
-                }
-            unexplained += !found[t];
-        }
-        free(p);
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : nrows, unexplained)
+    for (int64_t t = 0; t < T; t++) {
+        if (!row_fail[t])
+            continue;
+        nrows++;
+        for (int64_t i = 0; i < nm; i++)
+            if (row_matches(ck, &v, cand_out + t * d, t, masks[i])) {
+                found[t] = masks[i];
+                break;
+            }
+        unexplained += !found[t];
     }
     int rc = 0;
     for (int64_t t = 0; t < T && !rc; t++)
@@ -618,17 +589,17 @@ static int drop_cmp(const void *a, const void *b)
  * proof: dropping it leaves out unchanged; such slots are counted in *zero.
  * Finds the slot with the smallest ratio of its largest contribution to the
  * floor (*weak, as t*k+j, -1 if none) and counts the slots below it. */
-static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
+static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
                            double *floor_min, int64_t *zero)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
-    const float *y = ck->eff[DL_VALUE_Y_SORTED], *w = ck->eff[DL_VALUE_TOPK_WEIGHTS];
-    const float *g = ck->exact[DL_VALUE_OUT];
-    const int32_t *inv = ck->eff[DL_VALUE_INV_PERM];
+    const float *g = ck->st[DL_VALUE_OUT].exact;
+    dl__vctx_t v;
+    dl__ck_vctx(ck, -1, &v);
     const double *prop = ck->prop_out[1], *ps = ck->prop_out[DL__TIER_STAT];
-    const float *c = ck->eff_is_cand[DL_VALUE_OUT] ? ck->eff[DL_VALUE_OUT] : NULL;
+    const float *c = ck->st[DL_VALUE_OUT].eff_is_cand ? ck->st[DL_VALUE_OUT].eff : NULL;
     const double uo = dl_dtype_unit_roundoff(ck->act), shrink = 1.0 - 2.0 * uo * (1.0 + 2.0 * uo);
-    const int64_t K = k + (ck->c->shared_experts > 0); /* the shared term is one more */
+    const int64_t K = dl__out_terms(&v);
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
     int64_t n = 0;
     *zero = 0;
@@ -640,10 +611,7 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
         for (int64_t j = 0; j < k; j++) {
             double best = 0.0, seen = 0.0;
             for (int64_t i = 0; i < d; i++) {
-                double m = 0.0;
-                for (int64_t l = 0; l < k; l++)
-                    m += fabs((double)w[t * k + l] * (double)y[(int64_t)inv[t * k + l] * d + i]);
-                m += fabs(dl__ck_shared_out(ck, t, i)); /* never dropped, in every row */
+                const double m = dl__out_mag_elem(&v, t, i, 0); /* the combine's M */
                 /* out FAILs beyond B, the tighter of its worst-case and
                  * statistical bounds; the floor is B plus the candidate's
                  * own error there (2B without it) */
@@ -655,8 +623,7 @@ static int64_t below_floor(const dl__ck_t *ck, double *weak_ratio, int64_t *weak
                                   shrink;
                 if (fl < *floor_min)
                     *floor_min = fl;
-                const double cj = fabs((double)w[t * k + j] *
-                                       (double)y[(int64_t)inv[t * k + j] * d + i]);
+                const double cj = dl__out_slot(&v, t, j, i);
                 if (fl > *floor_max)
                     *floor_max = fl;
                 if (cj / fl > best)
@@ -681,9 +648,9 @@ int dl__ck_zero_drops(dl__ck_t *ck)
     dl_check_report_t *rep = ck->rep;
     if (rep->n_dropped > 1)
         qsort(rep->dropped, (size_t)rep->n_dropped, sizeof *rep->dropped, drop_cmp);
-    const int has_disp = ck->cand_arr[DL_VALUE_SORT_PERM] || ck->cand_arr[DL_VALUE_INV_PERM] ||
-                         ck->cand_arr[DL_VALUE_GROUP_SIZES] || ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
-    const int has_out = ck->cand_arr[DL_VALUE_OUT] != NULL;
+    const int has_disp = ck->st[DL_VALUE_SORT_PERM].cand || ck->st[DL_VALUE_INV_PERM].cand ||
+                         ck->st[DL_VALUE_GROUP_SIZES].cand || ck->st[DL_VALUE_GROUP_OFFSETS].cand;
+    const int has_out = ck->st[DL_VALUE_OUT].cand != NULL;
     dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_NONE, "zero_drops");
     if (!r)
         return DL_ENOMEM;
@@ -693,8 +660,8 @@ int dl__ck_zero_drops(dl__ck_t *ck)
     }
     const int64_t M = ck->M, E = ck->E;
     int64_t sum = M, nbad = 0; /* sizes (or end offsets) outside [0, M] are not summed */
-    const int64_t *cs = ck->cand_arr[DL_VALUE_GROUP_SIZES];
-    const int64_t *co = ck->cand_arr[DL_VALUE_GROUP_OFFSETS];
+    const int64_t *cs = ck->st[DL_VALUE_GROUP_SIZES].cand;
+    const int64_t *co = ck->st[DL_VALUE_GROUP_OFFSETS].cand;
     if (cs) {
         sum = 0;
         for (int64_t e = 0; e < E; e++)
@@ -727,7 +694,7 @@ int dl__ck_zero_drops(dl__ck_t *ck)
         else if (sum != M)
             dl__ck_msg_append(r, "%sgroup sizes account for %lld of %lld assignments",
                               rep->n_dropped ? "; " : "", (long long)sum, (long long)M);
-    } else if (!has_disp && ck->exact[DL_VALUE_OUT] && ck->eff[DL_VALUE_Y_SORTED]) {
+    } else if (!has_disp && ck->st[DL_VALUE_OUT].exact && ck->st[DL_VALUE_Y_SORTED].eff) {
         /* the proof from out alone: never a PASS by default */
         double ratio, fmax, fmin;
         int64_t weak, zero;

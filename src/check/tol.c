@@ -42,26 +42,31 @@ const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s)
                                                                          : ck->prof;
 }
 
-/* The stages of each part of the layer a per-stage profile names. */
+/* Each stage value's part of the layer (router, experts, combine), from
+ * the part column of its DL_VALUE_MAP row (FW and BW rows, in dl_value_t
+ * order): no list here to leave a new value out of. */
+#define PART_IN(part)
+#define PART_AUX(part)
+#define PART_FW(part) DL__CK_PART_##part,
+#define PART_BW(part) PART_FW(part)
+#define PART(g, E, nm, st, dims, cond, ck, pr, up, plain, part) PART_##g(part)
+static const unsigned char value_part[] = {DL_VALUE_MAP(PART)};
+_Static_assert(sizeof value_part == DL_VALUE_COUNT, "one part per stage value of DL_VALUE_MAP");
+static const char *const part_names[] = {
+    [DL__CK_PART_ROUTER] = "router", [DL__CK_PART_EXPERTS] = "experts",
+    [DL__CK_PART_COMBINE] = "combine"};
+
+/* The stages of each part of the layer a per-stage profile names, or the
+ * one value a name names. */
 static uint64_t part_mask(const char *name)
 {
-#define B(s) (UINT64_C(1) << DL_VALUE_##s)
-    /* the shared experts: their gate with the router, their FFN with the
-     * experts, their combine gradients with the combine */
-    if (!strcasecmp(name, "router"))
-        return B(ROUTER_LOGITS) | B(ROUTER_SCORES) | B(TOPK_WEIGHTS) | B(D_ROUTER_SCORES) |
-               B(D_ROUTER_LOGITS) | B(D_ROUTER_WEIGHT) | B(SHARED_GATE_LOGIT) | B(SHARED_GATE) |
-               B(D_SHARED_GATE_LOGIT) | B(D_SHARED_GATE_WEIGHT);
-    if (!strcasecmp(name, "experts"))
-        return B(H_GATE) | B(H_UP) | B(H_ACT) | B(Y_SORTED) | B(D_H_ACT) | B(D_H_GATE) | B(D_H_UP) |
-               B(D_X_SORTED) | B(D_W_GATE) | B(D_W_UP) | B(D_W_DOWN) | B(SHARED_H_GATE) |
-               B(SHARED_H_UP) | B(SHARED_H_ACT) | B(SHARED_Y) | B(D_SHARED_H_ACT) |
-               B(D_SHARED_H_GATE) | B(D_SHARED_H_UP) | B(D_SHARED_W_GATE) | B(D_SHARED_W_UP) |
-               B(D_SHARED_W_DOWN) | B(D_B_DOWN) | B(D_B_GATE) | B(D_B_UP);
-    if (!strcasecmp(name, "combine"))
-        return B(OUT) | B(D_TOPK_WEIGHTS) | B(D_Y_SORTED) | B(D_X) | B(D_SHARED_GATE) |
-               B(D_SHARED_Y);
-#undef B
+    for (int p = DL__CK_PART_NONE + 1; p <= DL__CK_PART_COMBINE; p++)
+        if (!strcasecmp(name, part_names[p])) {
+            uint64_t m = 0;
+            for (int s = 0; s < DL_VALUE_COUNT; s++)
+                m |= (uint64_t)(value_part[s] == p) << s;
+            return m;
+        }
     dl_value_t v;
     return dl_value_parse(name, &v) == 0 && v != DL_VALUE_NONE ? UINT64_C(1) << v : 0;
 }

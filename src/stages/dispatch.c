@@ -101,16 +101,15 @@ int dl_combine_shared(const float *y_sorted, const float *w, const int32_t *inv_
                        inv_perm, &M);
     if (rc)
         return rc;
-    const int64_t n = k + (shared_y != NULL);
     int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad)
     for (int64_t tk = 0; tk < T; tk++) {
         for (int64_t i = 0; i < d; i++) {
+            /* the slots' products (exact in binary64), then the shared
+             * experts' output scaled by its gate; rounded once */
             double p[DL__MAX_TOPK + 1];
-            for (int64_t j = 0; j < k; j++) /* a product of two floats is exact in binary64 */
-                p[j] = (double)w[tk * k + j] * y_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
-            if (shared_y) /* the shared experts' output, scaled by its gate */
-                p[k] = (gate ? (double)gate[tk] : 1.0) * shared_y[tk * d + i];
+            const int64_t n = dl__combine_terms(y_sorted, w, inv_perm, shared_y, gate, k, d, tk,
+                                                i, 0, p);
             out[tk * d + i] = (float)dl__sum_exact(p, n, t, &bad);
         }
     }

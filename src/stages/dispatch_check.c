@@ -29,30 +29,54 @@ int dl__exact_out(const dl__vctx_t *v, float *out)
                              out);
 }
 
-int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+int64_t dl__out_terms(const dl__vctx_t *v)
 {
-    const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
-    const int32_t *inv = INV;
-    const int64_t d = v->d, k = v->k;
+    return v->k + (v->c->shared_experts > 0); /* the shared experts' term is one more */
+}
+
+double dl__out_slot(const dl__vctx_t *v, int64_t t, int64_t j, int64_t i)
+{
+    const int64_t k = v->k;
+    return fabs((double)EF(TOPK_WEIGHTS)[t * k + j] *
+                (double)EF(Y_SORTED)[(int64_t)INV[t * k + j] * v->d + i]);
+}
+
+double dl__out_exact_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop, int *bad)
+{
     const float *sy, *sg;
     dl__shared_out_operands(v, &sy, &sg);
+    double p[DL__MAX_TOPK + 1];
+    const int64_t n = dl__combine_terms(EF(Y_SORTED), EF(TOPK_WEIGHTS), INV, sy, sg, v->k, v->d,
+                                        t, i, drop, p);
+    return dl__sum_exact(p, n, v->act, bad);
+}
+
+double dl__out_mag_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop)
+{
+    const float *sy, *sg;
+    dl__shared_out_operands(v, &sy, &sg);
+    double s = 0.0;
+    for (int64_t j = 0; j < v->k; j++)
+        if (j >= 64 || !((drop >> j) & 1))
+            s += dl__out_slot(v, t, j, i);
+    return s + fabs(dl__shared_out_term(sy, sg, v->d, t, i)); /* never dropped, in every row */
+}
+
+int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
+{
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < v->T; t++)
-        for (int64_t i = 0; i < d; i++) {
-            double s = 0.0;
-            for (int64_t j = 0; j < k; j++)
-                s += fabs((double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i]);
-            a[t * d + i] = s + fabs(dl__shared_out_term(sy, sg, d, t, i));
-        }
-    m->K = k + (v->c->shared_experts > 0); /* the shared experts' term is one more */
+        for (int64_t i = 0; i < v->d; i++)
+            a[t * v->d + i] = dl__out_mag_elem(v, t, i, 0);
+    m->K = dl__out_terms(v);
     m->short_sum = 1;
     return 0;
 }
 
-int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+double dl__out_prop_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop)
 {
     const double *dy = DL__DL(v, Y_SORTED), *dw = DL__DL(v, TOPK_WEIGHTS);
     const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
@@ -62,23 +86,30 @@ int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     dl__shared_out_operands(v, &sy, &sg);
     const double *dsy = DL__DL(v, SHARED_Y), *dsg = DL__DL(v, SHARED_GATE);
     const int sh = dsy || dsg, rs = DL__RSS(v, SHARED_Y);
-    if (!dy && !dw && !sh)
-        return 0;
     const int ry = DL__RSS(v, Y_SORTED), rw = DL__RSS(v, TOPK_WEIGHTS);
+    double lin = 0.0, sq = 0.0; /* the slots' rows are distinct hidden values */
+    for (int64_t j = 0; j < k; j++) {
+        if (j < 64 && ((drop >> j) & 1))
+            continue;
+        const int64_t q = inv[t * k + j];
+        const double ty = fabs((double)w[t * k + j]) * (dy ? dy[q * d + i] : 0.0);
+        const double tw = (dw ? dw[t * k + j] : 0.0) * fabs((double)y[q * d + i]);
+        lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
+        sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
+    }
+    const double ts = sh ? dl__shared_out_delta(sy, sg, dsy, dsg, d, t, i) : 0.0;
+    return dl__comb(lin + (rs ? 0.0 : ts), sq + (rs ? ts * ts : 0.0));
+}
+
+int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
+{
+    if (!DL__DL(v, Y_SORTED) && !DL__DL(v, TOPK_WEIGHTS) && !DL__DL(v, SHARED_Y) &&
+        !DL__DL(v, SHARED_GATE))
+        return 0;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < v->T; t++)
-        for (int64_t i = 0; i < d; i++) {
-            double lin = 0.0, sq = 0.0; /* the slots' rows are distinct hidden values */
-            for (int64_t j = 0; j < k; j++) {
-                const int64_t q = inv[t * k + j];
-                const double ty = fabs((double)w[t * k + j]) * (dy ? dy[q * d + i] : 0.0);
-                const double tw = (dw ? dw[t * k + j] : 0.0) * fabs((double)y[q * d + i]);
-                lin += (ry ? 0.0 : ty) + (rw ? 0.0 : tw);
-                sq += (ry ? ty * ty : 0.0) + (rw ? tw * tw : 0.0);
-            }
-            const double ts = sh ? dl__shared_out_delta(sy, sg, dsy, dsg, d, t, i) : 0.0;
-            out[t * d + i] += dl__comb(lin + (rs ? 0.0 : ts), sq + (rs ? ts * ts : 0.0));
-        }
+        for (int64_t i = 0; i < v->d; i++)
+            out[t * v->d + i] += dl__out_prop_elem(v, t, i, 0);
     return 1;
 }
 

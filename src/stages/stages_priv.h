@@ -174,7 +174,7 @@ typedef struct {
 typedef struct {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
-    const void *const *v;
+    const void *v[DL_VALUE_COUNT];
     int64_t T, d, f, E, k, M;
     int swiglu;
     dl_dtype_t act;
@@ -182,7 +182,7 @@ typedef struct {
     const float *sel_weights;
     void *(*alloc)(void *actx, int64_t n, size_t size);
     void *actx;
-    const double *const *delta;
+    const double *delta[DL_VALUE_COUNT];
     uint64_t rss;
 } dl__vctx_t;
 
@@ -304,6 +304,36 @@ static inline double dl__shared_out_delta(const float *y, const float *g, const 
 /* The shared experts' effective shared_y and gate (NULL where the case has
  * none), for the combine's checking side (dispatch_check.c). */
 void dl__shared_out_operands(const dl__vctx_t *v, const float **y, const float **g);
+/* The terms of the combine's element out[t, i] (dl_combine_shared): the
+ * products w[t,j] y[inv[t,j], i], exact in binary64, of the slots not in
+ * drop (bit j: slot j left out, j < 64), then the shared experts' term
+ * (dl__shared_out_term; sy NULL: none), into p; their count. */
+static inline int64_t dl__combine_terms(const float *y, const float *w, const int32_t *inv,
+                                        const float *sy, const float *sg, int64_t k, int64_t d,
+                                        int64_t t, int64_t i, uint64_t drop, double *p)
+{
+    int64_t n = 0;
+    for (int64_t j = 0; j < k; j++)
+        if (j >= 64 || !((drop >> j) & 1))
+            p[n++] = (double)w[t * k + j] * (double)y[(int64_t)inv[t * k + j] * d + i];
+    if (sy)
+        p[n++] = dl__shared_out_term(sy, sg, d, t, i);
+    return n;
+}
+/* The combine's element out[t, i] on the effective values of v with the
+ * slots in drop left out (the zero-drop diagnosis asks "is this row the
+ * combine without these slots?"), as the stage computes it and as its
+ * checking side judges it (dispatch_check.c): _exact its value, rounded as
+ * the stage rounds it (*bad set on a non-finite one); _mag its M, the sum
+ * of its terms' magnitudes; _prop the first-order error v's deltas carry
+ * into the terms kept (the same as dl__prop_out's element with drop 0);
+ * dl__out_slot |w[t,j] y[inv[t,j], i]|, slot j's part of it; dl__out_terms
+ * the number of terms of the full sum (the comparison's K). */
+double dl__out_exact_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop, int *bad);
+double dl__out_mag_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop);
+double dl__out_prop_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop);
+double dl__out_slot(const dl__vctx_t *v, int64_t t, int64_t j, int64_t i);
+int64_t dl__out_terms(const dl__vctx_t *v);
 /* The shared path's terms of d_x on the effective values (sh->width 0
  * without shared experts), the magnitudes of its terms of d_x[t, i], their
  * count in the sum, and the first-order error their absent upstream
