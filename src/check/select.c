@@ -66,7 +66,7 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
  * was then made on values the runner sees). */
 static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
 {
-    const int64_t d = ck->d, E = ck->E;
+    const int64_t E = ck->E;
     if (ck->st[DL_VALUE_ROUTER_LOGITS].cand || ck->st[DL_VALUE_ROUTER_SCORES].cand ||
         !ck->in->router_weight) {
         memset(dl, 0, (size_t)E * sizeof *dl);
@@ -75,17 +75,12 @@ static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
     const dl_check_profile_t *p = dl__ck_prof(ck, DL_VALUE_ROUTER_LOGITS);
     const double kin = (dl__ck_on_input_grid(p, ck->act) ? 0 : 1) +
                        (dl__ck_on_input_grid(p, DL_F32) ? 0 : 1);
-    const double K = (double)d + (ck->c->route.has_router_bias ? 1 : 0);
+    /* the router GEMM's K and M from beside the stage (route_check.c) */
+    const double K = (double)dl__route_logit_k(ck->c);
     const double rel = K * fmax(p->u_acc, 0x1p-24) + kin * ldexp(1.0, -p->in_bits);
     const float *l = (const float *)ck->st[DL_VALUE_ROUTER_LOGITS].eff + t * E;
-    for (int64_t e = 0; e < E; e++) {
-        double m = 0.0;
-        for (int64_t i = 0; i < d; i++)
-            m += fabs((double)ck->in->x[t * d + i]) * fabs((double)ck->in->router_weight[i * E + e]);
-        if (ck->c->route.has_router_bias && ck->in->router_bias) /* + 1 b, one more term */
-            m += fabs((double)ck->in->router_bias[e]);
-        dl[e] = rel * m + 0x1p-23 * fabs((double)l[e]);
-    }
+    for (int64_t e = 0; e < E; e++)
+        dl[e] = rel * dl__route_logit_m(ck->c, ck->in, t, e) + 0x1p-23 * fabs((double)l[e]);
     return 1;
 }
 

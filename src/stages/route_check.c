@@ -69,6 +69,23 @@ int dl__mag_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
     return 0;
 }
 
+double dl__route_logit_m(const dl_moe_config_t *c, const dl_moe_inputs_t *in, int64_t t,
+                         int64_t e)
+{
+    const int64_t d = c->hidden, E = c->route.experts;
+    double m = 0.0;
+    for (int64_t i = 0; i < d; i++)
+        m += fabs((double)in->x[t * d + i]) * fabs((double)in->router_weight[i * E + e]);
+    if (c->route.has_router_bias && in->router_bias) /* + 1 b, one more term */
+        m += fabs((double)in->router_bias[e]);
+    return m;
+}
+
+int64_t dl__route_logit_k(const dl_moe_config_t *c)
+{
+    return c->hidden + (c->route.has_router_bias ? 1 : 0);
+}
+
 int dl__exact_router_scores(const dl__vctx_t *v, float *out)
 {
     return dl_route_scores(&v->c->route, EF(ROUTER_LOGITS), v->T, out);

@@ -234,6 +234,14 @@ typedef struct {
     DL__CHECK_FNS_##ck(nm) DL__PROP_FNS_##prop(nm)
 DL_VALUE_MAP(DL__CHECK_DECL)
 
+/* The router GEMM's magnitude for token t and expert e, as
+ * dl__mag_router_logits describes it: sum_i |x[t,i]| |W[i,e]| (+ |b[e]|
+ * with a router-logit bias), and its contraction length (d, or d + 1);
+ * for the runner's hidden router (a selection made on logits it does not
+ * see). */
+double dl__route_logit_m(const dl_moe_config_t *c, const dl_moe_inputs_t *in, int64_t t,
+                         int64_t e);
+int64_t dl__route_logit_k(const dl_moe_config_t *c);
 /* The score function's magnitudes (route_check.c), for the runner's
  * routing tolerances too: the row terms of token row l (logits), s
  * (scores) of E experts (softmax: mx = max l, zs = sum_j |s_j| |l_j - mx|;
