@@ -168,17 +168,18 @@ typedef enum {
     DL_STORE_RT = 4 /* floats on the grid of router_dtype (the router weight) */
 } dl_store_t;
 
-/* When an array exists. */
-typedef enum {
-    DL_COND_ALWAYS = 0,
-    DL_COND_BIAS = 1,  /* only when route.has_bias */
-    DL_COND_SWIGLU = 2, /* only with a hidden layer (DL_FFN_HIDDEN) */
-    DL_COND_SHARED = 3, /* only with shared experts (shared_experts > 0) */
-    DL_COND_SHARED_GATE = 4, /* only with the shared experts' sigmoid gate */
-    DL_COND_ROUTER_BIAS = 5, /* only when route.has_router_bias */
-    DL_COND_FFN_BIAS = 6, /* only with ffn_bias */
-    DL_COND_GATE = 7 /* only with a gated FFN (DL_FFN_GATED) */
-} dl_cond_t;
+/* When an array exists: X(ENUM, name), in the order of their numbers
+ * (the names are those of `dropless info --layout` and its JSON):
+ *   ALWAYS, BIAS (route.has_bias), SWIGLU (a hidden layer, DL_FFN_HIDDEN),
+ *   SHARED (shared_experts > 0), SHARED_GATE (the shared experts' sigmoid
+ *   gate), ROUTER_BIAS (route.has_router_bias), FFN_BIAS (ffn_bias), GATE
+ *   (a gated FFN, DL_FFN_GATED). */
+#define DL_COND_MAP(X)                                                      \
+    X(ALWAYS, "always") X(BIAS, "bias") X(SWIGLU, "swiglu") X(SHARED, "shared") \
+    X(SHARED_GATE, "shared_gate") X(ROUTER_BIAS, "router_bias") X(FFN_BIAS, "ffn_bias") \
+    X(GATE, "gate")
+#define DL__COND_ENUM(E, name) DL_COND_##E,
+typedef enum { DL_COND_MAP(DL__COND_ENUM) DL_COND_COUNT } dl_cond_t;
 
 /* Which struct an array lives in. */
 typedef enum {
@@ -242,6 +243,9 @@ DL_EXTERN int dl_value_shape(const dl_moe_config_t *c, dl_value_t s, int64_t dim
 DL_EXTERN int64_t dl_value_dim(const dl_moe_config_t *c, char sym);
 /* 1 when an array with condition cond exists for c. */
 DL_EXTERN int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c);
+/* "always", "bias", ...: the condition's name (DL_COND_MAP); "?" for
+ * none. Static: nothing to free. */
+DL_EXTERN const char *dl_cond_name(dl_cond_t cond);
 
 #ifdef __cplusplus
 }

@@ -8,8 +8,6 @@
 #include "api/api_priv.h"
 
 static const char *const store_names[] = {"act", "f32", "i32", "i64", "rt"};
-static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate",
-                                         "router_bias", "ffn_bias", "gate"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 const dl_golden_file_t *dl__api_golden_file(const dl_api_golden_t *g)
@@ -55,7 +53,7 @@ char *dl_api_layout_json(void)
         else
             dl__api_printf(&t, "\"value\": %d, ", (int)r->value);
         dl__api_printf(&t, "\"store\": \"%s\", \"dims\": \"%s\", \"cond\": \"%s\"}%s\n",
-                       store_names[r->store], r->dims, cond_names[r->cond],
+                       store_names[r->store], r->dims, dl_cond_name(r->cond),
                        i + 1 < dl_layout_count() ? "," : "");
     }
     dl__api_printf(&t, "]}\n");

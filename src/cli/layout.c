@@ -8,8 +8,6 @@
 #include "cli.h"
 
 static const char *const store_names[] = {"act", "f32", "i32", "i64", "rt"};
-static const char *const cond_names[] = {"always", "bias", "swiglu", "shared", "shared_gate",
-                                         "router_bias", "ffn_bias", "gate"};
 static const char *const group_names[] = {"inputs", "forward", "backward"};
 
 /* The library writes the JSON (dl_api_layout_json), so the bindings and
@@ -30,7 +28,7 @@ static void print_table(void)
     for (int i = 0; i < dl_layout_count(); i++) {
         const dl_layout_row_t *r = dl_layout_row(i);
         printf("%-9s %-16s %-5s %-5s %-7s ", group_names[r->group], r->name, store_names[r->store],
-               r->dims, cond_names[r->cond]);
+               r->dims, dl_cond_name(r->cond));
         if (r->value == DL_VALUE_NONE)
             printf("-\n");
         else

@@ -98,6 +98,14 @@ int64_t dl_layout_numel_rows(const dl_layout_row_t *r, const dl_moe_config_t *c,
     return n;
 }
 
+const char *dl_cond_name(dl_cond_t cond)
+{
+#define COND_NAME(E, name) name,
+    static const char *const names[] = {DL_COND_MAP(COND_NAME)};
+#undef COND_NAME
+    return (int)cond >= 0 && cond < DL_COND_COUNT ? names[cond] : "?";
+}
+
 int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
 {
     switch (cond) {
