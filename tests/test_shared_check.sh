@@ -70,6 +70,12 @@ if [ -n "$PY" ] && "$PY" -c 'import ml_dtypes' 2>/dev/null; then
     check "$c: ... and only a WARN under the strict bf16 profile (an -acc allowance)" \
         'run 0 check --profile bf16 "$T/$c.h5" "$T/$c.gate-grad-torch.h5" &&
          grep -q "^d_shared_gate .*WARN.*not with its own stored upstream" "$T/out"'
+    check "$c: d_topk_weights from bf16-rounded products is CONFORMANT under bf16-acc" \
+        'cand $c topk-grad-torch && run 0 check --profile bf16-acc "$T/$c.h5" "$T/$c.topk-grad-torch.h5" &&
+         grep -q "^d_topk_weights .*PASS" "$T/out"'
+    check "$c: d_topk_weights 32 u M off FAILs under bf16-acc" \
+        'cand $c topk-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.topk-grad-over.h5" &&
+         grep -q "^d_topk_weights .*FAIL" "$T/out"'
     check "$c: d_shared_gate 32 u M off FAILs under bf16-acc" \
         'cand $c gate-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.gate-grad-over.h5" &&
          grep -q "^d_shared_gate .*FAIL" "$T/out"'

@@ -64,7 +64,7 @@ int dl__mag_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
         if (!one)
             return DL_ENOMEM;
         m->mp->terms[m->mp->nterms++] = (dl_gemm_term_t){one, 1, router_bias(v), DL_RHS_KN};
-        m->K = v->d + 1;
+        m->K = dl__route_logit_k(v->c);
     }
     return 0;
 }

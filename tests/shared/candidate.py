@@ -22,6 +22,10 @@ Writes CANDIDATE, a copy of GOLDEN changed as MODE says:
               -acc profiles; needs ml_dtypes for bf16/fp16)
   gate-grad-over   the same, 32 u_act sum_i |d_out_i shared_y_i| above it
               (far beyond one rounding per product: defective under every profile)
+  topk-grad-torch, topk-grad-over  the same for the combine's weight
+              gradient d_topk_weights[t, j] = <d_out[t], y_sorted[inv_perm[t k + j]]>
+              (PyTorch's VJP of w * y), its downstream router gradients and
+              d_x left out
 """
 import shutil
 import sys
@@ -52,7 +56,15 @@ def main():
         for j in range(k):
             routed += w[:, j:j + 1] * y[inv.reshape(T, k)[:, j]]
         if mode in ("gate-grad-torch", "gate-grad-over"):
-            gate_grad(g, f, sy, mode)
+            stored_dot(g, f, sy, "d_shared_gate", mode.endswith("over"),
+                       ("d_shared_gate_logit", "d_shared_gate_weight"))
+            return
+        if mode in ("topk-grad-torch", "topk-grad-over"):
+            # the slot's row of y_sorted beside its token's d_out: [T, k, d]
+            ys = y[inv.reshape(T, k)]
+            stored_dot(g, f, ys, "d_topk_weights", mode.endswith("over"),
+                       ("d_router_scores", "d_router_logits", "d_router_weight", "d_x"),
+                       d_out=g["/inputs/d_out"][...].astype(np.float64)[:, None, :])
             return
         if mode == "gate-sign":
             logit = g["/forward/shared_gate_logit"][...].astype(np.float64)
@@ -87,16 +99,22 @@ def main():
             f["/backward/d_x"][...] = dx.astype(np.float32)
 
 
-def gate_grad(g, f, sy, mode):
+def stored_dot(g, f, y, name, over, drop, d_out=None):
+    """Writes backward/name = sum_i RN_act(d_out_i * y_i) (the products
+    stored in the case's type, then summed), 32 u_act sum_i |d_out_i y_i|
+    more when over; deletes the values computed from it (drop)."""
     act = g["config"].attrs["dtype"].decode()
-    prods = g["/inputs/d_out"][...].astype(np.float64) * sy
+    if d_out is None:
+        d_out = g["/inputs/d_out"][...].astype(np.float64)
+    prods = d_out * y
     dg = prods.astype(act_type(act)).astype(np.float64).sum(-1)
-    if mode == "gate-grad-over":
+    if over:
         u = {"fp32": 2.0**-24, "bf16": 2.0**-8, "fp16": 2.0**-11}[act]
         dg += 32 * u * np.abs(prods).sum(-1)
-    f["/backward/d_shared_gate"][...] = dg.astype(np.float32)
-    for n in ("d_shared_gate_logit", "d_shared_gate_weight"):
-        del f["/backward/" + n]
+    f["/backward/" + name][...] = dg.astype(np.float32)
+    for n in drop:
+        if n in f["backward"]:
+            del f["/backward/" + n]
 
 
 if __name__ == "__main__":

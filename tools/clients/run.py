@@ -105,9 +105,9 @@ def check(dropless, golden, cand, report):
 
 
 def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_for, version,
-            device="cpu", pool=None):
+            device, pool):
     """Builds, runs (on `device`) and writes both candidates of one client
-    on one golden file, checks them (in `pool`, an Executor, when given):
+    on one golden file and submits their checks to `pool` (an Executor):
     [row dict] (one per candidate), their verdicts filled by finish()."""
     g = dropless_pkg.load(golden_path)
     case, dtype = g.case, g.config["dtype"]
@@ -143,17 +143,18 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
         args = (dropless, golden_path, cand, os.path.join(outdir, stem + ".json"))
         rows.append(dict(base, candidate=mode, stages=sorted(outs), seconds=round(secs, 3),
                          profile=profile_for(dtype), device=device,
-                         pending=pool.submit(check, *args) if pool else check(*args)))
+                         pending=pool.submit(check, *args)))
     g.close()
     return rows
 
 
 def finish(row):
-    """Fills a row's verdict from its check (a result or a Future)."""
+    """Fills a row's verdict from its check's Future (rows that never got
+    to a check, NOT EXPRESSIBLE or ERROR, have their verdict already)."""
     p = row.pop("pending", None)
     if p is None:
         return row
-    verdict, worst, where, warns, rc = p.result() if hasattr(p, "result") else p
+    verdict, worst, where, warns, rc = p.result()
     row.update(verdict=verdict, worst=worst, worst_stage=where, warns=warns, why="; ".join(warns))
     return row
 
@@ -324,7 +325,7 @@ def main(argv=None):
         version += ", %s" % torch.cuda.get_device_name()
     os.makedirs(a.outdir, exist_ok=True)
     import concurrent.futures
-    pool = concurrent.futures.ThreadPoolExecutor(a.jobs) if a.jobs > 1 else None
+    pool = concurrent.futures.ThreadPoolExecutor(a.jobs)
     runs = []
     for client in chosen:
         for gp in goldens:
