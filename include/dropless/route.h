@@ -39,6 +39,11 @@ typedef struct {
     int has_bias;                /* selection-only expert bias (DeepSeek-V3) */
     int has_router_bias;         /* a bias on the logits, logits = x W_r + b_r (gpt-oss),
                                     with its gradient d_router_bias */
+    int weight_on_input;         /* the score scales the expert's INPUT and the expert
+                                    outputs are summed unweighted (Llama-4):
+                                    x_sorted[r] = RN(x[t] s[t, e]), topk_weights = 1
+                                    (the combine's weights); needs renormalize = 0,
+                                    scaling = 1 and an elementwise or softmax score */
 } dl_route_config_t;
 
 /* The score function's name in case files and goldens ("softmax",
@@ -147,6 +152,33 @@ DL_EXTERN int dl_route_backward(const dl_route_config_t *c, const float *scores,
  * Both 0 for softmax, which is not elementwise. */
 DL_EXTERN double dl_route_score_slope(const dl_route_config_t *c, float s);
 DL_EXTERN double dl_route_score_curvature(const dl_route_config_t *c, float s);
+
+/* Llama-4's routing weight on the expert input (c->weight_on_input), the
+ * stage functions of route_input.c. The weight of token t's j-th expert is
+ * its score, w_in[t, j] = scores[t, ids[t, j]] (no rounding: an exact copy).
+ *
+ * dl_route_input_weights: w_in [T, k] of scores [T, E] and ids [T, k].
+ * dl_route_scale_input: the routed input, x_sorted[p] = RN_t(x[t] w_in[t, j])
+ * for sort_perm[p] = t k + j (one product of two floats, rounded once to
+ * t), p in [0, T k). x [T, d], x_sorted [T k, d].
+ * dl_route_input_backward: the VJP of that product into the scores,
+ * d_scores[t, ids[t, j]] = RN_fp32(sum_i d_x_sorted[inv[t, j], i] x[t, i]),
+ * exact then rounded once (+0 elsewhere and for an exact zero), then
+ * d_logits as dl_route_scores_backward has it at the stored d_scores;
+ * either output may be NULL. d_x_sorted [T k, d], inv_perm [T k].
+ * All arrays caller-owned. Errors: DL_EINVAL (also without
+ * c->weight_on_input, or an expert listed twice), DL_ERANGE (an id or
+ * permutation entry out of range), DL_EDTYPE, DL_EOVERFLOW, DL_ENONFINITE
+ * (a NaN/Inf product or sum), DL_ENOMEM. */
+DL_EXTERN int dl_route_input_weights(const dl_route_config_t *c, const float *scores,
+                                     const int32_t *ids, int64_t T, float *w_in);
+DL_EXTERN int dl_route_scale_input(const float *x, int64_t T, int64_t d, int64_t k,
+                                   const float *w_in, const int32_t *sort_perm, dl_dtype_t t,
+                                   float *x_sorted);
+DL_EXTERN int dl_route_input_backward(const dl_route_config_t *c, const float *x, int64_t d,
+                                      const float *d_x_sorted, const int32_t *inv_perm,
+                                      const float *scores, const int32_t *ids, int64_t T,
+                                      float *d_scores, float *d_logits);
 
 /* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
  * correctly rounded to t (fp32, bf16 or fp16; no libm exp). An exact zero
