@@ -40,7 +40,7 @@ static uint64_t deps(int s, int swiglu)
     case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: return V(ROUTER_SCORES);
     case DL_VALUE_SORT_PERM: case DL_VALUE_INV_PERM: case DL_VALUE_GROUP_SIZES:
     case DL_VALUE_GROUP_OFFSETS: return V(TOPK_IDS);
-    case DL_VALUE_X_SORTED: return V(SORT_PERM);
+    case DL_VALUE_X_SORTED: return V(SORT_PERM) | V(ROUTER_SCORES) | V(TOPK_IDS); /* Llama-4 */
     case DL_VALUE_H_GATE: case DL_VALUE_H_UP: return V(X_SORTED) | V(GROUP_OFFSETS);
     case DL_VALUE_H_ACT: return V(H_GATE) | V(H_UP);
     case DL_VALUE_Y_SORTED: return (swiglu ? V(H_ACT) : V(X_SORTED)) | V(GROUP_OFFSETS);
@@ -55,11 +55,13 @@ static uint64_t deps(int s, int swiglu)
         return (swiglu ? V(D_H_GATE) | V(D_H_UP) : V(D_Y_SORTED)) | V(GROUP_OFFSETS);
     case DL_VALUE_D_W_GATE: return V(X_SORTED) | V(D_H_GATE) | V(GROUP_OFFSETS);
     case DL_VALUE_D_W_UP: return V(X_SORTED) | V(D_H_UP) | V(GROUP_OFFSETS);
-    case DL_VALUE_D_ROUTER_SCORES: return V(ROUTER_SCORES) | V(TOPK_IDS) | V(D_TOPK_WEIGHTS);
+    case DL_VALUE_D_ROUTER_SCORES: /* Llama-4's from d_x_sorted */
+        return V(ROUTER_SCORES) | V(TOPK_IDS) | V(D_TOPK_WEIGHTS) | V(D_X_SORTED) | V(INV_PERM);
     case DL_VALUE_D_ROUTER_LOGITS: return V(ROUTER_SCORES) | V(D_ROUTER_SCORES);
     case DL_VALUE_D_ROUTER_WEIGHT: return V(D_ROUTER_LOGITS);
     case DL_VALUE_D_X:
         return V(D_X_SORTED) | V(INV_PERM) | V(D_ROUTER_LOGITS) | V(D_SHARED_H_GATE) |
+               V(ROUTER_SCORES) | V(TOPK_IDS) |
                V(D_SHARED_H_UP) | V(D_SHARED_GATE_LOGIT);
     default: return shared_deps(s); /* router_logits: the inputs only */
     }
@@ -211,7 +213,9 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
         return dl__mut_gemm_run(&g, dst);
     const char *nm = dl_value_name((dl_value_t)s);
     if (!strncmp(nm, "shared_", 7) || !strncmp(nm, "d_shared_", 9) ||
-        (c->shared_experts > 0 && (s == DL_VALUE_OUT || s == DL_VALUE_D_X)))
+        (c->shared_experts > 0 && (s == DL_VALUE_OUT || s == DL_VALUE_D_X)) ||
+        (c->route.weight_on_input && (s == DL_VALUE_X_SORTED || s == DL_VALUE_D_ROUTER_SCORES ||
+                                      s == DL_VALUE_D_X))) /* Llama-4: the producers know it */
         return via_schedule(c, in, f, b, s);
     switch (s) {
     case DL_VALUE_ROUTER_SCORES: return dl_route_scores(&c->route, f->router_logits, T, dst);
