@@ -89,8 +89,9 @@ DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, i
  * lower group index). Then the k best keys among kept experts, ties to the
  * lower expert index (-0 and +0 tie); ids are listed best first. Weights:
  *   w[t, j] = RN_fp32(scaling * s[id_j] / (renormalize ? sum_j' s[id_j'] : 1))
- * (softmax_topk: RN_fp32(scaling * exp(s[id_j]) / sum_j' exp(s[id_j'])))
- * exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
+ * (softmax_topk: RN_fp32(scaling * exp(s[id_j]) / sum_j' exp(s[id_j'])));
+ * with weight_on_input 1, the combine's constant weights (the score scales
+ * the input instead: dl_route_scale_input); exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
  * the tie margin: the smallest gap, as RN_fp32 of the exact difference,
  * between the k-th and (k+1)-th selectable keys and between the
  * topk_group-th and next group scores; +inf when nothing competes, +0 for
@@ -134,7 +135,9 @@ DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *
  * (zero for unselected experts; the bias and the discrete selection get no
  * gradient): with renormalisation c (dw_i S - sum_j dw_j s_j) / S^2, S the
  * sum of selected scores, else c dw_i; softmax_topk: c p_i (dw_i - sum_j p_j
- * dw_j), p the exact softmax of the selected scores. Then d_logits[t, e] = RN_fp32(exact
+ * dw_j), p the exact softmax of the selected scores; weight_on_input: 0 (its
+ * combine weights are constant; dl_route_input_backward gives the scores'
+ * gradient). Then d_logits[t, e] = RN_fp32(exact
  * VJP of the score function at the stored scores, applied to the STORED
  * d_scores) as dl_route_scores_backward has it. Exact zeros are +0. Either output may be NULL to skip it.
  * Errors: DL_EINVAL (also: an expert listed twice in a token), DL_ERANGE
