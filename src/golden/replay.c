@@ -12,7 +12,7 @@
 #define V(x) DL__BIT(DL_VALUE_##x)
 
 /* What each shared experts' value is computed from (the schedule's rows). */
-static uint64_t shared_deps(int s)
+static dl_valueset_t shared_deps(int s)
 {
     switch (s) {
     case DL_VALUE_SHARED_H_ACT: return V(SHARED_H_GATE) | V(SHARED_H_UP);
@@ -33,7 +33,7 @@ static uint64_t shared_deps(int s)
 }
 
 /* What each stage is computed from (doc/conformance.md, "Dependencies"). */
-static uint64_t deps(int s, int swiglu)
+static dl_valueset_t deps(int s, int swiglu)
 {
     switch (s) {
     case DL_VALUE_ROUTER_SCORES: return V(ROUTER_LOGITS);
@@ -249,7 +249,7 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
 }
 
 int dl__mut_replay(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
-                   dl_moe_backward_t *b, uint64_t dirty, uint64_t fixed)
+                   dl_moe_backward_t *b, dl_valueset_t dirty, dl_valueset_t fixed)
 {
     const int sw = DL_FFN_HIDDEN(c->ffn_kind);
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
