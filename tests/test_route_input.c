@@ -1,12 +1,16 @@
 /* Llama-4's routing weight on the expert input (route.weight_on_input,
- * src/stages/route_input.c) against GNU MPFR: the routed input
+ * src/stages/route_input.c) and DeepSeek-V4's hash routing (route_hash.c)
+ * against GNU MPFR: the routed input
  * RN_t(x s) in fp32, bf16 and fp16, the scores' VJP RN_fp32(<d_x_sorted, x>)
  * and the input gradient sum_j s_j d_x_sorted + d_logits W^T, each bit for
  * bit, on random inputs and on the boundaries: a product exactly halfway
  * between two bf16 values (ties to even), zero and negative-zero inputs, a
  * dot that cancels exactly to zero (+0), top-1 ties of the scores (the
  * lower id wins; the VJP follows the selection it is given), the
- * configurations the variant refuses, and thread-count independence. */
+ * configurations the variant refuses, and thread-count independence; hash
+ * routing's ids are the table's rows for the token ids and its weights
+ * RN(c s_j / sum s) computed in MPFR, a table or token id out of range and
+ * a row listing an expert twice are refused. */
 #include "config.h"
 #include <math.h>
 #include <stdlib.h>
@@ -235,6 +239,60 @@ START_TEST(thread_count)
 }
 END_TEST
 
+/* RN_fp32(c s_j / sum_i s_i), in MPFR */
+static float ref_renorm(double c, const float *s, const int32_t *id, int64_t k, int64_t j)
+{
+    mpfr_t S, q;
+    mpfr_inits2(MPREF_EXACT_PREC, S, q, (mpfr_ptr)0);
+    mpfr_set_zero(S, 1);
+    for (int64_t i = 0; i < k; i++)
+        mpfr_add_d(S, S, s[id[i]], MPFR_RNDN); /* exact */
+    mpfr_set_d(q, s[id[j]], MPFR_RNDN);
+    mpfr_mul_d(q, q, c, MPFR_RNDN); /* exact */
+    mpfr_div(q, q, S, MPFR_RNDN);   /* within 2^-4400 relative: far below any fp32 boundary here */
+    float r = (float)mpref_round(q, DL_F32);
+    mpfr_clears(S, q, (mpfr_ptr)0);
+    return r;
+}
+
+START_TEST(hash_vs_mpfr)
+{
+    dl_test_rng_t r = {44};
+    enum { T = 13, E = 8, k = 3, V = 5 };
+    dl_route_config_t c = {E, k, DL_SCORE_SIGMOID, 1, 1, DL_GROUP_MAX, 1, 1.5, 0, 0, 0, V};
+    float s[T * E], w[T * k], mg[T];
+    int32_t table[V * k], tid[T], ids[T * k];
+    for (int i = 0; i < T * E; i++)
+        s[i] = (float)dl_test_unif(&r);
+    for (int v = 0; v < V; v++)
+        for (int j = 0; j < k; j++)
+            table[v * k + j] = (v + 3 * j) % E; /* distinct: 3j mod 8 for j < 3 */
+    for (int t = 0; t < T; t++)
+        tid[t] = (int32_t)(dl_test_next(&r) % V);
+    s[0] = s[1] = s[2] = 0.5f; /* ties in the scores change nothing: the table chooses */
+    ck_assert_int_eq(dl_route_hash(&c, s, table, tid, T, ids, w, mg), 0);
+    for (int t = 0; t < T; t++) {
+        ck_assert(isinf(mg[t]) && mg[t] > 0);
+        for (int j = 0; j < k; j++) {
+            ck_assert_int_eq(ids[t * k + j], table[tid[t] * k + j]);
+            float want = ref_renorm(1.5, s + t * E, ids + t * k, k, j);
+            ck_assert_msg(bits_eq(w[t * k + j], want), "t %d j %d: %a want %a", t, j,
+                          w[t * k + j], want);
+        }
+    }
+    tid[4] = V; /* a token id past the table */
+    ck_assert_int_eq(dl_route_hash(&c, s, table, tid, T, ids, w, mg), DL_ERANGE);
+    tid[4] = 0, table[2] = E; /* an expert out of range */
+    ck_assert_int_eq(dl_route_hash(&c, s, table, tid, T, ids, w, mg), DL_ERANGE);
+    table[2] = table[0]; /* an expert twice in a row */
+    ck_assert_int_eq(dl_route_hash(&c, s, table, tid, T, ids, w, mg), DL_EINVAL);
+    c.has_bias = 1; /* a selection bias has nothing to choose */
+    ck_assert_int_eq(dl_route_config_validate(&c), DL_EINVAL);
+    c.has_bias = 0, c.hash_vocab = 0;
+    ck_assert_int_eq(dl_route_hash(&c, s, table, tid, T, ids, w, mg), DL_EINVAL);
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -244,6 +302,7 @@ int main(void)
         DL_TEST("input_gradient", "mpfr", input_gradient_vs_mpfr, 60),
         DL_TEST("selection", "ties_and_refusals", selection_and_refusals, 60),
         DL_TEST("threads", "same_bits", thread_count, 60),
+        DL_TEST("hash", "mpfr_and_refusals", hash_vs_mpfr, 60),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

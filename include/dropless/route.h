@@ -44,6 +44,10 @@ typedef struct {
                                     x_sorted[r] = RN(x[t] s[t, e]), topk_weights = 1
                                     (the combine's weights); needs renormalize = 0,
                                     scaling = 1 and an elementwise or softmax score */
+    int64_t hash_vocab;          /* > 0: hash routing (DeepSeek-V4's first layers): the
+                                    experts of token t are row token_ids[t] of a table
+                                    [hash_vocab, k] in the inputs (dl_route_hash); the
+                                    weights still from the scores; 0: top-k selection */
 } dl_route_config_t;
 
 /* The score function's name in case files and goldens ("softmax",
@@ -102,6 +106,17 @@ DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, i
 DL_EXTERN int dl_route_topk(const dl_route_config_t *c, const float *scores,
                             const float *bias, int64_t T, int32_t *ids, float *weights,
                             float *margin);
+
+/* Hash routing (c->hash_vocab = V > 0): ids[t, :] = table[token_ids[t], :]
+ * (the row's order kept), no competition (margin +inf, may be NULL), the
+ * weights of that selection as dl_route_weights gives them; the scores get
+ * no gradient from the choice. table [V, k] of distinct experts in [0, E),
+ * token_ids [T] in [0, V); ids, weights [T, k]; all caller-owned. Errors:
+ * DL_EINVAL (no hash routing, a table row listing an expert twice), DL_ERANGE
+ * (a token id or table entry out of range), those of dl_route_weights. */
+DL_EXTERN int dl_route_hash(const dl_route_config_t *c, const float *scores,
+                            const int32_t *table, const int32_t *token_ids, int64_t T,
+                            int32_t *ids, float *weights, float *margin);
 
 /* The weights of a given selection, as dl_route_topk computes them for
  * its own: w[j] = RN_fp32(scaling * s[ids[j]] / (renormalize ? sum_j'

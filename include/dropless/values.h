@@ -26,12 +26,14 @@ extern "C" {
  *          case's router_dtype (fp32 unless a case asks for bf16 or fp16);
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
  *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
- *          shared experts' concatenated width);
+ *          shared experts' concatenated width), V = route.hash_vocab (the
+ *          hash table's rows);
  *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (an FFN with a hidden
  *          layer: the gated ones and relu2), GATE (a gated FFN only),
  *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only),
  *          ROUTER_BIAS (route.has_router_bias only), FFN_BIAS (ffn_bias
- *          only: the expert projections' biases and their gradients).
+ *          only: the expert projections' biases and their gradients), HASH
+ *          (route.hash_vocab > 0: the token ids and the hash table).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
  * value"; IN and AUX rows: NONE, NONE, 0, 0, NONE):
  *   check  how the value is judged: NUM against its exact value within the
@@ -87,6 +89,8 @@ extern "C" {
     X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_TOKEN_IDS, token_ids, I32, "T", HASH, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_HASH_TABLE, hash_table, I32, "Vk", HASH, NONE, NONE, 0, 0, NONE) \
     X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS, NUM, GEMM, 0, 0, ROUTER) \
     X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0, ROUTER) \
     X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS, IDS, NONE, DL__UP(ROUTER_SCORES) | DL__UP(ROUTER_LOGITS), 0, NONE) \
@@ -186,7 +190,7 @@ typedef enum {
 #define DL_COND_MAP(X)                                                      \
     X(ALWAYS, "always") X(BIAS, "bias") X(SWIGLU, "swiglu") X(SHARED, "shared") \
     X(SHARED_GATE, "shared_gate") X(ROUTER_BIAS, "router_bias") X(FFN_BIAS, "ffn_bias") \
-    X(GATE, "gate")
+    X(GATE, "gate") X(HASH, "hash")
 #define DL__COND_ENUM(E, name) DL_COND_##E,
 typedef enum { DL_COND_MAP(DL__COND_ENUM) DL_COND_COUNT } dl_cond_t;
 

@@ -380,6 +380,7 @@ static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
     } else {
         v->c.tokens = x->Ts, v->rows = x->Ts * x->k, v->f.inv_perm = x->inv;
         v->in.x += x->tb * x->d;
+        v->in.token_ids = v->in.token_ids ? v->in.token_ids + x->tb : NULL; /* hash routing */
         v->in.d_out = v->in.d_out ? v->in.d_out + x->tb * x->d : NULL;
     }
     return 0;

@@ -130,8 +130,11 @@ static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_m
     int rc = DL_ENOMEM;
     if (ids && w && sp && ip && gs && go) {
         if (s == DL_VALUE_TOPK_IDS || s == DL_VALUE_TOPK_WEIGHTS) {
-            rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, ids, w,
-                               f->tie_margin);
+            rc = c->route.hash_vocab > 0 /* hash routing: the table chooses */
+                     ? dl_route_hash(&c->route, f->router_scores, in->hash_table, in->token_ids,
+                                     T, ids, w, f->tie_margin)
+                     : dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, ids, w,
+                                     f->tie_margin);
             if (!rc)
                 memcpy(dst, s == DL_VALUE_TOPK_IDS ? (void *)ids : (void *)w, 4 * (size_t)M);
         } else {

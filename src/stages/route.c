@@ -54,6 +54,10 @@ int dl_route_config_validate(const dl_route_config_t *c)
     if (c->weight_on_input && (c->renormalize || c->scaling != 1.0 ||
                                c->score_fn == DL_SCORE_SOFTMAX_TOPK))
         return DL_EINVAL;
+    /* hash routing chooses by the table: no selection bias, no groups */
+    if (c->hash_vocab < 0 || c->hash_vocab > INT32_MAX ||
+        (c->hash_vocab > 0 && (c->has_bias || c->n_group > 1)))
+        return DL_EINVAL;
     return 0;
 }
 

@@ -11,10 +11,11 @@
 #include <stdlib.h>
 #include "stages/stages_priv.h"
 
-/* The selection's ids in range and distinct for each of T tokens. */
-static int ids_ok(const int32_t *ids, int64_t T, int64_t k, int64_t E)
+/* n rows of k expert ids, each in [0, E) and none twice in a row: the
+ * selections of Llama-4's weights and hash routing's table. */
+int dl__route_rows_ok(const int32_t *ids, int64_t n, int64_t k, int64_t E)
 {
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < n; t++)
         for (int64_t j = 0; j < k; j++) {
             const int32_t e = ids[t * k + j];
             if (e < 0 || e >= E)
@@ -45,7 +46,7 @@ int dl_route_input_weights(const dl_route_config_t *c, const float *scores, cons
         return DL_EOVERFLOW;
     if (T > 0 && (!scores || !ids || !w_in))
         return DL_EINVAL;
-    if ((rc = ids_ok(ids, T, c->top_k, c->experts)))
+    if ((rc = dl__route_rows_ok(ids, T, c->top_k, c->experts)))
         return rc;
     for (int64_t i = 0; i < nk; i++)
         w_in[i] = scores[(i / c->top_k) * c->experts + ids[i]];
@@ -116,7 +117,7 @@ static int backward_args(const dl_route_config_t *c, const float *x, int64_t d,
         return DL_EOVERFLOW;
     if (T > 0 && (!x || !dxs || !inv || !scores || !ids))
         return DL_EINVAL;
-    if ((rc = ids_ok(ids, T, c->top_k, c->experts)) || (rc = perm_ok(inv, M)))
+    if ((rc = dl__route_rows_ok(ids, T, c->top_k, c->experts)) || (rc = perm_ok(inv, M)))
         return rc;
     return 0;
 }

@@ -53,6 +53,9 @@ static int p_router_scores(const dl_stage_view_t *v)
 
 static int p_topk_ids(const dl_stage_view_t *v)
 {
+    if (v->c.route.hash_vocab > 0) /* DeepSeek-V4's hash layers: the table chooses */
+        return dl_route_hash(&v->c.route, v->f.router_scores, v->in.hash_table, v->in.token_ids,
+                             v->c.tokens, v->f.topk_ids, v->f.topk_weights, v->f.tie_margin);
     return dl_route_topk(&v->c.route, v->f.router_scores, v->in.expert_bias, v->c.tokens,
                          v->f.topk_ids, v->f.topk_weights, v->f.tie_margin);
 }
@@ -436,7 +439,8 @@ static int p_d_x(const dl_stage_view_t *v)
     P(router_logits, TOKENS, FW, ALWAYS, R(IN_X) | R(IN_ROUTER_WEIGHT) | R(IN_ROUTER_BIAS), 0,     \
       R(ROUTER_LOGITS))                                                                         \
     P(router_scores, TOKENS, FW, ALWAYS, R(ROUTER_LOGITS), 0, R(ROUTER_SCORES))                 \
-    P(topk_ids, TOKENS, FW, ALWAYS, R(ROUTER_SCORES) | R(IN_EXPERT_BIAS), 0,                       \
+    P(topk_ids, TOKENS, FW, ALWAYS, R(ROUTER_SCORES) | R(IN_EXPERT_BIAS) | R(IN_TOKEN_IDS) |        \
+      R(IN_HASH_TABLE), 0,                                                                      \
       R(TOPK_IDS) | R(TOPK_WEIGHTS) | R(TIE_MARGIN))                                            \
     P(sort_perm, ALL, FW, ALWAYS, R(TOPK_IDS), 0,                                               \
       R(SORT_PERM) | R(INV_PERM) | R(GROUP_SIZES) | R(GROUP_OFFSETS))                           \

@@ -49,6 +49,9 @@ int dl__expert_projection(const dl_moe_config_t *c, const float *lhs, int64_t K,
  * [E] from the stored scores s [E] and d_scores ds [E]. */
 int dl__route_scores_vjp_row(const dl_route_config_t *c, const float *s, const float *ds,
                              float *dl);
+/* n rows of k expert ids, each in [0, E) and none twice in a row:
+ * 0, DL_ERANGE or DL_EINVAL (route_input.c). */
+int dl__route_rows_ok(const int32_t *ids, int64_t n, int64_t k, int64_t E);
 /* dl_route_scale_input on the sorted rows [r0, r1) only, out holding
  * r1 - r0 rows (the schedule's windows; arguments already checked). */
 int dl__scale_input_rows(const float *x, int64_t d, int64_t k, const float *w_in,

@@ -116,6 +116,7 @@ int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
     case DL_COND_SHARED: return c->shared_experts > 0;
     case DL_COND_SHARED_GATE: return c->shared_experts > 0 && c->shared_gate;
     case DL_COND_ROUTER_BIAS: return c->route.has_router_bias != 0;
+    case DL_COND_HASH: return c->route.hash_vocab > 0;
     default: return 1;
     }
 }
@@ -132,6 +133,7 @@ int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
     case 'P': return c->route.experts + 1;
     case 'M': return dl_mul_size(c->tokens, c->route.top_k, &v) ? DL_EOVERFLOW : v;
     case 'S': return dl_mul_size(c->shared_experts, c->shared_ffn, &v) ? DL_EOVERFLOW : v;
+    case 'V': return c->route.hash_vocab;
     default: return -1;
     }
 }
