@@ -44,6 +44,14 @@ check "llama4-like-bf16: a wrong $S FAILs there and only there" \
          run 1 check "$V/llama4-like-bf16.h5" "$m/sign.$s.staged.h5" &&
          grep -q "^$s .*FAIL" "$T/out" && [ "$(grep -c " FAIL " "$T/out")" -eq 1 ] || exit 1
      done'
+if grep -q '^#define DL_HAVE_MPI 1' "$top_builddir/config.h" 2>/dev/null && command -v mpirun >/dev/null 2>&1; then
+    check "mpirun -np 2 gen llama4-like: refused (exit 2, the variant named), nothing written" \
+        'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+         mpirun --oversubscribe -np 2 "$DL" gen llama4-like -o "$T/m.h5" >"$T/out" 2>"$T/err";
+         [ $? -eq 2 ] && grep -q "weight_on_input" "$T/err" && [ ! -e "$T/m.h5" ]'
+else
+    skip "mpirun refusal" "no MPI build or no mpirun"
+fi
 check "a case without the variant has no weight_on_input attribute" \
     'run 0 info "$V/mixtral-small.h5" && ! grep -q "weight_on_input" "$T/out"'
 echo "1..$n"
