@@ -144,6 +144,8 @@ int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel
 
 int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w)
 {
+    if (ck->c->route.hash_vocab > 0)
+        return 0; /* a table's choice does not move with the scores */
     if (ck->tie_margin && ck->tie_margin[t] == 0.0f)
         return 1; /* an exact tie */
     return select_moved(ck, t, x, -1.0, w) != 0 || !dl__ck_same_set(w->ids, x, ck->k);
