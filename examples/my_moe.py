@@ -55,7 +55,7 @@ def _shared_forward(cfg, x, shared_w_gate, shared_w_up, shared_w_down, shared_ga
 
 def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_up=None,
                 shared_w_gate=None, shared_w_up=None, shared_w_down=None,
-                shared_gate_weight=None, router_bias=None, **_):
+                shared_gate_weight=None, router_bias=None, token_ids=None, hash_table=None, **_):
     act, f64 = STORE[cfg["dtype"]], np.float64
     T, E, k = cfg["tokens"], cfg["experts"], cfg["top_k"]
     x = np.asarray(x, f64)
@@ -73,18 +73,27 @@ def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_
         scores = logits
     else:
         scores = _sigmoid(z).astype(np.float32)
-    ids = _route(cfg, scores, expert_bias)
+    if cfg.get("hash_vocab"):  # DeepSeek-V4's hash layers: the table chooses
+        ids = np.asarray(hash_table, np.int32)[np.asarray(token_ids, np.int64)].reshape(T, k)
+    else:
+        ids = _route(cfg, scores, expert_bias)
     picked = np.take_along_axis(scores.astype(f64), ids.astype(np.int64), axis=1)
     if cfg["score_function"] == "softmax_topk":
         e = np.exp(picked - (picked.max(-1, keepdims=True) if T else 0))
         picked = e / e.sum(-1, keepdims=True)
     denom = picked.sum(-1, keepdims=True) if cfg["renormalize"] else 1.0
     weights = (cfg["scaling"] * picked / denom).astype(np.float32)
+    win = cfg.get("weight_on_input")  # Llama-4: the score scales the expert's input
+    if win:
+        weights, w_in = np.ones_like(weights), picked
     perm = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
     inv = np.argsort(perm, kind="stable").astype(np.int32)
     sizes = np.bincount(ids.reshape(-1), minlength=E).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     xs = x[perm // k]
+    if win:
+        xs = xs * w_in.reshape(-1)[perm][:, None]  # one product, rounded once below
+        xs = xs.astype(act).astype(f64)
 
     def grouped(a, w):  # rows of expert e times w[e]
         out = np.zeros((a.shape[0], w.shape[2]))
@@ -186,6 +195,9 @@ def moe_backward(cfg, inputs, fw):
         bw["d_w_down"] = wgrad(D(fw["x_sorted"]), dy)
     dtw = D(bw["d_topk_weights"])
     picked = np.take_along_axis(s, ids.astype(np.int64), axis=1)
+    win = cfg.get("weight_on_input")
+    if win:  # Llama-4: the scores' gradient comes back from the scaled input
+        dtw = (D(bw["d_x_sorted"])[inv] * np.repeat(x, k, 0)).sum(-1).reshape(T, k)
     S = picked.sum(-1, keepdims=True) if cfg["renormalize"] else np.ones((T, 1))
     dpick = cfg["scaling"] * (dtw / S - ((dtw * picked).sum(-1, keepdims=True) / S ** 2
                                          if cfg["renormalize"] else 0))
@@ -211,7 +223,8 @@ def moe_backward(cfg, inputs, fw):
     bw["d_router_weight"] = (x.T @ dl).astype(np.float32)
     if cfg.get("router_bias"):
         bw["d_router_bias"] = dl.sum(0).astype(np.float32)
-    dxs = D(bw["d_x_sorted"])[inv].reshape(T, k, cfg["hidden"]).sum(1)
+    wi = picked[:, :, None] if win else 1.0
+    dxs = (D(bw["d_x_sorted"])[inv].reshape(T, k, cfg["hidden"]) * wi).sum(1)
     dx_shared = 0.0
     if cfg.get("shared_experts"):
         sbw, dx_shared = _shared_backward(cfg, inputs, fw, dout)

@@ -69,16 +69,23 @@ def moe_layer(g):
     scores = store("router_scores", torch.softmax(logits, -1) if fn == "softmax"
                    else torch.sqrt(torch.nn.functional.softplus(logits)) if fn == "sqrtsoftplus"
                    else logits if fn == "softmax_topk" else torch.sigmoid(logits), torch.float32)
-    ids = _route(cfg, scores, inp.get("expert_bias"))
+    if cfg.get("hash_vocab"):  # DeepSeek-V4's hash layers: the table chooses
+        ids = inp["hash_table"].long()[inp["token_ids"].long()].reshape(T, k)
+    else:
+        ids = _route(cfg, scores, inp.get("expert_bias"))
     picked = scores.gather(1, ids)
     if fn == "softmax_topk":  # top-k on the logits, then softmax over the selected
         picked = torch.softmax(picked, -1)
     w = cfg["scaling"] * picked / (picked.sum(-1, keepdim=True) if cfg["renormalize"] else 1.0)
+    win = cfg.get("weight_on_input")  # Llama-4: the score scales the expert's input
+    if win:
+        w_in, w = w, torch.ones_like(w.detach()).requires_grad_()  # the combine's weights
     w = store("topk_weights", w, torch.float32)
     perm = torch.argsort(ids.reshape(-1), stable=True)
     sizes = torch.bincount(ids.reshape(-1), minlength=E)
     off = [0] + torch.cumsum(sizes, 0).tolist()
-    xs = store("x_sorted", inp["x"][perm // k], act)
+    xs = inp["x"][perm // k]
+    xs = store("x_sorted", xs * w_in.reshape(-1)[perm][:, None] if win else xs, act)
 
     def grouped(a, wts):
         return torch.cat([a[off[e]:off[e + 1]] @ wts[e] for e in range(E)], 0)

@@ -44,7 +44,8 @@ mpi() {
 for spec in "tiny 2 4" "mixtral-small 2 4" "deepseek-v3-small 2 4" "zipf-fp16 2 4" \
             "ties-grouped-bf16 2 4" "plain-ffn-bf16 2" "single-token 2 4" "no-tokens 2" \
             "qwen2-moe-like 2 4" "deepseek-v3-shared-bf16 2 4" \
-            "softmax-topk 2 4" "deepseek-v4-like-bf16 2 4" "softmax-topk-ties-fp16 2"; do
+            "softmax-topk 2 4" "deepseek-v4-like-bf16 2 4" "softmax-topk-ties-fp16 2" \
+            "deepseek-v4-hash 2 4" "deepseek-v4-hash-bf16 2"; do
     set -- $spec
     c=$1
     shift

@@ -88,6 +88,7 @@ typedef struct {
     float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight; /* shared experts */
     float *router_bias; /* only with route.has_router_bias */
     float *b_gate, *b_up, *b_down; /* ffn_bias only */
+    int32_t *token_ids, *hash_table; /* hash routing only (route.hash_vocab > 0) */
 } dl_golden_inputs_t;
 
 /* A read-only view for dl_moe_forward/backward. */

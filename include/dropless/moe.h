@@ -78,6 +78,9 @@ typedef struct {
     const float *shared_w_gate, *shared_w_up, *shared_w_down, *shared_gate_weight;
     const float *router_bias; /* [E] fp32, only with route.has_router_bias */
     const float *b_gate, *b_up, *b_down; /* [E,f], [E,f], [E,d] (act): ffn_bias only */
+    /* hash routing only (route.hash_vocab = V > 0): token_ids [T] in [0, V),
+     * hash_table [V, k] of distinct experts */
+    const int32_t *token_ids, *hash_table;
 } dl_moe_inputs_t;
 
 /* Checks the inputs: present where needed, finite, and each on the grid

@@ -39,6 +39,15 @@ typedef struct {
     int has_bias;                /* selection-only expert bias (DeepSeek-V3) */
     int has_router_bias;         /* a bias on the logits, logits = x W_r + b_r (gpt-oss),
                                     with its gradient d_router_bias */
+    int weight_on_input;         /* the score scales the expert's INPUT and the expert
+                                    outputs are summed unweighted (Llama-4):
+                                    x_sorted[r] = RN(x[t] s[t, e]), topk_weights = 1
+                                    (the combine's weights); needs renormalize = 0,
+                                    scaling = 1 and an elementwise or softmax score */
+    int64_t hash_vocab;          /* > 0: hash routing (DeepSeek-V4's first layers): the
+                                    experts of token t are row token_ids[t] of a table
+                                    [hash_vocab, k] in the inputs (dl_route_hash); the
+                                    weights still from the scores; 0: top-k selection */
 } dl_route_config_t;
 
 /* The score function's name in case files and goldens ("softmax",
@@ -84,8 +93,9 @@ DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, i
  * lower group index). Then the k best keys among kept experts, ties to the
  * lower expert index (-0 and +0 tie); ids are listed best first. Weights:
  *   w[t, j] = RN_fp32(scaling * s[id_j] / (renormalize ? sum_j' s[id_j'] : 1))
- * (softmax_topk: RN_fp32(scaling * exp(s[id_j]) / sum_j' exp(s[id_j'])))
- * exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
+ * (softmax_topk: RN_fp32(scaling * exp(s[id_j]) / sum_j' exp(s[id_j'])));
+ * with weight_on_input 1, the combine's constant weights (the score scales
+ * the input instead: dl_route_scale_input); exact then rounded once; an exact zero is +0. margin[t] (may be NULL) is
  * the tie margin: the smallest gap, as RN_fp32 of the exact difference,
  * between the k-th and (k+1)-th selectable keys and between the
  * topk_group-th and next group scores; +inf when nothing competes, +0 for
@@ -96,6 +106,17 @@ DL_EXTERN int dl_route_scores(const dl_route_config_t *c, const float *logits, i
 DL_EXTERN int dl_route_topk(const dl_route_config_t *c, const float *scores,
                             const float *bias, int64_t T, int32_t *ids, float *weights,
                             float *margin);
+
+/* Hash routing (c->hash_vocab = V > 0): ids[t, :] = table[token_ids[t], :]
+ * (the row's order kept), no competition (margin +inf, may be NULL), the
+ * weights of that selection as dl_route_weights gives them; the scores get
+ * no gradient from the choice. table [V, k] of distinct experts in [0, E),
+ * token_ids [T] in [0, V); ids, weights [T, k]; all caller-owned. Errors:
+ * DL_EINVAL (no hash routing, a table row listing an expert twice), DL_ERANGE
+ * (a token id or table entry out of range), those of dl_route_weights. */
+DL_EXTERN int dl_route_hash(const dl_route_config_t *c, const float *scores,
+                            const int32_t *table, const int32_t *token_ids, int64_t T,
+                            int32_t *ids, float *weights, float *margin);
 
 /* The weights of a given selection, as dl_route_topk computes them for
  * its own: w[j] = RN_fp32(scaling * s[ids[j]] / (renormalize ? sum_j'
@@ -129,7 +150,9 @@ DL_EXTERN int dl_route_scores_backward(const dl_route_config_t *c, const float *
  * (zero for unselected experts; the bias and the discrete selection get no
  * gradient): with renormalisation c (dw_i S - sum_j dw_j s_j) / S^2, S the
  * sum of selected scores, else c dw_i; softmax_topk: c p_i (dw_i - sum_j p_j
- * dw_j), p the exact softmax of the selected scores. Then d_logits[t, e] = RN_fp32(exact
+ * dw_j), p the exact softmax of the selected scores; weight_on_input: 0 (its
+ * combine weights are constant; dl_route_input_backward gives the scores'
+ * gradient). Then d_logits[t, e] = RN_fp32(exact
  * VJP of the score function at the stored scores, applied to the STORED
  * d_scores) as dl_route_scores_backward has it. Exact zeros are +0. Either output may be NULL to skip it.
  * Errors: DL_EINVAL (also: an expert listed twice in a token), DL_ERANGE
@@ -147,6 +170,33 @@ DL_EXTERN int dl_route_backward(const dl_route_config_t *c, const float *scores,
  * Both 0 for softmax, which is not elementwise. */
 DL_EXTERN double dl_route_score_slope(const dl_route_config_t *c, float s);
 DL_EXTERN double dl_route_score_curvature(const dl_route_config_t *c, float s);
+
+/* Llama-4's routing weight on the expert input (c->weight_on_input), the
+ * stage functions of route_input.c. The weight of token t's j-th expert is
+ * its score, w_in[t, j] = scores[t, ids[t, j]] (no rounding: an exact copy).
+ *
+ * dl_route_input_weights: w_in [T, k] of scores [T, E] and ids [T, k].
+ * dl_route_scale_input: the routed input, x_sorted[p] = RN_t(x[t] w_in[t, j])
+ * for sort_perm[p] = t k + j (one product of two floats, rounded once to
+ * t), p in [0, T k). x [T, d], x_sorted [T k, d].
+ * dl_route_input_backward: the VJP of that product into the scores,
+ * d_scores[t, ids[t, j]] = RN_fp32(sum_i d_x_sorted[inv[t, j], i] x[t, i]),
+ * exact then rounded once (+0 elsewhere and for an exact zero), then
+ * d_logits as dl_route_scores_backward has it at the stored d_scores;
+ * either output may be NULL. d_x_sorted [T k, d], inv_perm [T k].
+ * All arrays caller-owned. Errors: DL_EINVAL (also without
+ * c->weight_on_input, or an expert listed twice), DL_ERANGE (an id or
+ * permutation entry out of range), DL_EDTYPE, DL_EOVERFLOW, DL_ENONFINITE
+ * (a NaN/Inf product or sum), DL_ENOMEM. */
+DL_EXTERN int dl_route_input_weights(const dl_route_config_t *c, const float *scores,
+                                     const int32_t *ids, int64_t T, float *w_in);
+DL_EXTERN int dl_route_scale_input(const float *x, int64_t T, int64_t d, int64_t k,
+                                   const float *w_in, const int32_t *sort_perm, dl_dtype_t t,
+                                   float *x_sorted);
+DL_EXTERN int dl_route_input_backward(const dl_route_config_t *c, const float *x, int64_t d,
+                                      const float *d_x_sorted, const int32_t *inv_perm,
+                                      const float *scores, const int32_t *ids, int64_t T,
+                                      float *d_scores, float *d_logits);
 
 /* SwiGLU: h[i] = RN_t(silu(g[i]) * u[i]), silu(g) = g / (1 + exp(-g)),
  * correctly rounded to t (fp32, bf16 or fp16; no libm exp). An exact zero

@@ -26,12 +26,14 @@ extern "C" {
  *          case's router_dtype (fp32 unless a case asks for bf16 or fp16);
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
  *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
- *          shared experts' concatenated width);
+ *          shared experts' concatenated width), V = route.hash_vocab (the
+ *          hash table's rows);
  *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (an FFN with a hidden
  *          layer: the gated ones and relu2), GATE (a gated FFN only),
  *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only),
  *          ROUTER_BIAS (route.has_router_bias only), FFN_BIAS (ffn_bias
- *          only: the expert projections' biases and their gradients).
+ *          only: the expert projections' biases and their gradients), HASH
+ *          (route.hash_vocab > 0: the token ids and the hash table).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
  * value"; IN and AUX rows: NONE, NONE, 0, 0, NONE):
  *   check  how the value is judged: NUM against its exact value within the
@@ -87,6 +89,8 @@ extern "C" {
     X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_TOKEN_IDS, token_ids, I32, "T", HASH, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_HASH_TABLE, hash_table, I32, "Vk", HASH, NONE, NONE, 0, 0, NONE) \
     X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS, NUM, GEMM, 0, 0, ROUTER) \
     X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0, ROUTER) \
     X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS, IDS, NONE, DL__UP(ROUTER_SCORES) | DL__UP(ROUTER_LOGITS), 0, NONE) \
@@ -96,7 +100,7 @@ extern "C" {
     X(FW, INV_PERM, inv_perm, I32, "M", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE) \
     X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE) \
     X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE) \
-    X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH, 0, NONE) \
+    X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH | DL__UP(ROUTER_SCORES), 0, NONE) \
     X(FW, H_GATE, h_gate, ACT, "Mf", GATE, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
     X(FW, H_UP, h_up, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0, EXPERTS) \
@@ -121,7 +125,7 @@ extern "C" {
     X(BW, D_B_DOWN, d_b_down, F32, "Ed", FFN_BIAS, DW, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
     X(BW, D_B_GATE, d_b_gate, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0, EXPERTS) \
     X(BW, D_B_UP, d_b_up, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_UP) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS), 0, ROUTER) \
+    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS) | DL__UP(D_X_SORTED) | DL__UP_DISPATCH, 0, ROUTER) \
     X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0, ROUTER) \
     X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
     X(BW, D_ROUTER_BIAS, d_router_bias, F32, "E", ROUTER_BIAS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
@@ -135,7 +139,7 @@ extern "C" {
     X(BW, D_SHARED_H_UP, d_shared_h_up, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS) \
     X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_GATE), 0, EXPERTS) \
     X(BW, D_SHARED_W_UP, d_shared_w_up, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_UP), 0, EXPERTS) \
-    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH | DL__UP(D_SHARED_H_GATE) | DL__UP(D_SHARED_H_UP) | DL__UP(D_SHARED_GATE_LOGIT), 0, COMBINE)
+    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH | DL__UP(D_SHARED_H_GATE) | DL__UP(D_SHARED_H_UP) | DL__UP(D_SHARED_GATE_LOGIT), 0, COMBINE)
 
 /* The row's enumerator, for FW and BW rows only. */
 #define DL__VALUE_ENUM_IN(E)
@@ -189,7 +193,8 @@ typedef enum {
     X(SHARED_GATE, "shared_gate", c->shared_experts > 0 && c->shared_gate)                \
     X(ROUTER_BIAS, "router_bias", c->route.has_router_bias != 0)                          \
     X(FFN_BIAS, "ffn_bias", c->ffn_bias != 0)                                             \
-    X(GATE, "gate", DL_FFN_GATED(c->ffn_kind)) /* a gated FFN */
+    X(GATE, "gate", DL_FFN_GATED(c->ffn_kind)) /* a gated FFN */                        \
+    X(HASH, "hash", c->route.hash_vocab > 0) /* hash routing: token ids, table */
 #define DL__COND_ENUM(E, name, holds) DL_COND_##E,
 typedef enum { DL_COND_MAP(DL__COND_ENUM) DL_COND_COUNT } dl_cond_t;
 

@@ -26,8 +26,12 @@ static int exact_selection(dl__ck_t *ck)
         float *mg = dl__ck_alloc(ck, T, sizeof *mg);
         if (!ids || !w || !mg)
             return DL_ENOMEM;
-        int rc = dl_route_topk(&ck->c->route, ck->st[DL_VALUE_ROUTER_SCORES].eff,
-                               ck->in->expert_bias, T, ids, w, mg);
+        const dl_route_config_t *rt = &ck->c->route;
+        int rc = rt->hash_vocab > 0 /* hash routing: the table chooses */
+                     ? dl_route_hash(rt, ck->st[DL_VALUE_ROUTER_SCORES].eff, ck->in->hash_table,
+                                     ck->in->token_ids, T, ids, w, mg)
+                     : dl_route_topk(rt, ck->st[DL_VALUE_ROUTER_SCORES].eff, ck->in->expert_bias,
+                                     T, ids, w, mg);
         if (rc)
             return rc;
         ck->exact_ids = ids;

@@ -137,11 +137,15 @@ static int select_moved(const dl__ck_t *ck, int64_t t, const int32_t *c, double 
 
 int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel_t *w)
 {
+    if (ck->c->route.hash_vocab > 0)
+        return 0; /* a table's choice has no tie: another set is wrong */
     return select_moved(ck, t, c, 1.0, w) == 0 && dl__ck_same_set(w->ids, c, ck->k);
 }
 
 int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w)
 {
+    if (ck->c->route.hash_vocab > 0)
+        return 0; /* a table's choice does not move with the scores */
     if (ck->tie_margin && ck->tie_margin[t] == 0.0f)
         return 1; /* an exact tie */
     return select_moved(ck, t, x, -1.0, w) != 0 || !dl__ck_same_set(w->ids, x, ck->k);

@@ -131,8 +131,18 @@ static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float
     int64_t m = 0;
     for (int64_t e = 0; e < E; e++) {
         off[e] = m;
-        if (used[e])
-            memcpy(xr + (m++) * d, ck->in->x + t * d, (size_t)d * sizeof *xr);
+        if (!used[e])
+            continue;
+        float *row = xr + (m++) * d;
+        if (ck->c->route.weight_on_input) { /* Llama-4: the expert sees x scaled by its score */
+            const float s = ((const float *)ck->st[DL_VALUE_ROUTER_SCORES].eff)[t * E + e];
+            const int32_t p0 = 0;
+            int rc = dl_route_scale_input(ck->in->x + t * d, 1, d, 1, &s, &p0, ck->act, row);
+            if (rc)
+                return rc;
+        } else {
+            memcpy(row, ck->in->x + t * d, (size_t)d * sizeof *xr);
+        }
     }
     off[E] = m;
     return dl__experts_forward_rows(ck->c, ck->in, xr, off, hg, hu, ys);

@@ -626,7 +626,8 @@ int dl_cli_cases(int argc, char **argv)
             snprintf(route, sizeof route, "%s%s g%" PRId64 "/%" PRId64 ":%s",
                      dl_route_score_name(r->score_fn), bias, r->n_group, r->topk_group, gs);
         else
-            snprintf(route, sizeof route, "%s%s", dl_route_score_name(r->score_fn), bias);
+            snprintf(route, sizeof route, "%s%s%s", dl_route_score_name(r->score_fn), bias,
+                     r->weight_on_input ? "@input" : r->hash_vocab > 0 ? "@hash" : "");
         human(dl_case_data_bytes(c), sz, sizeof sz);
         char sh[64] = ""; /* the shared experts: S x f_s, gated or not */
         if (k->shared_experts > 0)

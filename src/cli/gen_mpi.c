@@ -380,6 +380,7 @@ static int bind(void *ctx, int i, int w, dl_stage_view_t *v)
     } else {
         v->c.tokens = x->Ts, v->rows = x->Ts * x->k, v->f.inv_perm = x->inv;
         v->in.x += x->tb * x->d;
+        v->in.token_ids = v->in.token_ids ? v->in.token_ids + x->tb : NULL; /* hash routing */
         v->in.d_out = v->in.d_out ? v->in.d_out + x->tb * x->d : NULL;
     }
     return 0;
@@ -586,6 +587,10 @@ static int refuse(const run_t *x, const char *path, int slices, const dl_golden_
         snprintf(err, sizeof err, "case %s: mpirun -np %d: the process count must divide the %lld "
                  "experts (each rank owns E/R of them)", x->c->name, x->R,
                  (long long)k->route.experts), rc = 1;
+    else if (k->route.weight_on_input) /* the exchange moves x's rows, not the scaled ones */
+        snprintf(err, sizeof err, "case %s: weight_on_input (the score scales the expert's "
+                 "input) is not supported under mpirun; run dropless gen without it",
+                 x->c->name), rc = 1;
     else if (go->expert_end > 0)
         snprintf(err, sizeof err, "--experts is not supported under mpirun (each rank computes "
                  "its experts; --slices writes each rank's slice)"), rc = 1;

@@ -16,10 +16,11 @@
 
 #define ROUTE(E, k, sf, ng, tg, gs, rn, sc, ...)                                    \
     {.experts = E, .top_k = k, .score_fn = sf, .n_group = ng, .topk_group = tg,      \
-     .group_score = gs, .renormalize = rn, .scaling = sc, ROUTE_FLAGS(__VA_ARGS__, 0, 0)}
-/* has_bias, then optionally has_router_bias (0 when left out) */
+     .group_score = gs, .renormalize = rn, .scaling = sc, ROUTE_FLAGS(__VA_ARGS__, 0, 0, 0, 0)}
+/* has_bias, then optionally has_router_bias, weight_on_input and hash_vocab (0 when left out) */
 #define ROUTE_FLAGS(...) ROUTE_FLAGS_(__VA_ARGS__)
-#define ROUTE_FLAGS_(bias, rbias, ...) .has_bias = bias, .has_router_bias = rbias
+#define ROUTE_FLAGS_(bias, rbias, win, hv, ...) .has_bias = bias, .has_router_bias = rbias, \
+                                                .weight_on_input = win, .hash_vocab = hv
 #define ONE(nm, desc, T, d, f, rt, fk, dt, seed_, kind, zs, big)                     \
     {.name = nm, .description = desc,                                               \
      .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
@@ -139,6 +140,10 @@ static const dl_case_t catalogue[] = {
            24, 16, 16, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_GEGLU_TANH, 0.0, 0.0, DL_F16, 0, 16),
     CASE3V("nemotron-like", "Nemotron-H's experts: non-gated relu(x Wu)^2 Wd; sigmoid top-4 of 16 with the selection bias, renormalised, scale 2.5 (its shared expert left out)",
            24, 16, 16, (16, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 0.0, 0.0, DL_F32, 0, 17),
+    SCASE3("llama4-like", "Llama-4's MoE: sigmoid top-1 of 16 on the expert's input (x sigmoid(l) into the expert, outputs summed unweighted), one shared expert of width f",
+           24, 16, 8, (16, 1, SG, 1, 1, GMAX, 0, 1.0, 0, 0, 1), 2604, 1, 8, 0),
+    CASE3("deepseek-v4-hash", "DeepSeek-V4's first layers: hash routing, each token's top-4 of 16 a row of a 32-row token-id table in the inputs, weights its sqrtsoftplus scores renormalised, scale 1.5",
+          16, 8, 4, (16, 4, DL_SCORE_SQRTSOFTPLUS, 1, 1, GMAX, 1, 1.5, 0, 0, 0, 32), SWI, 2606, DL_INPUTS_RANDOM, 0, 0),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -317,6 +322,14 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("group_score topk_sum needs topk_group to divide top_k");
     if (!(r->scaling > 0) || !isfinite(r->scaling))
         BAD("scaling must be finite and > 0");
+    if (r->weight_on_input && (r->renormalize || r->scaling != 1.0))
+        BAD("weight_on_input (the score scales the expert's input) needs renormalize 0 and scaling 1");
+    if (r->weight_on_input && r->score_fn == DL_SCORE_SOFTMAX_TOPK)
+        BAD("weight_on_input needs a score_function other than softmax_topk");
+    if (r->hash_vocab < 0 || r->hash_vocab > INT32_MAX)
+        BAD("hash_vocab must be in [0, 2^31 - 1] (0: no hash routing)");
+    if (r->hash_vocab > 0 && (r->has_bias || r->n_group > 1))
+        BAD("hash routing (hash_vocab > 0) chooses by its table: it needs has_bias 0 and n_group 1");
     int64_t m;
     if (dl_mul_size(c->tokens, r->top_k, &m) || m > INT32_MAX)
         BAD("tokens * top_k must fit int32");
@@ -378,6 +391,10 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
         return DL_EOVERFLOW;
     if (c->route.has_router_bias) /* only when set: older texts stay */
         w += snprintf(buf + w, n - (size_t)w, "%srouter_bias = 1", sep);
+    if (w >= 0 && (size_t)w < n && c->route.weight_on_input)
+        w += snprintf(buf + w, n - (size_t)w, "%sweight_on_input = 1", sep);
+    if (w >= 0 && (size_t)w < n && c->route.hash_vocab > 0)
+        w += snprintf(buf + w, n - (size_t)w, "%shash_vocab = %" PRId64, sep, c->route.hash_vocab);
     /* the variants' keys only where a case uses them (the default's text is unchanged) */
     if (w >= 0 && (size_t)w < n && c->ffn_kind == DL_FFN_SWIGLU_CLAMP)
         w += snprintf(buf + w, n - (size_t)w, "%sact_alpha = %.17g%sact_limit = %.17g", sep,
@@ -470,13 +487,13 @@ enum {
     K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
     K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
     K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, K_RBIAS, K_ACT_ALPHA, K_ACT_LIMIT,
-    K_ROUTER_DTYPE, K_FFN_BIAS, NKEYS
+    K_ROUTER_DTYPE, K_FFN_BIAS, K_WIN, K_HASH, NKEYS
 };
 static const char *const keys[NKEYS] = {
     "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
     "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp", "shared_experts", "shared_ffn",
-    "shared_gate", "router_bias", "act_alpha", "act_limit", "router_dtype", "ffn_bias"};
+    "shared_gate", "router_bias", "act_alpha", "act_limit", "router_dtype", "ffn_bias", "weight_on_input", "hash_vocab"};
 
 static void case_defaults(dl_case_t *c)
 {
@@ -578,10 +595,12 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
     case K_RENORM:
     case K_BIAS:
     case K_RBIAS:
+    case K_WIN:
         if (parse_bool(v, &b))
             WHY("%s must be 0/1/true/false/yes/no, got '%.40s'", k, v);
         *(key == K_RENORM ? &c->config.route.renormalize
           : key == K_BIAS ? &c->config.route.has_bias
+          : key == K_WIN  ? &c->config.route.weight_on_input
                           : &c->config.route.has_router_bias) = b;
         return 0;
     case K_SCALING:
@@ -594,8 +613,10 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
         return 0;
     case K_SHARED:
     case K_SHARED_FFN:
-        if (parse_i64(v, 0, INT32_MAX, key == K_SHARED ? &c->config.shared_experts
-                                                       : &c->config.shared_ffn))
+    case K_HASH:
+        if (parse_i64(v, 0, INT32_MAX, key == K_SHARED       ? &c->config.shared_experts
+                                       : key == K_SHARED_FFN ? &c->config.shared_ffn
+                                                             : &c->config.route.hash_vocab))
             WHY("%s must be an integer in [0, 2147483647], got '%.40s'", k, v);
         return 0;
     case K_SHARED_GATE:

@@ -17,6 +17,7 @@ enum {
     /* the shared experts' weights (doc/format.md) */
     S_SHARED_GATE = 32, S_SHARED_UP = 33, S_SHARED_DOWN = 34, S_SHARED_SG = 35,
     S_ROUTER_BIAS = 20, /* the bias on the router logits */
+    S_TOKEN_IDS = 40, S_HASH_TABLE = 41, /* hash routing's token ids and table */
     /* the expert biases */
     S_B_GATE = 9, S_B_UP = 10, S_B_DOWN = 11
 };
@@ -108,6 +109,8 @@ void dl_golden_inputs_free(dl_golden_inputs_t *in)
     free(in->b_gate);
     free(in->b_up);
     free(in->b_down);
+    free(in->token_ids);
+    free(in->hash_table);
     memset(in, 0, sizeof *in);
 }
 
@@ -116,7 +119,7 @@ dl_moe_inputs_t dl_golden_inputs_view(const dl_golden_inputs_t *in)
     dl_moe_inputs_t v = {in->x, in->router_weight, in->expert_bias, in->w_gate,
                          in->w_up, in->w_down, in->d_out, in->shared_w_gate, in->shared_w_up,
                          in->shared_w_down, in->shared_gate_weight, in->router_bias,
-                         in->b_gate, in->b_up, in->b_down};
+                         in->b_gate, in->b_up, in->b_down, in->token_ids, in->hash_table};
     return v;
 }
 
@@ -125,6 +128,39 @@ static float *alloc_f(int64_t n)
     if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(float))
         return NULL;
     return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+/* Hash routing's inputs: token ids uniform in [0, V) (stream 40) and V
+ * table rows of k distinct experts, each the first k of a Fisher-Yates
+ * shuffle of the E experts (stream 41, E draws per row). */
+static int hash_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
+{
+    const dl_moe_config_t *k = &c->config;
+    const int64_t T = k->tokens, V = k->route.hash_vocab, K = k->route.top_k,
+                  E = k->route.experts;
+    in->token_ids = malloc((size_t)(T > 0 ? T : 1) * sizeof *in->token_ids);
+    in->hash_table = malloc((size_t)(V * K) * sizeof *in->hash_table);
+    int32_t *perm = malloc((size_t)E * sizeof *perm);
+    if (!in->token_ids || !in->hash_table || !perm) {
+        free(perm);
+        return DL_ENOMEM;
+    }
+    for (int64_t t = 0; t < T; t++)
+        in->token_ids[t] = (int32_t)(dl_golden_rng_u64(c->seed, S_TOKEN_IDS, (uint64_t)t) %
+                                     (uint64_t)V);
+    for (int64_t r = 0; r < V; r++) {
+        for (int64_t e = 0; e < E; e++)
+            perm[e] = (int32_t)e;
+        for (int64_t j = 0; j < K; j++) {
+            const uint64_t u = dl_golden_rng_u64(c->seed, S_HASH_TABLE, (uint64_t)(r * E + j));
+            const int64_t p = j + (int64_t)(u % (uint64_t)(E - j));
+            const int32_t tmp = perm[j];
+            perm[j] = perm[p], perm[p] = tmp;
+            in->hash_table[r * K + j] = perm[j];
+        }
+    }
+    free(perm);
+    return 0;
 }
 
 /* Per-expert logit offsets b_e (doc/format.md). */
@@ -376,6 +412,10 @@ int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
         fill(in->router_bias, E, c->seed, S_ROUTER_BIAS, 0.5, DL_F32);
     }
 
+    if (k->route.hash_vocab > 0 && (rc = hash_inputs(c, in))) {
+        dl_golden_inputs_free(in);
+        return rc;
+    }
     if (c->inputs == DL_INPUTS_TIES)
         make_ties(c, in);
     if ((rc = shared_inputs(c, in)) || (rc = bias_inputs(c, in)) ||

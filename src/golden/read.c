@@ -252,6 +252,16 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
         goto fail;
     if (rbias != 0 && rbias != 1)
         FAILF(DL_EFORMAT, "/config: has_router_bias must be 0 or 1");
+    int64_t win = 0; /* optional: written only when set */
+    if ((rc = ATTR_I64(g, "/config", "weight_on_input", 0, &win)) < 0)
+        goto fail;
+    if (win != 0 && win != 1)
+        FAILF(DL_EFORMAT, "/config: weight_on_input must be 0 or 1");
+    int64_t hv = 0; /* optional: written only when hash routing */
+    if ((rc = ATTR_I64(g, "/config", "hash_vocab", 0, &hv)) < 0)
+        goto fail;
+    if (hv < 0 || hv > INT32_MAX)
+        FAILF(DL_EFORMAT, "/config: hash_vocab must be in [0, 2^31 - 1]");
     memset(c, 0, sizeof *c);
     c->tokens = v[0];
     c->hidden = v[1];
@@ -263,6 +273,8 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     c->route.renormalize = (int)v[7];
     c->route.has_bias = (int)v[8];
     c->route.has_router_bias = (int)rbias;
+    c->route.weight_on_input = (int)win;
+    c->route.hash_vocab = hv;
     c->route.score_fn = (dl_score_fn_t)isf;
     c->route.group_score = (dl_group_score_t)igs;
     c->route.scaling = scaling;

@@ -130,8 +130,11 @@ static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_m
     int rc = DL_ENOMEM;
     if (ids && w && sp && ip && gs && go) {
         if (s == DL_VALUE_TOPK_IDS || s == DL_VALUE_TOPK_WEIGHTS) {
-            rc = dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, ids, w,
-                               f->tie_margin);
+            rc = c->route.hash_vocab > 0 /* hash routing: the table chooses */
+                     ? dl_route_hash(&c->route, f->router_scores, in->hash_table, in->token_ids,
+                                     T, ids, w, f->tie_margin)
+                     : dl_route_topk(&c->route, f->router_scores, in->expert_bias, T, ids, w,
+                                     f->tie_margin);
             if (!rc)
                 memcpy(dst, s == DL_VALUE_TOPK_IDS ? (void *)ids : (void *)w, 4 * (size_t)M);
         } else {
@@ -202,7 +205,9 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
         return dl__mut_gemm_run(&g, dst);
     const char *nm = dl_value_name((dl_value_t)s);
     if (!strncmp(nm, "shared_", 7) || !strncmp(nm, "d_shared_", 9) ||
-        (c->shared_experts > 0 && (s == DL_VALUE_OUT || s == DL_VALUE_D_X)))
+        (c->shared_experts > 0 && (s == DL_VALUE_OUT || s == DL_VALUE_D_X)) ||
+        (c->route.weight_on_input && (s == DL_VALUE_X_SORTED || s == DL_VALUE_D_ROUTER_SCORES ||
+                                      s == DL_VALUE_D_X))) /* Llama-4: the producers know it */
         return via_schedule(c, in, f, b, s, keep);
     switch (s) {
     case DL_VALUE_ROUTER_SCORES: return dl_route_scores(&c->route, f->router_logits, T, dst);

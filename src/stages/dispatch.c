@@ -205,6 +205,14 @@ int dl_input_backward_shared(const float *d_x_sorted, const int32_t *inv_perm,
                              const float *d_logits, const float *w_r, const dl_shared_grad_t *sh,
                              int64_t T, int64_t k, int64_t d, int64_t E, dl_dtype_t t, float *d_x)
 {
+    return dl__input_backward_w(d_x_sorted, NULL, inv_perm, d_logits, w_r, sh, T, k, d, E, t,
+                                d_x);
+}
+
+int dl__input_backward_w(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
+                         const float *d_logits, const float *w_r, const dl_shared_grad_t *sh,
+                         int64_t T, int64_t k, int64_t d, int64_t E, dl_dtype_t t, float *d_x)
+{
     int64_t M;
     if (T < 0 || d < 0 || k < 1 || E < 1 || dl_mul_size(T, k, &M) || (sh && shared_args(sh)))
         return DL_EINVAL;
@@ -225,8 +233,9 @@ int dl_input_backward_shared(const float *d_x_sorted, const int32_t *inv_perm,
             if (!p)
                 continue;
             for (int64_t i = 0; i < d; i++) {
-                for (int64_t j = 0; j < k; j++)
-                    p[j] = d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+                for (int64_t j = 0; j < k; j++) /* w_in: Llama-4's weight on the input */
+                    p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) *
+                           d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
                 for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
                     p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
                 const int64_t ns = sh ? shared_terms(sh, tk, i, p + k + E) : 0;

@@ -16,6 +16,12 @@
 
 int dl__exact_x_sorted(const dl__vctx_t *v, float *out)
 {
+    if (v->c->route.weight_on_input) { /* Llama-4: the routed input, x scaled by its score */
+        const float *w = dl__route_input_w(v);
+        return w ? dl_route_scale_input(v->in->x, v->T, v->d, v->k, w, v->v[DL_VALUE_SORT_PERM],
+                                        v->act, out)
+                 : DL_ENOMEM;
+    }
     return dl_permute(v->in->x, v->T, v->d, v->k, v->v[DL_VALUE_SORT_PERM], out);
 }
 
@@ -200,8 +206,17 @@ int dl__exact_d_x(const dl__vctx_t *v, float *out)
 {
     dl_shared_grad_t sh;
     dl__shared_grad(v, &sh);
-    return dl_input_backward_shared(EF(D_X_SORTED), INV, EF(D_ROUTER_LOGITS), v->in->router_weight,
-                                    sh.width > 0 ? &sh : NULL, v->T, v->k, v->d, v->E, v->act, out);
+    const float *w = v->c->route.weight_on_input ? dl__route_input_w(v) : NULL;
+    if (v->c->route.weight_on_input && !w)
+        return DL_ENOMEM;
+    return dl__input_backward_w(EF(D_X_SORTED), w, INV, EF(D_ROUTER_LOGITS), v->in->router_weight,
+                                sh.width > 0 ? &sh : NULL, v->T, v->k, v->d, v->E, v->act, out);
+}
+
+/* The weight of d_x's j-th routed term of token t: 1, or Llama-4's on the input. */
+static double in_w(const float *w, int64_t tk)
+{
+    return w ? fabs((double)w[tk]) : 1.0;
 }
 
 int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -211,15 +226,16 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     const int64_t d = v->d, k = v->k, E = v->E;
     dl_shared_grad_t sh;
     dl__shared_grad(v, &sh);
+    const float *w = v->c->route.weight_on_input ? dl__route_input_w(v) : NULL;
     double *a = dl__mag_array(v, m, n);
-    if (!a)
+    if (!a || (v->c->route.weight_on_input && !w))
         return DL_ENOMEM;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t i = 0; i < d; i++) {
             double s = 0.0;
             for (int64_t j = 0; j < k; j++)
-                s += fabs((double)dxs[(int64_t)inv[t * k + j] * d + i]);
+                s += in_w(w, t * k + j) * fabs((double)dxs[(int64_t)inv[t * k + j] * d + i]);
             for (int64_t e = 0; e < E; e++)
                 s += fabs((double)dlg[t * E + e] * (double)wr[i * E + e]);
             a[t * d + i] = s + dl__shared_dx_m(&sh, t, i);
@@ -239,17 +255,30 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     const int64_t k = v->k, d = v->d, E = v->E;
     const int sh = v->c->shared_experts > 0 && (DL__DL(v, D_SHARED_H_GATE) || DL__DL(v, D_SHARED_H_UP) ||
                                                 DL__DL(v, D_SHARED_GATE_LOGIT));
-    if (!dxs && !dlg && !sh)
+    const int wi = v->c->route.weight_on_input; /* Llama-4: w_j dxs_j, both may carry error */
+    const double *dsc = wi ? DL__DL(v, ROUTER_SCORES) : NULL;
+    const float *w = wi ? dl__route_input_w(v) : NULL, *ex = EF(D_X_SORTED);
+    if (!dxs && !dlg && !sh && !dsc)
         return 0;
+    if (wi && !w)
+        return DL_ENOMEM;
+    const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int rx = DL__RSS(v, D_X_SORTED), rl = DL__RSS(v, D_ROUTER_LOGITS);
+    const int rs = DL__RSS(v, ROUTER_SCORES);
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t i = 0; i < d; i++) {
             double lin = 0.0, sq = 0.0;
             for (int64_t j = 0; dxs && j < k; j++) {
-                const double a = dxs[(int64_t)inv[t * k + j] * d + i];
+                const double a = in_w(w, t * k + j) * dxs[(int64_t)inv[t * k + j] * d + i];
                 lin += rx ? 0.0 : a;
                 sq += rx ? a * a : 0.0;
+            }
+            for (int64_t j = 0; dsc && j < k; j++) {
+                const double a = dsc[t * v->E + ids[t * k + j]] *
+                                 fabs((double)ex[(int64_t)inv[t * k + j] * d + i]);
+                lin += rs ? 0.0 : a;
+                sq += rs ? a * a : 0.0;
             }
             for (int64_t e = 0; dlg && e < E; e++) {
                 const double a = dlg[t * E + e] * fabs((double)wr[i * E + e]);

@@ -118,6 +118,8 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
         return rc;
     if (c->route.has_bias && (rc = check_tensor(in->expert_bias, E, DL_F32)))
         return rc;
+    if (c->route.hash_vocab > 0 && (!in->token_ids || !in->hash_table))
+        return DL_EINVAL; /* hash routing: dl_route_hash checks their values */
     if (c->route.has_router_bias && (rc = check_tensor(in->router_bias, E, DL_F32)))
         return rc;
     if ((gated && (rc = check_tensor(in->w_gate, E * d * f, t))) ||

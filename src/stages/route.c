@@ -50,6 +50,14 @@ int dl_route_config_validate(const dl_route_config_t *c)
         return DL_EINVAL;
     if (!isfinite(c->scaling) || !(c->scaling > 0))
         return DL_EINVAL;
+    /* the weight on the input is the score itself (Llama-4) */
+    if (c->weight_on_input && (c->renormalize || c->scaling != 1.0 ||
+                               c->score_fn == DL_SCORE_SOFTMAX_TOPK))
+        return DL_EINVAL;
+    /* hash routing chooses by the table: no selection bias, no groups */
+    if (c->hash_vocab < 0 || c->hash_vocab > INT32_MAX ||
+        (c->hash_vocab > 0 && (c->has_bias || c->n_group > 1)))
+        return DL_EINVAL;
     return 0;
 }
 
@@ -317,6 +325,11 @@ int64_t dl_route_group_terms(const dl_route_config_t *c)
 static int weights_of(const dl_route_config_t *c, const float *s, const int32_t *ids, float *w)
 {
     const int64_t k = c->top_k;
+    if (c->weight_on_input) { /* the combine's weights: the score scales the input */
+        for (int64_t j = 0; j < k; j++)
+            w[j] = 1.0f;
+        return 0;
+    }
     if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
         return dl__softmax_topk_weights(c->scaling, s, ids, k, w);
     if (!c->renormalize) {
@@ -563,6 +576,11 @@ static int dscores_token(const dl_route_config_t *c, const float *s, const int32
 {
     const int64_t k = c->top_k;
     const double cs = c->scaling;
+    if (c->weight_on_input) { /* constant combine weights: no gradient to the scores */
+        for (int64_t j = 0; j < k; j++)
+            ds[j] = 0.0f;
+        return 0;
+    }
     if (c->score_fn == DL_SCORE_SOFTMAX_TOPK)
         return dl__softmax_topk_dscores(cs, s, ids, dw, k, ds);
     if (!c->renormalize) {
@@ -707,6 +725,12 @@ static int scores_vjp_row(const dl_route_config_t *c, const float *s, const floa
         dl[e] = (float)dl_acc_round(&acc, DL_F32);
     }
     return 0;
+}
+
+int dl__route_scores_vjp_row(const dl_route_config_t *c, const float *s, const float *ds,
+                             float *dl)
+{
+    return scores_vjp_row(c, s, ds, dl);
 }
 
 int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,

@@ -281,7 +281,7 @@ int dl__prop_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int64_t k = v->k, E = v->E;
     const double a = fabs(v->c->route.scaling);
-    if (!ds)
+    if (!ds || v->c->route.weight_on_input) /* Llama-4's combine weights are constant */
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
         if (v->c->route.score_fn == DL_SCORE_SOFTMAX_TOPK) {
@@ -313,8 +313,68 @@ int dl__prop_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double
 
 /* ----------------------------------------------------- router backward */
 
+const float *dl__route_input_w(const dl__vctx_t *v)
+{
+    float *w = v->alloc(v->actx, v->T * v->k, sizeof *w);
+    if (!w || dl_route_input_weights(&v->c->route, EF(ROUTER_SCORES), v->v[DL_VALUE_TOPK_IDS],
+                                     v->T, w))
+        return NULL;
+    return w;
+}
+
+/* Llama-4's d_scores: the dot of the routed input's gradient with the token. */
+static int input_d_scores_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
+{
+    const float *dxs = EF(D_X_SORTED), *x = v->in->x;
+    const int32_t *ids = v->v[DL_VALUE_TOPK_IDS], *inv = v->v[DL_VALUE_INV_PERM];
+    const int64_t E = v->E, k = v->k, d = v->d;
+    double *a = dl__mag_array(v, m, n);
+    if (!a)
+        return DL_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            double s = 0.0;
+            for (int64_t i = 0; i < d; i++)
+                s += fabs((double)dxs[(int64_t)inv[t * k + j] * d + i] * (double)x[t * d + i]);
+            a[t * E + ids[t * k + j]] = s;
+        }
+    m->K = d;
+    m->prod_store = 1; /* autograd's (d_routed_in * x).sum(-1) */
+    m->nops = 2;
+    m->op[0] = m->op[1] = v->act;
+    return 0;
+}
+
+static int input_d_scores_prop(const dl__vctx_t *v, double *out)
+{
+    const double *dd = DL__DL(v, D_X_SORTED);
+    const float *x = v->in->x;
+    const int32_t *ids = v->v[DL_VALUE_TOPK_IDS], *inv = v->v[DL_VALUE_INV_PERM];
+    const int64_t E = v->E, k = v->k, d = v->d;
+    const int rss = DL__RSS(v, D_X_SORTED);
+    if (!dd)
+        return 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < v->T; t++)
+        for (int64_t j = 0; j < k; j++) {
+            double lin = 0.0, sq = 0.0;
+            for (int64_t i = 0; i < d; i++) {
+                const double a = dd[(int64_t)inv[t * k + j] * d + i] * fabs((double)x[t * d + i]);
+                lin += rss ? 0.0 : a;
+                sq += rss ? a * a : 0.0;
+            }
+            out[t * E + ids[t * k + j]] += dl__comb(lin, sq);
+        }
+    return 1;
+}
+
 int dl__exact_d_router_scores(const dl__vctx_t *v, float *out)
 {
+    if (v->c->route.weight_on_input)
+        return dl_route_input_backward(&v->c->route, v->in->x, v->d, EF(D_X_SORTED),
+                                       v->v[DL_VALUE_INV_PERM], EF(ROUTER_SCORES),
+                                       v->v[DL_VALUE_TOPK_IDS], v->T, out, NULL);
     return dl_route_backward(&v->c->route, EF(ROUTER_SCORES), v->v[DL_VALUE_TOPK_IDS],
                              EF(D_TOPK_WEIGHTS), v->T, out, NULL);
 }
@@ -326,6 +386,8 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int64_t E = v->E, k = v->k;
     const double sc = fabs(rc->scaling);
+    if (rc->weight_on_input)
+        return input_d_scores_m(v, n, m);
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -370,6 +432,8 @@ int dl__prop_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dou
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int64_t k = v->k, E = v->E;
     const double a = fabs(v->c->route.scaling);
+    if (v->c->route.weight_on_input) /* the weights are constant; the input carries it */
+        return input_d_scores_prop(v, out);
     if (!ddw && !dsc)
         return 0;
     for (int64_t t = 0; t < v->T; t++) {

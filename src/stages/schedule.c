@@ -53,6 +53,9 @@ static int p_router_scores(const dl_stage_view_t *v)
 
 static int p_topk_ids(const dl_stage_view_t *v)
 {
+    if (v->c.route.hash_vocab > 0) /* DeepSeek-V4's hash layers: the table chooses */
+        return dl_route_hash(&v->c.route, v->f.router_scores, v->in.hash_table, v->in.token_ids,
+                             v->c.tokens, v->f.topk_ids, v->f.topk_weights, v->f.tie_margin);
     return dl_route_topk(&v->c.route, v->f.router_scores, v->in.expert_bias, v->c.tokens,
                          v->f.topk_ids, v->f.topk_weights, v->f.tie_margin);
 }
@@ -64,8 +67,41 @@ static int p_sort_perm(const dl_stage_view_t *v)
                                v->f.group_offsets);
 }
 
+/* Llama-4's weights on the expert input, [T, k] (route.weight_on_input),
+ * malloc'd: the scores of the selection. NULL with *rc set on an error. */
+static float *input_weights(const dl_stage_view_t *v, int *rc)
+{
+    float *w = malloc((size_t)(v->c.tokens * v->c.route.top_k + 1) * sizeof *w);
+    *rc = w ? dl_route_input_weights(&v->c.route, v->f.router_scores, v->f.topk_ids,
+                                     v->c.tokens, w)
+            : DL_ENOMEM;
+    if (*rc) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static int p_x_sorted_scaled(const dl_stage_view_t *v)
+{
+    int rc;
+    float *w = input_weights(v, &rc);
+    if (!w)
+        return rc;
+    const int64_t T = v->c.tokens, k = v->c.route.top_k;
+    rc = v->row0 == 0 && v->rows == T * k /* checks sort_perm */
+             ? dl_route_scale_input(v->in.x, T, v->c.hidden, k, w, v->f.sort_perm, v->c.dtype,
+                                    v->f.x_sorted)
+             : dl__scale_input_rows(v->in.x, v->c.hidden, k, w, v->f.sort_perm, v->row0,
+                                    v->row0 + v->rows, v->c.dtype, v->f.x_sorted);
+    free(w);
+    return rc;
+}
+
 static int p_x_sorted(const dl_stage_view_t *v)
 {
+    if (v->c.route.weight_on_input)
+        return p_x_sorted_scaled(v);
     if (v->row0 == 0 && v->rows == v->c.tokens * v->c.route.top_k) /* checks sort_perm */
         return dl_permute(v->in.x, v->c.tokens, v->c.hidden, v->c.route.top_k, v->f.sort_perm,
                           v->f.x_sorted);
@@ -258,6 +294,10 @@ static int p_d_w_up(const dl_stage_view_t *v)
 
 static int p_d_router_scores(const dl_stage_view_t *v)
 {
+    if (v->c.route.weight_on_input) /* the scores scale the input: their gradient comes back from it */
+        return dl_route_input_backward(&v->c.route, v->in.x, v->c.hidden, v->b.d_x_sorted,
+                                       v->f.inv_perm, v->f.router_scores, v->f.topk_ids,
+                                       v->c.tokens, v->b.d_router_scores, v->b.d_router_logits);
     return dl_route_backward(&v->c.route, v->f.router_scores, v->f.topk_ids, v->b.d_topk_weights,
                              v->c.tokens, v->b.d_router_scores, v->b.d_router_logits);
 }
@@ -372,10 +412,16 @@ static int p_d_x(const dl_stage_view_t *v)
                                  v->in.shared_w_gate, v->in.shared_w_up,
                                  gated ? v->b.d_shared_gate_logit : NULL,
                                  gated ? v->in.shared_gate_weight : NULL};
-    return dl_input_backward_shared(v->b.d_x_sorted, v->f.inv_perm, v->b.d_router_logits,
-                                    v->in.router_weight, v->c.shared_experts > 0 ? &sh : NULL,
-                                    v->c.tokens, v->c.route.top_k, v->c.hidden,
-                                    v->c.route.experts, v->c.dtype, v->b.d_x);
+    int rc = 0;
+    float *w = v->c.route.weight_on_input ? input_weights(v, &rc) : NULL;
+    if (rc)
+        return rc;
+    rc = dl__input_backward_w(v->b.d_x_sorted, w, v->f.inv_perm, v->b.d_router_logits,
+                              v->in.router_weight, v->c.shared_experts > 0 ? &sh : NULL,
+                              v->c.tokens, v->c.route.top_k, v->c.hidden, v->c.route.experts,
+                              v->c.dtype, v->b.d_x);
+    free(w);
+    return rc;
 }
 
 /* ----------------------------------------------------------- the table */
@@ -393,11 +439,13 @@ static int p_d_x(const dl_stage_view_t *v)
     P(router_logits, TOKENS, FW, ALWAYS, R(IN_X) | R(IN_ROUTER_WEIGHT) | R(IN_ROUTER_BIAS), 0,     \
       R(ROUTER_LOGITS))                                                                         \
     P(router_scores, TOKENS, FW, ALWAYS, R(ROUTER_LOGITS), 0, R(ROUTER_SCORES))                 \
-    P(topk_ids, TOKENS, FW, ALWAYS, R(ROUTER_SCORES) | R(IN_EXPERT_BIAS), 0,                       \
+    P(topk_ids, TOKENS, FW, ALWAYS, R(ROUTER_SCORES) | R(IN_EXPERT_BIAS) | R(IN_TOKEN_IDS) |        \
+      R(IN_HASH_TABLE), 0,                                                                      \
       R(TOPK_IDS) | R(TOPK_WEIGHTS) | R(TIE_MARGIN))                                            \
     P(sort_perm, ALL, FW, ALWAYS, R(TOPK_IDS), 0,                                               \
       R(SORT_PERM) | R(INV_PERM) | R(GROUP_SIZES) | R(GROUP_OFFSETS))                           \
-    P(x_sorted, DISPATCH, FW, ALWAYS, R(IN_X) | R(SORT_PERM), 0, R(X_SORTED))                      \
+    P(x_sorted, DISPATCH, FW, ALWAYS, R(IN_X) | R(SORT_PERM) | R(ROUTER_SCORES) | R(TOPK_IDS), 0, \
+      R(X_SORTED))                                                                              \
     P(h_gate, EXPERTS, FW, GATE, R(X_SORTED) | R(IN_W_GATE) | R(IN_B_GATE), 0, R(H_GATE))        \
     P(h_up, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_UP) | R(IN_B_UP), 0, R(H_UP))                \
     P(h_act, EXPERTS, FW, SWIGLU, R(H_GATE) | R(H_UP), 0, R(H_ACT))                             \
@@ -429,8 +477,8 @@ static int p_d_x(const dl_stage_view_t *v)
     P(d_b_down, EXPERTS, BW, FFN_BIAS, R(D_Y_SORTED), 0, R(D_B_DOWN))                           \
     P(d_b_gate, EXPERTS, BW, FFN_BIAS, R(D_H_GATE), 0, R(D_B_GATE))                             \
     P(d_b_up, EXPERTS, BW, FFN_BIAS, R(D_H_UP), 0, R(D_B_UP))                                   \
-    P(d_router_scores, TOKENS, BW, ALWAYS, R(ROUTER_SCORES) | R(TOPK_IDS) | R(D_TOPK_WEIGHTS),  \
-      0, R(D_ROUTER_SCORES) | R(D_ROUTER_LOGITS))                                               \
+    P(d_router_scores, TOKENS, BW, ALWAYS, R(ROUTER_SCORES) | R(TOPK_IDS) | R(D_TOPK_WEIGHTS) | \
+      R(IN_X) | R(D_X_SORTED) | R(INV_PERM), 0, R(D_ROUTER_SCORES) | R(D_ROUTER_LOGITS))         \
     P(d_router_weight, ALL, BW, ALWAYS, R(IN_X) | R(D_ROUTER_LOGITS), 0, R(D_ROUTER_WEIGHT))      \
     P(d_router_bias, ALL, BW, ROUTER_BIAS, R(D_ROUTER_LOGITS), 0, R(D_ROUTER_BIAS))             \
     P(d_shared_gate, TOKENS, BW, SHARED_GATE, R(IN_D_OUT) | R(SHARED_Y) | R(SHARED_GATE), 0,     \
@@ -449,6 +497,7 @@ static int p_d_x(const dl_stage_view_t *v)
     P(d_shared_w_up, ALL, BW, SHARED, R(IN_X) | R(D_SHARED_H_UP), 0, R(D_SHARED_W_UP))          \
     P(d_x, TOKENS, BW, ALWAYS,                                                                  \
       R(D_X_SORTED) | R(INV_PERM) | R(D_ROUTER_LOGITS) | R(IN_ROUTER_WEIGHT) |                  \
+      R(ROUTER_SCORES) | R(TOPK_IDS) |                                                          \
       R(D_SHARED_H_GATE) | R(D_SHARED_H_UP) | R(IN_SHARED_W_GATE) | R(IN_SHARED_W_UP) |         \
       R(D_SHARED_GATE_LOGIT) | R(IN_SHARED_GATE_WEIGHT), 0, R(D_X))
 

@@ -45,6 +45,24 @@ int dl__expert_projection(const dl_moe_config_t *c, const float *lhs, int64_t K,
                           const float *bias, int64_t N, int64_t rows, const int64_t *off,
                           int64_t E, float *out, dl_tier_stats_t *stats);
 
+/* One token's score-function VJP (dl_route_scores_backward's row): d_logits
+ * [E] from the stored scores s [E] and d_scores ds [E]. */
+int dl__route_scores_vjp_row(const dl_route_config_t *c, const float *s, const float *ds,
+                             float *dl);
+/* n rows of k expert ids, each in [0, E) and none twice in a row:
+ * 0, DL_ERANGE or DL_EINVAL (route_input.c). */
+int dl__route_rows_ok(const int32_t *ids, int64_t n, int64_t k, int64_t E);
+/* dl_route_scale_input on the sorted rows [r0, r1) only, out holding
+ * r1 - r0 rows (the schedule's windows; arguments already checked). */
+int dl__scale_input_rows(const float *x, int64_t d, int64_t k, const float *w_in,
+                         const int32_t *sort_perm, int64_t r0, int64_t r1, dl_dtype_t t,
+                         float *out);
+/* dl_input_backward_shared with the routed input's weights w_in [T, k]
+ * (route.weight_on_input: d_x[t] gets sum_j w_in[t, j] d_x_sorted[inv[t, j]],
+ * each product exact) or, w_in NULL, without (dispatch.c). */
+int dl__input_backward_w(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
+                         const float *d_logits, const float *w_r, const dl_shared_grad_t *sh,
+                         int64_t T, int64_t k, int64_t d, int64_t E, dl_dtype_t t, float *d_x);
 /* top_k beyond this is not a MoE router; it bounds per-token stack buffers */
 #define DL__MAX_TOPK 1024
 
@@ -274,6 +292,11 @@ static inline double dl__comb(double lin, double sq)
 {
     return lin + sqrt(sq);
 }
+
+/* Llama-4's weights on the input on the runner's effective scores and ids,
+ * [T, k] in the runner's memory (route_check.c); NULL on no memory or a
+ * selection they do not fit. */
+const float *dl__route_input_w(const dl__vctx_t *v);
 
 /* The SwiGLU's values for its checking side (activation_check.c): gate,
  * up and the gradient into its output, the routed experts' (h_gate, h_up,

@@ -129,6 +129,7 @@ int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
     case 'P': return c->route.experts + 1;
     case 'M': return dl_mul_size(c->tokens, c->route.top_k, &v) ? DL_EOVERFLOW : v;
     case 'S': return dl_mul_size(c->shared_experts, c->shared_ffn, &v) ? DL_EOVERFLOW : v;
+    case 'V': return c->route.hash_vocab;
     default: return -1;
     }
 }

@@ -51,12 +51,16 @@ def unsupported(cfg):
     not express (None when they express the whole layer): their layers
     route by softmax or sigmoid over the plain router GEMM into SwiGLU or
     plain FFN experts without biases, so sqrtsoftplus, softmax_topk, a
-    router-logit bias, gpt-oss's clamped SwiGLU, GeGLU-tanh, relu2 and the
+    router-logit bias, Llama-4's weight on the expert input, hash routing, gpt-oss's clamped SwiGLU, GeGLU-tanh, relu2 and the
     expert biases are refused by name rather than computed as another layer."""
     if cfg.get("score_function", "softmax") not in EXPRESSED_SCORES:
         return "score_function = %s" % cfg.get("score_function")
     if int(cfg.get("router_bias", 0) or cfg.get("has_router_bias", 0) or 0):  # library, h5py
         return "router_bias = 1 (a bias on the router logits)"
+    if int(cfg.get("hash_vocab", 0) or 0):
+        return "hash_vocab = %s (hash routing: the experts from a token-id table)" % cfg["hash_vocab"]
+    if int(cfg.get("weight_on_input", 0) or 0):
+        return "weight_on_input = 1 (Llama-4: the score scales the expert's input)"
     kind = cfg.get("ffn_kind", "swiglu")
     if kind not in ("swiglu", "plain"):
         return "ffn_kind = %s (their FFN is swiglu or plain)" % kind
