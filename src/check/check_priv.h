@@ -1,6 +1,7 @@
 /* Private to the conformance runner (src/check/); not installed. */
 #ifndef DL_CHECK_PRIV_H
 #define DL_CHECK_PRIV_H
+#include <math.h>
 #include "stages/stages_priv.h"
 #include "util/util_priv.h"
 #include "dropless/check.h"
@@ -155,6 +156,21 @@ double dl__ck_ulp(double g, dl_dtype_t t);
 /* The PASS (warn = 0) or WARN (warn = 1) bound for one element. */
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
                     int warn);
+/* dl__ck_bound split: what depends only on (stage, K, tier), computed once
+ * per row (dl__ck_bound_coef), and the per-element rest (dl__ck_bound_at),
+ * with dl__ck_bound's operations in its order (bitwise the same bound). */
+typedef struct {
+    double nu, f2, eta, kt, kap;
+} dl__ck_bc_t;
+void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int warn,
+                       dl__ck_bc_t *bc);
+static inline double dl__ck_bound_at(const dl__ck_bc_t *bc, double g, double M)
+{
+    double b = bc->nu * fabs(g) * bc->f2 + bc->eta + bc->kt;
+    if (M != 0.0)
+        b += bc->kap * M;
+    return b;
+}
 /* 1 if x's storage grid lies inside the profile's GEMM input grid. */
 int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t);
 int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res);

@@ -214,11 +214,13 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < cmp.rows; r++) {
             const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
+            dl__ck_bc_t bc;
+            dl__ck_bound_coef(ck, &cmp, K, warn, &bc);
             for (int64_t j = 0; j < cmp.cols; j++) {
                 const int64_t i = r * cmp.cols + j;
                 const double m = !cmp.mp ? fabs((double)g[i])
                                  : cmp.mp->kind == DL__M_ARRAY ? cmp.mp->arr[i] : M[i];
-                const double own = dl__ck_bound(ck, &cmp, g[i], m, K, warn), pr = p ? p[i] : 0.0;
+                const double own = dl__ck_bound_at(&bc, g[i], m), pr = p ? p[i] : 0.0;
                 /* the statistical tier: its own error and the propagated
                  * one are independent (root sum of squares) unless coherent */
                 dl[i] = warn == DL__TIER_STAT && !ck->st[s].coherent ? hypot(own, pr) : own + pr;

@@ -151,26 +151,49 @@ int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t)
     return dl_dtype_precision(t) <= p->in_bits && exp_bits(t) <= p->in_exp_bits;
 }
 
+/* 2^n as a double, by its bits where it is normal (no libm call: the
+ * tolerances take one or two per element). */
+static double pow2(int n)
+{
+    if (n < -1022 || n > 1023)
+        return ldexp(1.0, n);
+    union {
+        uint64_t u;
+        double d;
+    } x = {.u = (uint64_t)(n + 1023) << 52};
+    return x.d;
+}
+
 double dl__ck_ulp(double g, dl_dtype_t t)
 {
     const int p = dl_dtype_precision(t), emin = emin_of(t);
     if (!isfinite(g))
         return NAN;
+    /* |g| in [2^(e-1), 2^e): e from g's binary64 exponent field (a
+     * subnormal binary64 lies below every emin here but f64's: frexp) */
+    union {
+        double d;
+        uint64_t u;
+    } x = {.d = g};
+    const int be = (int)((x.u >> 52) & 0x7ff);
     int e;
-    frexp(g, &e); /* |g| in [2^(e-1), 2^e) */
+    if (be)
+        e = be - 1022;
+    else
+        frexp(g, &e);
     if (g == 0.0 || e - 1 < emin)
-        return ldexp(1.0, emin - p + 1);
-    return ldexp(1.0, e - p);
+        return pow2(emin - p + 1);
+    return pow2(e - p);
 }
 
 /* Spacing of the subnormals: the absolute error one rounding may make there. */
 static double eta(dl_dtype_t t)
 {
-    return ldexp(1.0, emin_of(t) - dl_dtype_precision(t) + 1);
+    return pow2(emin_of(t) - dl_dtype_precision(t) + 1);
 }
 
-double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
-                    int warn)
+void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int warn,
+                       dl__ck_bc_t *bc)
 {
     const dl_check_profile_t *p = dl__ck_prof(ck, cmp->stage);
     const double uo = dl_dtype_unit_roundoff(cmp->t);
@@ -179,11 +202,14 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     /* (the statistical tier's scale of a hidden value's error has one
      * rounding: the hidden value against the exact one, no golden between) */
     const double nround = warn == DL__TIER_STAT ? 1.0 : 2.0;
-    double b = nround * uo * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
+    bc->nu = nround * uo;
+    bc->f2 = 1.0 + 2.0 * uo;
+    bc->eta = eta(cmp->t);
+    bc->kt = (double)(K + 2) * 0x1p-150;
     double ua = p->u_acc;
     if (cmp->short_sum && p->sums_in_storage && uo > ua)
         ua = uo;
-    const double uin = cmp->kappa_in > 0 ? ldexp(1.0, -p->in_bits) : 0.0;
+    const double uin = cmp->kappa_in > 0 ? pow2(-p->in_bits) : 0.0;
     const double ein = cmp->kappa_in * uin * (1.0 + uin);
     /* WARN: the deterministic gamma_K; PASS: c sqrt(K) u. For K < c^2 the
      * probabilistic figure exceeds the worst case: WARN never sits below PASS */
@@ -208,9 +234,15 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
         kap += (warn ? fmax(p->elem_s_warn, p->elem_s_pass) : p->elem_s_pass) * uo;
     else if (cmp->elem)
         kap += (warn ? fmax(p->elem_warn, p->elem_pass) : p->elem_pass) * U32;
-    if (M != 0.0)
-        b += kap * M;
-    return b;
+    bc->kap = kap;
+}
+
+double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
+                    int warn)
+{
+    dl__ck_bc_t bc;
+    dl__ck_bound_coef(ck, cmp, K, warn, &bc);
+    return dl__ck_bound_at(&bc, g, M);
 }
 
 /* ---------------------------------------------------------- M providers */
@@ -368,6 +400,14 @@ static void row_stat_init(rowstat_t *s)
     s->worst = -1;
 }
 
+/* 0 only when err / b <= t for certain (b * t with a relative margin far
+ * above its rounding; tiny or non-finite products never filter): the
+ * comparison's figures are those of dividing every element. */
+static inline int may_exceed(double err, double b, double t)
+{
+    return t < 0x1p-900 || !(err <= b * t * (1.0 - 0x1p-40));
+}
+
 /* Compares rows [r0, r1); M for the block is Mb (may be NULL: per element). */
 static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, const double *Mb,
                          rowstat_t *st)
@@ -380,6 +420,9 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
         if (cmp->row_skip && cmp->row_skip[r])
             continue;
         const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
+        dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
+        dl__ck_bound_coef(ck, cmp, K, 0, &bcp);
+        dl__ck_bound_coef(ck, cmp, K, 1, &bcw);
         int bad = 0;
         for (int64_t j = 0; j < C; j++) {
             const int64_t idx = r * C + j;
@@ -408,12 +451,15 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
                 M = Mb[(r - r0) * C + j];
             else
                 M = dl__ck_m_elem(cmp->mp, r, j);
-            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
-            const double own_w = dl__ck_bound(ck, cmp, g, M, K, 1);
+            const double bp = dl__ck_bound_at(&bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
+            const double own_w = dl__ck_bound_at(&bcw, g, M);
             const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
-            const double ep = err / bp, ew = err / bw;
-            if (cmp->prop[2]) { /* the statistical tier: own worst case + lambda sigma */
-                const double es = err / (own_w + ck->lambda * cmp->prop[2][idx]);
+            /* the divisions only where the ratio may reach 1 or the row's
+             * largest so far (most elements sit far below both) */
+            /* the statistical tier: own worst case + lambda sigma */
+            const double bs = cmp->prop[2] ? own_w + ck->lambda * cmp->prop[2][idx] : 0.0;
+            if (cmp->prop[2] && may_exceed(err, bs, fmin(1.0, s->err_stat))) {
+                const double es = err / bs;
                 if (es > 1.0) {
                     s->over_stat++;
                     bad = 1;
@@ -421,23 +467,32 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
                 if (es > s->err_stat)
                     s->err_stat = es;
             }
-            const double ul = err / dl__ck_ulp(g, cmp->t);
-            if (ep > 1.0)
-                s->over_pass++;
-            if (ew > 1.0) {
-                s->over_warn++;
-                bad = 1;
+            if (may_exceed(err, bp, fmin(1.0, s->err_pass))) {
+                const double ep = err / bp;
+                if (ep > 1.0)
+                    s->over_pass++;
+                if (ep > s->err_pass) {
+                    s->err_pass = ep;
+                    s->worst = idx;
+                    s->wc = c;
+                    s->we = g;
+                }
             }
-            if (ep > s->err_pass) {
-                s->err_pass = ep;
-                s->worst = idx;
-                s->wc = c;
-                s->we = g;
+            if (may_exceed(err, bw, fmin(1.0, s->err_warn))) {
+                const double ew = err / bw;
+                if (ew > 1.0) {
+                    s->over_warn++;
+                    bad = 1;
+                }
+                if (ew > s->err_warn)
+                    s->err_warn = ew;
             }
-            if (ew > s->err_warn)
-                s->err_warn = ew;
-            if (ul > s->ulp)
-                s->ulp = ul;
+            const double ug = dl__ck_ulp(g, cmp->t);
+            if (may_exceed(err, ug, s->ulp)) {
+                const double ul = err / ug;
+                if (ul > s->ulp)
+                    s->ulp = ul;
+            }
             if (err > s->abs)
                 s->abs = err;
         }
