@@ -78,6 +78,14 @@ typedef struct {
 } dl__ck_stage_t;
 
 typedef struct dl__ck dl__ck_t;
+/* One operand array's magnitudes in binary64, kept for the run (tol.c). */
+typedef struct {
+    const float *src;
+    int sq; /* squares rounded up to binary32 (the statistical tier), else |x| */
+    int64_t n;
+    const double *v;
+} dl__ck_mcache_t;
+#define DL__CK_MCACHE 16
 /* The second chained level (chain.c: dl__ck_chained_second), which the
  * stage walk calls on a FAIL where it is set: 1 when it turned r into a
  * WARN, 0 when r stays, or an error. */
@@ -127,6 +135,9 @@ struct dl__ck {
     int64_t n_stat;                  /* elements the statistical tier judges */
     dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
     dl__ck_second_t second;            /* NULL: no second chained level (a nested run) */
+    dl__ck_mcache_t mcache[DL__CK_MCACHE]; /* operand magnitudes kept for the run (tol.c) */
+    int n_mcache;
+    int64_t mcache_bytes;
 };
 
 /* result.c */
@@ -176,8 +187,16 @@ int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t);
 int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res);
 /* M of element (row, col) of a provider (per-element path). */
 double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col);
-/* M of every element, bulk path; out is [rows, cols]. */
-int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out);
+/* M of every element, bulk path; out is [rows, cols]. sq: operands
+ * squared (rounded up to binary32) instead of |x| (the statistical tier's
+ * root sum of squares): DL__CK_SQ_RHS every term's rhs (grouped) or b
+ * (ragged), DL__CK_SQ_A a (ragged). transient: an operand array that does
+ * not live as long as the run (its magnitudes are not kept in ck's cache;
+ * NULL: none). */
+#define DL__CK_SQ_RHS 1u
+#define DL__CK_SQ_A 2u
+int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, unsigned sq,
+                  const float *transient, double *out);
 
 /* route.c */
 int dl__ck_route_ids(dl__ck_t *ck);

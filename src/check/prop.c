@@ -60,25 +60,6 @@ static int delta_of(const dl__ck_t *ck, const void *p, int warn)
     return -1;
 }
 
-/* The other operand of a GEMM term squared (the statistical tier), or
- * NULL on no memory; *n its element count. */
-static float *other_squared(const dl__mprov_t *mp, int o, dl__mprov_t *sub)
-{
-    if (mp->kind == DL__M_GROUPED) {
-        const dl_gemm_term_t *tm = &mp->terms[o];
-        float *w = sq_float(NULL, tm->rhs, mp->E * tm->K * mp->N);
-        sub->terms[0].rhs = w;
-        return w;
-    }
-    const int64_t rows = mp->off[mp->E];
-    float *w = sq_float(NULL, o ? mp->a : mp->b, rows * (o ? mp->I : mp->N));
-    if (o)
-        sub->a = w;
-    else
-        sub->b = w;
-    return w;
-}
-
 /* GEMM stages: out += |other operand| * delta, one magnitude GEMM per
  * operand that carries a delta; in the statistical tier, for an operand
  * whose errors are independent across its elements, the root sum of
@@ -99,29 +80,28 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         dl__mprov_t sub = *mp;
         float *fd = rss ? sq_float(ck->st[u].delta[warn], NULL, ck->st[u].numel)
                         : up_float(ck->st[u].delta[warn], ck->st[u].numel);
-        float *w2 = NULL;
         double *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
         int rc = fd && tmp ? 0 : DL_ENOMEM;
-        if (!rc) {
-            if (mp->kind == DL__M_GROUPED) {
-                sub.nterms = 1;
-                sub.terms[0] = mp->terms[o];
-                sub.terms[0].lhs = fd;
-            } else if (o) {
-                sub.b = fd;
-            } else {
-                sub.a = fd;
-            }
-            if (rss && !(w2 = other_squared(mp, o, &sub)))
-                rc = DL_ENOMEM;
+        /* rss: the other operand squared (its magnitudes kept by the run) */
+        unsigned sq = 0;
+        if (mp->kind == DL__M_GROUPED) {
+            sub.nterms = 1;
+            sub.terms[0] = mp->terms[o];
+            sub.terms[0].lhs = fd;
+            sq = rss ? DL__CK_SQ_RHS : 0;
+        } else if (o) {
+            sub.b = fd;
+            sq = rss ? DL__CK_SQ_A : 0;
+        } else {
+            sub.a = fd;
+            sq = rss ? DL__CK_SQ_RHS : 0;
         }
         if (!rc)
-            rc = dl__ck_m_bulk(&sub, cmp->rows, tmp);
+            rc = dl__ck_m_bulk(ck, &sub, cmp->rows, sq, fd, tmp);
         if (!rc)
             for (int64_t i = 0; i < n; i++)
                 out[i] += rss ? sqrt(tmp[i]) : tmp[i];
         free(fd);
-        free(w2);
         free(tmp);
         if (rc)
             return rc;

@@ -190,7 +190,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
         if (!(M = malloc((size_t)(n > 0 ? n : 1) * sizeof *M)))
             return DL_ENOMEM;
-        if ((rc = dl__ck_m_bulk(cmp.mp, cmp.rows, M))) {
+        if ((rc = dl__ck_m_bulk(ck, cmp.mp, cmp.rows, 0, NULL, M))) {
             free(M);
             return rc;
         }

@@ -297,20 +297,65 @@ double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col)
     }
 }
 
-static double *abs_copy(const float *src, int64_t n)
+/* |x| in binary64, or x^2 rounded up to binary32 then widened (the
+ * statistical tier's squares, as prop.c rounded them), of src[0, n). */
+static void mag_fill(const float *src, int64_t n, int sq, double *d)
 {
-    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        if (sq) {
+            const double v = (double)src[i] * (double)src[i];
+            const float r = (float)v;
+            d[i] = (double)((double)r < v ? nextafterf(r, INFINITY) : r);
+        } else {
+            d[i] = fabs((double)src[i]);
+        }
+    }
+}
+
+/* The magnitudes of a whole operand array, converted once per run and
+ * kept (ck-owned) while the run's cache has room: M and each tier's
+ * propagation multiply the same weights and activations again. */
+#define MCACHE_BYTES ((int64_t)1 << 30)
+static const double *mag_cached(dl__ck_t *ck, const float *src, int64_t n, int sq)
+{
+    if (!ck || n <= 0)
+        return NULL;
+    for (int i = 0; i < ck->n_mcache; i++)
+        if (ck->mcache[i].src == src && ck->mcache[i].sq == sq && ck->mcache[i].n >= n)
+            return ck->mcache[i].v;
+    if (ck->n_mcache == DL__CK_MCACHE || ck->mcache_bytes + n * 8 > MCACHE_BYTES)
+        return NULL;
+    double *d = dl__ck_alloc(ck, n, sizeof *d);
     if (!d)
         return NULL;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        d[i] = fabs((double)src[i]);
+    mag_fill(src, n, sq, d);
+    ck->mcache[ck->n_mcache++] = (dl__ck_mcache_t){src, sq, n, d};
+    ck->mcache_bytes += n * 8;
     return d;
+}
+
+/* Operand magnitudes for a block: rows [off, off + n) of an array of
+ * `whole` elements from base, from the cache (*tmp NULL) or converted into
+ * a fresh array (*tmp, the caller frees). transient: an array that does
+ * not live as long as the run (never cached). */
+static const double *mag_of(dl__ck_t *ck, const float *base, int64_t whole, int64_t off,
+                            int64_t n, int sq, const float *transient, double **tmp)
+{
+    *tmp = NULL;
+    const double *c = base != transient ? mag_cached(ck, base, whole, sq) : NULL;
+    if (c)
+        return c + off;
+    if (!(*tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof **tmp)))
+        return NULL;
+    mag_fill(base + off, n, sq, *tmp);
+    return *tmp;
 }
 
 /* M for rows [r0, r1) of a block that lies inside one group (grouped) or
  * one expert (ragged: rows e*I .. e*I+I-1), into out [(r1-r0), N]. */
-static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
+static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1, unsigned sq,
+                   const float *transient, double *out)
 {
     const int64_t R = r1 - r0, N = mp->N;
     if (R <= 0)
@@ -320,11 +365,14 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
         for (int t = 0; t < mp->nterms; t++) {
             const dl_gemm_term_t *tm = &mp->terms[t];
             const int64_t K = tm->K;
-            double *A = abs_copy(tm->lhs + r0 * K, R * K);
-            double *B = abs_copy(rhs_of(tm, N, e), K * N);
+            double *ta, *tb;
+            const double *A = mag_of(ck, tm->lhs, mp->off[mp->E] * K, r0 * K, R * K, 0,
+                                     transient, &ta);
+            const double *B = mag_of(ck, tm->rhs, mp->E * K * N, e * K * N, K * N,
+                                     (sq & DL__CK_SQ_RHS) != 0, transient, &tb);
             if (!A || !B) {
-                free(A);
-                free(B);
+                free(ta);
+                free(tb);
                 return DL_ENOMEM;
             }
             if (K > 0)
@@ -334,8 +382,8 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
                             t ? 1.0 : 0.0, out, (int)N);
             else if (!t)
                 memset(out, 0, (size_t)(R * N) * sizeof *out);
-            free(A);
-            free(B);
+            free(ta);
+            free(tb);
         }
         return 0;
     }
@@ -345,18 +393,22 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
             memset(out, 0, (size_t)(R * N) * sizeof *out);
             return 0;
         }
-        double *A = abs_copy(mp->a + m0 * I, Mg * I);
-        double *B = abs_copy(mp->b + m0 * N, Mg * N);
+        const int64_t rows = mp->off[mp->E];
+        double *ta, *tb;
+        const double *A = mag_of(ck, mp->a, rows * I, m0 * I, Mg * I, (sq & DL__CK_SQ_A) != 0,
+                                 transient, &ta);
+        const double *B = mag_of(ck, mp->b, rows * N, m0 * N, Mg * N, (sq & DL__CK_SQ_RHS) != 0,
+                                 transient, &tb);
         if (!A || !B) {
-            free(A);
-            free(B);
+            free(ta);
+            free(tb);
             return DL_ENOMEM;
         }
         /* out = A[:, i0:i0+R]^T B */
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)N, (int)Mg, 1.0,
                     A + (r0 - e * I), (int)I, B, (int)N, 0.0, out, (int)N);
-        free(A);
-        free(B);
+        free(ta);
+        free(tb);
         return 0;
     }
     for (int64_t r = r0; r < r1; r++)
@@ -365,11 +417,13 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
     return 0;
 }
 
-int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out)
+int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, unsigned sq,
+                  const float *transient, double *out)
 {
     if (mp->kind == DL__M_GROUPED) {
         for (int64_t e = 0; e < mp->E; e++) {
-            int rc = m_block(mp, mp->off[e], mp->off[e + 1], out + mp->off[e] * mp->N);
+            int rc = m_block(ck, mp, mp->off[e], mp->off[e + 1], sq, transient,
+                             out + mp->off[e] * mp->N);
             if (rc)
                 return rc;
         }
@@ -377,13 +431,14 @@ int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out)
     }
     if (mp->kind == DL__M_RAGGED) {
         for (int64_t e = 0; e < mp->E; e++) {
-            int rc = m_block(mp, e * mp->I, (e + 1) * mp->I, out + e * mp->I * mp->N);
+            int rc = m_block(ck, mp, e * mp->I, (e + 1) * mp->I, sq, transient,
+                             out + e * mp->I * mp->N);
             if (rc)
                 return rc;
         }
         return 0;
     }
-    return m_block(mp, 0, rows, out);
+    return m_block(ck, mp, 0, rows, sq, transient, out);
 }
 
 /* ------------------------------------------------------ the comparison */
@@ -580,7 +635,7 @@ static int compare_block(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, r
             Mb = malloc((size_t)((r1 - r0) * cmp->cols) * sizeof *Mb);
             if (!Mb)
                 return DL_ENOMEM;
-            int rc = m_block(mp, r0, r1, Mb);
+            int rc = m_block(ck, mp, r0, r1, 0, NULL, Mb);
             if (rc) {
                 free(Mb);
                 return rc;
