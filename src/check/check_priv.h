@@ -78,14 +78,10 @@ typedef struct {
 } dl__ck_stage_t;
 
 typedef struct dl__ck dl__ck_t;
-/* One operand array's magnitudes in binary64, kept for the run (tol.c). */
-typedef struct {
-    const float *src;
-    int sq; /* squares rounded up to binary32 (the statistical tier), else |x| */
-    int64_t n;
-    const double *v;
-} dl__ck_mcache_t;
-#define DL__CK_MCACHE 16
+/* The runner's scratch arrays (doubles), reused by every stage of a run
+ * (no fresh pages per call): one operand block's magnitudes each (A, B),
+ * a bulk M, a propagation's product, an absent stage's propagated error. */
+enum { DL__CK_SCR_A, DL__CK_SCR_B, DL__CK_SCR_M, DL__CK_SCR_TMP, DL__CK_SCR_P, DL__CK_SCRATCH };
 /* The second chained level (chain.c: dl__ck_chained_second), which the
  * stage walk calls on a FAIL where it is set: 1 when it turned r into a
  * WARN, 0 when r stays, or an error. */
@@ -135,9 +131,8 @@ struct dl__ck {
     int64_t n_stat;                  /* elements the statistical tier judges */
     dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
     dl__ck_second_t second;            /* NULL: no second chained level (a nested run) */
-    dl__ck_mcache_t mcache[DL__CK_MCACHE]; /* operand magnitudes kept for the run (tol.c) */
-    int n_mcache;
-    int64_t mcache_bytes;
+    double *scr[DL__CK_SCRATCH]; /* scratch (tol.c: dl__ck_scratch), freed by the run */
+    int64_t scr_n[DL__CK_SCRATCH];
 };
 
 /* result.c */
@@ -187,16 +182,20 @@ int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t);
 int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res);
 /* M of element (row, col) of a provider (per-element path). */
 double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col);
-/* M of every element, bulk path; out is [rows, cols]. sq: operands
- * squared (rounded up to binary32) instead of |x| (the statistical tier's
- * root sum of squares): DL__CK_SQ_RHS every term's rhs (grouped) or b
- * (ragged), DL__CK_SQ_A a (ragged). transient: an operand array that does
- * not live as long as the run (its magnitudes are not kept in ck's cache;
- * NULL: none). */
-#define DL__CK_SQ_RHS 1u
-#define DL__CK_SQ_A 2u
-int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, unsigned sq,
-                  const float *transient, double *out);
+/* M of every element, bulk path; out is [rows, cols]. x (NULL: none)
+ * replaces one operand by a delta rounded up to binary32 (prop.c): the
+ * lhs of the provider's one term (grouped), a (which 0) or b (which 1)
+ * (ragged); sq: the delta and the other operand squared (the statistical
+ * tier's root sum of squares). */
+typedef struct {
+    const double *delta;
+    int which, sq;
+} dl__ck_mop_t;
+int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
+                  double *out);
+/* Scratch slot's array of at least n doubles, owned by ck (contents not
+ * kept between calls), or NULL on no memory. */
+double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n);
 
 /* route.c */
 int dl__ck_route_ids(dl__ck_t *ck);
@@ -293,9 +292,11 @@ dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
 
 /* prop.c: the first-order error that the absent upstream of stage s
  * propagates into it, PASS (warn = 0) or WARN bound, into *out (an array
- * of numel[s] doubles owned by ck, oracle layout), or NULL when no
+ * of numel[s] doubles, oracle layout: owned by ck when keep, else the
+ * scratch slot DL__CK_SCR_P, valid until the next call), or NULL when no
  * upstream stage carries an error. cmp is the stage's comparison setup. */
-int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out);
+int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, int keep,
+                     double **out);
 
 /* chain.c: a stage that FAILs on the candidate's own upstream, judged as
  * the candidate's only stage (the exact inputs, absent upstream error

@@ -297,67 +297,57 @@ double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col)
     }
 }
 
-/* |x| in binary64, or x^2 rounded up to binary32 then widened (the
- * statistical tier's squares, as prop.c rounded them), of src[0, n). */
-static void mag_fill(const float *src, int64_t n, int sq, double *d)
+double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        if (sq) {
-            const double v = (double)src[i] * (double)src[i];
-            const float r = (float)v;
-            d[i] = (double)((double)r < v ? nextafterf(r, INFINITY) : r);
-        } else {
-            d[i] = fabs((double)src[i]);
-        }
+    if (n < 1)
+        n = 1;
+    if (ck->scr_n[slot] < n) {
+        free(ck->scr[slot]);
+        ck->scr_n[slot] = 0;
+        if (!(ck->scr[slot] = malloc((size_t)n * sizeof *ck->scr[slot])))
+            return NULL;
+        ck->scr_n[slot] = n;
     }
+    return ck->scr[slot];
 }
 
-/* The magnitudes of a whole operand array, converted once per run and
- * kept (ck-owned) while the run's cache has room: M and each tier's
- * propagation multiply the same weights and activations again. */
-#define MCACHE_BYTES ((int64_t)1 << 30)
-static const double *mag_cached(dl__ck_t *ck, const float *src, int64_t n, int sq)
+/* x rounded up to binary32 (a bound stays a bound), widened again. */
+static inline double up32(double x)
 {
-    if (!ck || n <= 0)
-        return NULL;
-    for (int i = 0; i < ck->n_mcache; i++)
-        if (ck->mcache[i].src == src && ck->mcache[i].sq == sq && ck->mcache[i].n >= n)
-            return ck->mcache[i].v;
-    if (ck->n_mcache == DL__CK_MCACHE || ck->mcache_bytes + n * 8 > MCACHE_BYTES)
-        return NULL;
-    double *d = dl__ck_alloc(ck, n, sizeof *d);
+    const float v = (float)x;
+    return (double)v < x ? (double)nextafterf(v, INFINITY) : (double)v;
+}
+
+/* One operand block's magnitudes in binary64, into scratch slot: |x| of
+ * floats, their squares rounded up to binary32 (sq: the statistical tier's
+ * root sum of squares), or a delta (double) rounded up to binary32, or its
+ * square so rounded. */
+static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
+                               int64_t n, int sq)
+{
+    double *d = dl__ck_scratch(ck, slot, n);
     if (!d)
         return NULL;
-    mag_fill(src, n, sq, d);
-    ck->mcache[ck->n_mcache++] = (dl__ck_mcache_t){src, sq, n, d};
-    ck->mcache_bytes += n * 8;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        if (dsrc)
+            d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
+        else if (sq)
+            d[i] = up32((double)src[i] * (double)src[i]);
+        else
+            d[i] = fabs((double)src[i]);
+    }
     return d;
 }
 
-/* Operand magnitudes for a block: rows [off, off + n) of an array of
- * `whole` elements from base, from the cache (*tmp NULL) or converted into
- * a fresh array (*tmp, the caller frees). transient: an array that does
- * not live as long as the run (never cached). */
-static const double *mag_of(dl__ck_t *ck, const float *base, int64_t whole, int64_t off,
-                            int64_t n, int sq, const float *transient, double **tmp)
-{
-    *tmp = NULL;
-    const double *c = base != transient ? mag_cached(ck, base, whole, sq) : NULL;
-    if (c)
-        return c + off;
-    if (!(*tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof **tmp)))
-        return NULL;
-    mag_fill(base + off, n, sq, *tmp);
-    return *tmp;
-}
-
 /* M for rows [r0, r1) of a block that lies inside one group (grouped) or
- * one expert (ragged: rows e*I .. e*I+I-1), into out [(r1-r0), N]. */
-static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1, unsigned sq,
-                   const float *transient, double *out)
+ * one expert (ragged: rows e*I .. e*I+I-1), into out [(r1-r0), N]; x, where
+ * set, replaces one operand by a delta (prop.c). */
+static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
+                   const dl__ck_mop_t *x, double *out)
 {
     const int64_t R = r1 - r0, N = mp->N;
+    const int sq = x && x->sq;
     if (R <= 0)
         return 0;
     if (mp->kind == DL__M_GROUPED) {
@@ -365,16 +355,11 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1, 
         for (int t = 0; t < mp->nterms; t++) {
             const dl_gemm_term_t *tm = &mp->terms[t];
             const int64_t K = tm->K;
-            double *ta, *tb;
-            const double *A = mag_of(ck, tm->lhs, mp->off[mp->E] * K, r0 * K, R * K, 0,
-                                     transient, &ta);
-            const double *B = mag_of(ck, tm->rhs, mp->E * K * N, e * K * N, K * N,
-                                     (sq & DL__CK_SQ_RHS) != 0, transient, &tb);
-            if (!A || !B) {
-                free(ta);
-                free(tb);
+            const double *A = mag_block(ck, DL__CK_SCR_A, tm->lhs + r0 * K,
+                                        x ? x->delta + r0 * K : NULL, R * K, sq);
+            const double *B = mag_block(ck, DL__CK_SCR_B, rhs_of(tm, N, e), NULL, K * N, sq);
+            if (!A || !B)
                 return DL_ENOMEM;
-            }
             if (K > 0)
                 cblas_dgemm(CblasRowMajor, CblasNoTrans,
                             tm->layout == DL_RHS_KN ? CblasNoTrans : CblasTrans, (int)R, (int)N,
@@ -382,8 +367,6 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1, 
                             t ? 1.0 : 0.0, out, (int)N);
             else if (!t)
                 memset(out, 0, (size_t)(R * N) * sizeof *out);
-            free(ta);
-            free(tb);
         }
         return 0;
     }
@@ -393,22 +376,15 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1, 
             memset(out, 0, (size_t)(R * N) * sizeof *out);
             return 0;
         }
-        const int64_t rows = mp->off[mp->E];
-        double *ta, *tb;
-        const double *A = mag_of(ck, mp->a, rows * I, m0 * I, Mg * I, (sq & DL__CK_SQ_A) != 0,
-                                 transient, &ta);
-        const double *B = mag_of(ck, mp->b, rows * N, m0 * N, Mg * N, (sq & DL__CK_SQ_RHS) != 0,
-                                 transient, &tb);
-        if (!A || !B) {
-            free(ta);
-            free(tb);
+        const double *A = mag_block(ck, DL__CK_SCR_A, mp->a + m0 * I,
+                                    x && x->which == 0 ? x->delta + m0 * I : NULL, Mg * I, sq);
+        const double *B = mag_block(ck, DL__CK_SCR_B, mp->b + m0 * N,
+                                    x && x->which == 1 ? x->delta + m0 * N : NULL, Mg * N, sq);
+        if (!A || !B)
             return DL_ENOMEM;
-        }
         /* out = A[:, i0:i0+R]^T B */
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)N, (int)Mg, 1.0,
                     A + (r0 - e * I), (int)I, B, (int)N, 0.0, out, (int)N);
-        free(ta);
-        free(tb);
         return 0;
     }
     for (int64_t r = r0; r < r1; r++)
@@ -417,13 +393,12 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1, 
     return 0;
 }
 
-int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, unsigned sq,
-                  const float *transient, double *out)
+int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
+                  double *out)
 {
     if (mp->kind == DL__M_GROUPED) {
         for (int64_t e = 0; e < mp->E; e++) {
-            int rc = m_block(ck, mp, mp->off[e], mp->off[e + 1], sq, transient,
-                             out + mp->off[e] * mp->N);
+            int rc = m_block(ck, mp, mp->off[e], mp->off[e + 1], x, out + mp->off[e] * mp->N);
             if (rc)
                 return rc;
         }
@@ -431,14 +406,13 @@ int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, unsigned sq
     }
     if (mp->kind == DL__M_RAGGED) {
         for (int64_t e = 0; e < mp->E; e++) {
-            int rc = m_block(ck, mp, e * mp->I, (e + 1) * mp->I, sq, transient,
-                             out + e * mp->I * mp->N);
+            int rc = m_block(ck, mp, e * mp->I, (e + 1) * mp->I, x, out + e * mp->I * mp->N);
             if (rc)
                 return rc;
         }
         return 0;
     }
-    return m_block(ck, mp, 0, rows, sq, transient, out);
+    return m_block(ck, mp, 0, rows, x, out);
 }
 
 /* ------------------------------------------------------ the comparison */
@@ -632,18 +606,15 @@ static int compare_block(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, r
     if (mp && mp->kind != DL__M_ARRAY && mp->kind != DL__M_ABS_G) {
         int64_t nd = count_diff(cmp, r0, r1);
         if (nd * 16 > (r1 - r0) * cmp->cols) {
-            Mb = malloc((size_t)((r1 - r0) * cmp->cols) * sizeof *Mb);
+            Mb = dl__ck_scratch(ck, DL__CK_SCR_M, (r1 - r0) * cmp->cols);
             if (!Mb)
                 return DL_ENOMEM;
-            int rc = m_block(ck, mp, r0, r1, 0, NULL, Mb);
-            if (rc) {
-                free(Mb);
+            int rc = m_block(ck, mp, r0, r1, NULL, Mb);
+            if (rc)
                 return rc;
-            }
         }
     }
     compare_rows(ck, cmp, r0, r1, Mb, st);
-    free(Mb);
     return 0;
 }
 
