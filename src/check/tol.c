@@ -311,31 +311,42 @@ double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n)
     return ck->scr[slot];
 }
 
-/* x rounded up to binary32 (a bound stays a bound), widened again. */
+/* x rounded up to binary32 (a bound stays a bound), widened again: the
+ * next float up by its bits where rounding went down (x >= 0 here: +0 and
+ * positive floats step by +1; NaN compares false and stays). */
 static inline double up32(double x)
 {
-    const float v = (float)x;
-    return (double)v < x ? (double)nextafterf(v, INFINITY) : (double)v;
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = (float)x};
+    if ((double)v.f < x)
+        v.u += v.f >= 0.0f ? 1u : (uint32_t)-1;
+    return (double)v.f;
 }
 
 /* One operand block's magnitudes in binary64, into scratch slot: |x| of
  * floats, their squares rounded up to binary32 (sq: the statistical tier's
  * root sum of squares), or a delta (double) rounded up to binary32, or its
- * square so rounded. */
+ * square so rounded; one loop per kind (the first vectorises). */
 static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
                                int64_t n, int sq)
 {
     double *d = dl__ck_scratch(ck, slot, n);
     if (!d)
         return NULL;
+    if (!dsrc && !sq) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        if (dsrc)
-            d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
-        else if (sq)
-            d[i] = up32((double)src[i] * (double)src[i]);
-        else
+        for (int64_t i = 0; i < n; i++)
             d[i] = fabs((double)src[i]);
+    } else if (!dsrc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = up32((double)src[i] * (double)src[i]);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
     }
     return d;
 }
@@ -437,6 +448,98 @@ static inline int may_exceed(double err, double b, double t)
     return t < 0x1p-900 || !(err <= b * t * (1.0 - 0x1p-40));
 }
 
+/* Compares row r (Mr: its bulk M, or NULL: per element) into *out. The
+ * figures live in locals (registers) while the row runs. */
+static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, const double *Mr,
+                        rowstat_t *out)
+{
+    const int64_t C = cmp->cols;
+    rowstat_t s;
+    row_stat_init(&s);
+    s.checked = C;
+    const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
+    dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
+    dl__ck_bound_coef(ck, cmp, K, 0, &bcp);
+    dl__ck_bound_coef(ck, cmp, K, 1, &bcw);
+    int bad = 0;
+    for (int64_t j = 0; j < C; j++) {
+        const int64_t idx = r * C + j;
+        const double c = cmp->cand[idx], g = cmp->exact[idx];
+        if (!isfinite(c)) {
+            s.nonfinite++;
+            bad = 1;
+            if (s.err_pass != INFINITY) { /* the first one stays the worst */
+                s.err_pass = s.err_warn = INFINITY;
+                s.worst = idx;
+                s.wc = c;
+                s.we = g;
+            }
+            continue;
+        }
+        const double err = fabs(c - g);
+        if (err == 0.0)
+            continue;
+        double M;
+        if (!cmp->mp)
+            M = fabs(g);
+        else if (cmp->mp->kind == DL__M_ARRAY)
+            M = cmp->mp->arr[idx];
+        else if (Mr)
+            M = Mr[j];
+        else
+            M = dl__ck_m_elem(cmp->mp, r, j);
+        const double bp = dl__ck_bound_at(&bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
+        const double own_w = dl__ck_bound_at(&bcw, g, M);
+        const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
+        /* the divisions only where the ratio may reach 1 or the row's
+         * largest so far (most elements sit far below both); the
+         * statistical tier: own worst case + lambda sigma */
+        const double bs = cmp->prop[2] ? own_w + ck->lambda * cmp->prop[2][idx] : 0.0;
+        if (cmp->prop[2] && may_exceed(err, bs, fmin(1.0, s.err_stat))) {
+            const double es = err / bs;
+            if (es > 1.0) {
+                s.over_stat++;
+                bad = 1;
+            }
+            if (es > s.err_stat)
+                s.err_stat = es;
+        }
+        if (may_exceed(err, bp, fmin(1.0, s.err_pass))) {
+            const double ep = err / bp;
+            if (ep > 1.0)
+                s.over_pass++;
+            if (ep > s.err_pass) {
+                s.err_pass = ep;
+                s.worst = idx;
+                s.wc = c;
+                s.we = g;
+            }
+        }
+        if (may_exceed(err, bw, fmin(1.0, s.err_warn))) {
+            const double ew = err / bw;
+            if (ew > 1.0) {
+                s.over_warn++;
+                bad = 1;
+            }
+            if (ew > s.err_warn)
+                s.err_warn = ew;
+        }
+        const double ug = dl__ck_ulp(g, cmp->t);
+        if (may_exceed(err, ug, s.ulp)) {
+            const double ul = err / ug;
+            if (ul > s.ulp)
+                s.ulp = ul;
+        }
+        if (err > s.abs)
+            s.abs = err;
+    }
+    if (cmp->row_fail)
+        cmp->row_fail[r] = (uint8_t)bad;
+    if (cmp->row_over)
+        cmp->row_over[r] = s.over_pass;
+    *out = s;
+}
+
 /* Compares rows [r0, r1); M for the block is Mb (may be NULL: per element). */
 static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, const double *Mb,
                          rowstat_t *st)
@@ -444,91 +547,11 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
     const int64_t C = cmp->cols;
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t r = r0; r < r1; r++) {
-        rowstat_t *s = &st[r - r0];
-        row_stat_init(s);
-        if (cmp->row_skip && cmp->row_skip[r])
+        if (cmp->row_skip && cmp->row_skip[r]) {
+            row_stat_init(&st[r - r0]);
             continue;
-        const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
-        dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
-        dl__ck_bound_coef(ck, cmp, K, 0, &bcp);
-        dl__ck_bound_coef(ck, cmp, K, 1, &bcw);
-        int bad = 0;
-        for (int64_t j = 0; j < C; j++) {
-            const int64_t idx = r * C + j;
-            const double c = cmp->cand[idx], g = cmp->exact[idx];
-            s->checked++;
-            if (!isfinite(c)) {
-                s->nonfinite++;
-                bad = 1;
-                if (s->err_pass != INFINITY) { /* the first one stays the worst */
-                    s->err_pass = s->err_warn = INFINITY;
-                    s->worst = idx;
-                    s->wc = c;
-                    s->we = g;
-                }
-                continue;
-            }
-            const double err = fabs(c - g);
-            if (err == 0.0)
-                continue;
-            double M;
-            if (!cmp->mp)
-                M = fabs(g);
-            else if (cmp->mp->kind == DL__M_ARRAY)
-                M = cmp->mp->arr[idx];
-            else if (Mb)
-                M = Mb[(r - r0) * C + j];
-            else
-                M = dl__ck_m_elem(cmp->mp, r, j);
-            const double bp = dl__ck_bound_at(&bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
-            const double own_w = dl__ck_bound_at(&bcw, g, M);
-            const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
-            /* the divisions only where the ratio may reach 1 or the row's
-             * largest so far (most elements sit far below both) */
-            /* the statistical tier: own worst case + lambda sigma */
-            const double bs = cmp->prop[2] ? own_w + ck->lambda * cmp->prop[2][idx] : 0.0;
-            if (cmp->prop[2] && may_exceed(err, bs, fmin(1.0, s->err_stat))) {
-                const double es = err / bs;
-                if (es > 1.0) {
-                    s->over_stat++;
-                    bad = 1;
-                }
-                if (es > s->err_stat)
-                    s->err_stat = es;
-            }
-            if (may_exceed(err, bp, fmin(1.0, s->err_pass))) {
-                const double ep = err / bp;
-                if (ep > 1.0)
-                    s->over_pass++;
-                if (ep > s->err_pass) {
-                    s->err_pass = ep;
-                    s->worst = idx;
-                    s->wc = c;
-                    s->we = g;
-                }
-            }
-            if (may_exceed(err, bw, fmin(1.0, s->err_warn))) {
-                const double ew = err / bw;
-                if (ew > 1.0) {
-                    s->over_warn++;
-                    bad = 1;
-                }
-                if (ew > s->err_warn)
-                    s->err_warn = ew;
-            }
-            const double ug = dl__ck_ulp(g, cmp->t);
-            if (may_exceed(err, ug, s->ulp)) {
-                const double ul = err / ug;
-                if (ul > s->ulp)
-                    s->ulp = ul;
-            }
-            if (err > s->abs)
-                s->abs = err;
         }
-        if (cmp->row_fail)
-            cmp->row_fail[r] = (uint8_t)bad;
-        if (cmp->row_over)
-            cmp->row_over[r] = s->over_pass;
+        compare_row(ck, cmp, r, Mb ? Mb + (r - r0) * C : NULL, &st[r - r0]);
     }
 }
 
