@@ -79,9 +79,14 @@ typedef struct {
 
 typedef struct dl__ck dl__ck_t;
 /* The runner's scratch arrays (doubles), reused by every stage of a run
- * (no fresh pages per call): one operand block's magnitudes each (A, B),
- * a bulk M, a propagation's product, an absent stage's propagated error. */
-enum { DL__CK_SCR_A, DL__CK_SCR_B, DL__CK_SCR_M, DL__CK_SCR_TMP, DL__CK_SCR_P, DL__CK_SCRATCH };
+ * (no fresh pages per call): a block of an operand's magnitudes (A), a
+ * whole operand's (the rhs of a grouped provider's terms, B and B2; the
+ * ragged one's a and b, RA and RB: tagged by scr_src, tol.c), a bulk M, a
+ * propagation's product, an absent stage's propagated error. */
+enum {
+    DL__CK_SCR_A, DL__CK_SCR_B, DL__CK_SCR_B2, DL__CK_SCR_RA, DL__CK_SCR_RB, DL__CK_SCR_M,
+    DL__CK_SCR_TMP, DL__CK_SCR_P, DL__CK_SCRATCH
+};
 /* The second chained level (chain.c: dl__ck_chained_second), which the
  * stage walk calls on a FAIL where it is set: 1 when it turned r into a
  * WARN, 0 when r stays, or an error. */
@@ -133,6 +138,9 @@ struct dl__ck {
     dl__ck_second_t second;            /* NULL: no second chained level (a nested run) */
     double *scr[DL__CK_SCRATCH]; /* scratch (tol.c: dl__ck_scratch), freed by the run */
     int64_t scr_n[DL__CK_SCRATCH];
+    const float *scr_src[DL__CK_SCRATCH]; /* the operand a slot holds whole (NULL: none) */
+    int scr_sq[DL__CK_SCRATCH];
+    int64_t scr_len[DL__CK_SCRATCH];
 };
 
 /* result.c */

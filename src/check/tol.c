@@ -335,6 +335,7 @@ static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const d
     double *d = dl__ck_scratch(ck, slot, n);
     if (!d)
         return NULL;
+    ck->scr_src[slot] = NULL;
     if (!dsrc && !sq) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++)
@@ -349,6 +350,25 @@ static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const d
             d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
     }
     return d;
+}
+
+/* The magnitudes of a whole stable operand array (a weight, a stage's
+ * value: never a delta) in scratch slot, kept while the slot's tag names
+ * it: M and each tier's propagation multiply the same operand again, so
+ * it is converted once per stage instead of once per call; + off. */
+static const double *mag_whole(dl__ck_t *ck, int slot, const float *base, int64_t whole,
+                               int64_t off, int sq)
+{
+    if (ck->scr_src[slot] == base && ck->scr_sq[slot] == sq && ck->scr_len[slot] == whole)
+        return ck->scr[slot] + off;
+    ck->scr_src[slot] = NULL;
+    const double *d = mag_block(ck, slot, base, NULL, whole, sq);
+    if (!d)
+        return NULL;
+    ck->scr_src[slot] = base;
+    ck->scr_sq[slot] = sq;
+    ck->scr_len[slot] = whole;
+    return d + off;
 }
 
 /* M for rows [r0, r1) of a block that lies inside one group (grouped) or
@@ -368,7 +388,8 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
             const int64_t K = tm->K;
             const double *A = mag_block(ck, DL__CK_SCR_A, tm->lhs + r0 * K,
                                         x ? x->delta + r0 * K : NULL, R * K, sq);
-            const double *B = mag_block(ck, DL__CK_SCR_B, rhs_of(tm, N, e), NULL, K * N, sq);
+            const double *B = mag_whole(ck, DL__CK_SCR_B + t, tm->rhs, mp->E * K * N, e * K * N,
+                                        sq);
             if (!A || !B)
                 return DL_ENOMEM;
             if (K > 0)
@@ -387,10 +408,13 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
             memset(out, 0, (size_t)(R * N) * sizeof *out);
             return 0;
         }
-        const double *A = mag_block(ck, DL__CK_SCR_A, mp->a + m0 * I,
-                                    x && x->which == 0 ? x->delta + m0 * I : NULL, Mg * I, sq);
-        const double *B = mag_block(ck, DL__CK_SCR_B, mp->b + m0 * N,
-                                    x && x->which == 1 ? x->delta + m0 * N : NULL, Mg * N, sq);
+        const int64_t rows = mp->off[mp->E];
+        const double *A = x && x->which == 0
+                              ? mag_block(ck, DL__CK_SCR_A, NULL, x->delta + m0 * I, Mg * I, sq)
+                              : mag_whole(ck, DL__CK_SCR_RA, mp->a, rows * I, m0 * I, sq);
+        const double *B = x && x->which == 1
+                              ? mag_block(ck, DL__CK_SCR_A, NULL, x->delta + m0 * N, Mg * N, sq)
+                              : mag_whole(ck, DL__CK_SCR_RB, mp->b, rows * N, m0 * N, sq);
         if (!A || !B)
             return DL_ENOMEM;
         /* out = A[:, i0:i0+R]^T B */
