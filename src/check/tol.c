@@ -164,9 +164,10 @@ static double pow2(int n)
     return x.d;
 }
 
-double dl__ck_ulp(double g, dl_dtype_t t)
+/* The ulp of g at precision p, minimum exponent emin (dl__ck_ulp with
+ * the type's constants hoisted: the comparison takes one per element). */
+static inline double ulp_at(double g, int p, int emin)
 {
-    const int p = dl_dtype_precision(t), emin = emin_of(t);
     if (!isfinite(g))
         return NAN;
     /* |g| in [2^(e-1), 2^e): e from g's binary64 exponent field (a
@@ -184,6 +185,11 @@ double dl__ck_ulp(double g, dl_dtype_t t)
     if (g == 0.0 || e - 1 < emin)
         return pow2(emin - p + 1);
     return pow2(e - p);
+}
+
+double dl__ck_ulp(double g, dl_dtype_t t)
+{
+    return ulp_at(g, dl_dtype_precision(t), emin_of(t));
 }
 
 /* Spacing of the subnormals: the absolute error one rounding may make there. */
@@ -485,6 +491,7 @@ static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, con
     dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
     dl__ck_bound_coef(ck, cmp, K, 0, &bcp);
     dl__ck_bound_coef(ck, cmp, K, 1, &bcw);
+    const int prec = dl_dtype_precision(cmp->t), emin = emin_of(cmp->t);
     int bad = 0;
     for (int64_t j = 0; j < C; j++) {
         const int64_t idx = r * C + j;
@@ -548,7 +555,7 @@ static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, con
             if (ew > s.err_warn)
                 s.err_warn = ew;
         }
-        const double ug = dl__ck_ulp(g, cmp->t);
+        const double ug = ulp_at(g, prec, emin);
         if (may_exceed(err, ug, s.ulp)) {
             const double ul = err / ug;
             if (ul > s.ulp)
