@@ -74,9 +74,11 @@ static double run_one(void *p)
         if ((x->rc = dl_check_run(x->g, x->cand, &x->o, &r)))
             break;
         x->verdict = r.verdict;
-        if (getenv("DL_BENCH_VERBOSE") && i == 0) {
+        const char *verbose = getenv("DL_BENCH_VERBOSE"); /* "json": every figure in full */
+        if (verbose && i == 0) {
             const dl_check_report_t *rr = &r;
-            dl_check_write(stdout, DL_REPORT_TABLE, &rr, 1, 0);
+            dl_check_write(stdout, strcmp(verbose, "json") ? DL_REPORT_TABLE : DL_REPORT_JSON,
+                           &rr, 1, 0);
         }
         dl_check_report_free(&r);
     }
@@ -133,9 +135,14 @@ static int make_candidate(dl_golden_file_t *g, int mode, dl_check_candidate_t *c
         if (!cp)
             return DL_ENOMEM;
         const dl_dtype_t t = dl_value_dtype(&g->config, s);
-        for (int64_t j = 0; j < n; j++)
-            cp[j] = j % 7 || src[j] == 0 ? src[j] : step_up(src[j], t); /* zeros stay: an
-                                    * empty expert's gradient must be exactly 0 */
+        /* DL_BENCH_STEPS=N: N steps instead of one (defective candidates,
+         * to compare the reports' figures of two builds) */
+        const int steps = getenv("DL_BENCH_STEPS") ? atoi(getenv("DL_BENCH_STEPS")) : 1;
+        for (int64_t j = 0; j < n; j++) {
+            cp[j] = src[j];
+            for (int q = 0; q < steps && j % 7 == 0 && src[j] != 0; q++)
+                cp[j] = step_up(cp[j], t); /* zeros stay: an empty expert's gradient must be 0 */
+        }
         copies[s] = cp;
         *slot = cp;
     }

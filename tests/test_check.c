@@ -1050,16 +1050,21 @@ START_TEST(m_paths_agree)
     mp[1] = (dl__mprov_t){.kind = DL__M_RAGGED, .a = g.f.x_sorted, .I = d, .b = g.b.d_h_up, .N = f,
                           .off = g.f.group_offsets, .E = E};
     const int64_t rows[2] = {M, E * d};
-    for (int i = 0; i < 2; i++) {
-        double *bulk = malloc((size_t)(rows[i] * mp[i].N) * sizeof *bulk);
-        ck_assert_int_eq(dl__ck_m_bulk(&mp[i], rows[i], bulk), 0);
-        for (int64_t r = 0; r < rows[i]; r++)
-            for (int64_t c = 0; c < mp[i].N; c++) {
-                double e = dl__ck_m_elem(&mp[i], r, c), x = bulk[r * mp[i].N + c];
-                ck_assert(fabs(e - x) <= 1e-12 * e);
-            }
-        free(bulk);
-    }
+    dl__ck_t ck; /* the runner's scratch: the second pass reuses the operands it converted */
+    memset(&ck, 0, sizeof ck);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < 2; i++) {
+            double *bulk = malloc((size_t)(rows[i] * mp[i].N) * sizeof *bulk);
+            ck_assert_int_eq(dl__ck_m_bulk(&ck, &mp[i], rows[i], NULL, bulk), 0);
+            for (int64_t r = 0; r < rows[i]; r++)
+                for (int64_t c = 0; c < mp[i].N; c++) {
+                    double e = dl__ck_m_elem(&mp[i], r, c), x = bulk[r * mp[i].N + c];
+                    ck_assert(fabs(e - x) <= 1e-12 * e);
+                }
+            free(bulk);
+        }
+    for (int i = 0; i < DL__CK_SCRATCH; i++)
+        free(ck.scr[i]);
     free_case(&g);
 }
 END_TEST
@@ -1192,6 +1197,24 @@ START_TEST(bound_model)
     ck_assert(dl__ck_on_input_grid(dl_check_profile_find("tf32"), DL_F16));
     ck_assert(!dl__ck_on_input_grid(dl_check_profile_find("fp16"), DL_BF16));
     ck_assert(dl__ck_ulp(1.0, DL_BF16) == 0x1p-7 && dl__ck_ulp(0.0, DL_F16) == 0x1p-24);
+    /* the ulp by exponent bits against frexp/ldexp, on normal, subnormal,
+     * power-of-two and random values of every type's range */
+    const dl_dtype_t ts[] = {DL_F32, DL_BF16, DL_F16, DL_F64};
+    uint64_t st = 12345;
+    for (int ti = 0; ti < 4; ti++)
+        for (int i = 0; i < 4000; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const int ex = (int)((st >> 40) % 2090) - 1070; /* finite, subnormal to large */
+            double x = ldexp(1.0 + (double)(st >> 12 & 0xfffff) * 0x1p-20, ex) * (i & 1 ? -1 : 1);
+            if (i % 7 == 0)
+                x = ldexp(1.0, ex); /* powers of two: the binade's edge */
+            const int p = dl_dtype_precision(ts[ti]);
+            const int emin = ts[ti] == DL_F16 ? -14 : ts[ti] == DL_F64 ? -1022 : -126;
+            int e;
+            frexp(x, &e);
+            const double want = x == 0.0 || e - 1 < emin ? ldexp(1.0, emin - p + 1) : ldexp(1.0, e - p);
+            ck_assert(dl__ck_ulp(x, ts[ti]) == want);
+        }
     for (int v = DL_VERDICT_SKIP; v <= DL_VERDICT_FAIL; v++)
         ck_assert_ptr_nonnull(dl_verdict_name((dl_verdict_t)v));
     for (int s = 0; s < DL_VALUE_COUNT; s++) {

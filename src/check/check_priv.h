@@ -1,6 +1,7 @@
 /* Private to the conformance runner (src/check/); not installed. */
 #ifndef DL_CHECK_PRIV_H
 #define DL_CHECK_PRIV_H
+#include <math.h>
 #include "stages/stages_priv.h"
 #include "util/util_priv.h"
 #include "dropless/check.h"
@@ -77,6 +78,15 @@ typedef struct {
 } dl__ck_stage_t;
 
 typedef struct dl__ck dl__ck_t;
+/* The runner's scratch arrays (doubles), reused by every stage of a run
+ * (no fresh pages per call): a block of an operand's magnitudes (A), a
+ * whole operand's (the rhs of a grouped provider's terms, B and B2; the
+ * ragged one's a and b, RA and RB: tagged by scr_src, tol.c), a bulk M, a
+ * propagation's product, an absent stage's propagated error. */
+enum {
+    DL__CK_SCR_A, DL__CK_SCR_B, DL__CK_SCR_B2, DL__CK_SCR_RA, DL__CK_SCR_RB, DL__CK_SCR_M,
+    DL__CK_SCR_TMP, DL__CK_SCR_P, DL__CK_SCRATCH
+};
 /* The second chained level (chain.c: dl__ck_chained_second), which the
  * stage walk calls on a FAIL where it is set: 1 when it turned r into a
  * WARN, 0 when r stays, or an error. */
@@ -126,6 +136,11 @@ struct dl__ck {
     int64_t n_stat;                  /* elements the statistical tier judges */
     dl__ck_stage_t st[DL_VALUE_COUNT]; /* the driver's record of each stage */
     dl__ck_second_t second;            /* NULL: no second chained level (a nested run) */
+    double *scr[DL__CK_SCRATCH]; /* scratch (tol.c: dl__ck_scratch), freed by the run */
+    int64_t scr_n[DL__CK_SCRATCH];
+    const float *scr_src[DL__CK_SCRATCH]; /* the operand a slot holds whole (NULL: none) */
+    int scr_sq[DL__CK_SCRATCH];
+    int64_t scr_len[DL__CK_SCRATCH];
 };
 
 /* result.c */
@@ -155,13 +170,40 @@ double dl__ck_ulp(double g, dl_dtype_t t);
 /* The PASS (warn = 0) or WARN (warn = 1) bound for one element. */
 double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
                     int warn);
+/* dl__ck_bound split: what depends only on (stage, K, tier), computed once
+ * per row (dl__ck_bound_coef), and the per-element rest (dl__ck_bound_at),
+ * with dl__ck_bound's operations in its order (bitwise the same bound). */
+typedef struct {
+    double nu, f2, eta, kt, kap;
+} dl__ck_bc_t;
+void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int warn,
+                       dl__ck_bc_t *bc);
+static inline double dl__ck_bound_at(const dl__ck_bc_t *bc, double g, double M)
+{
+    double b = bc->nu * fabs(g) * bc->f2 + bc->eta + bc->kt;
+    if (M != 0.0)
+        b += bc->kap * M;
+    return b;
+}
 /* 1 if x's storage grid lies inside the profile's GEMM input grid. */
 int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t);
 int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res);
 /* M of element (row, col) of a provider (per-element path). */
 double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col);
-/* M of every element, bulk path; out is [rows, cols]. */
-int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out);
+/* M of every element, bulk path; out is [rows, cols]. x (NULL: none)
+ * replaces one operand by a delta rounded up to binary32 (prop.c): the
+ * lhs of the provider's one term (grouped), a (which 0) or b (which 1)
+ * (ragged); sq: the delta and the other operand squared (the statistical
+ * tier's root sum of squares). */
+typedef struct {
+    const double *delta;
+    int which, sq;
+} dl__ck_mop_t;
+int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
+                  double *out);
+/* Scratch slot's array of at least n doubles, owned by ck (contents not
+ * kept between calls), or NULL on no memory. */
+double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n);
 
 /* route.c */
 int dl__ck_route_ids(dl__ck_t *ck);
@@ -258,9 +300,11 @@ dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
 
 /* prop.c: the first-order error that the absent upstream of stage s
  * propagates into it, PASS (warn = 0) or WARN bound, into *out (an array
- * of numel[s] doubles owned by ck, oracle layout), or NULL when no
+ * of numel[s] doubles, oracle layout: owned by ck when keep, else the
+ * scratch slot DL__CK_SCR_P, valid until the next call), or NULL when no
  * upstream stage carries an error. cmp is the stage's comparison setup. */
-int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out);
+int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, int keep,
+                     double **out);
 
 /* chain.c: a stage that FAILs on the candidate's own upstream, judged as
  * the candidate's only stage (the exact inputs, absent upstream error

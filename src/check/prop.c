@@ -18,38 +18,6 @@
 #include <string.h>
 #include "check/check_priv.h"
 
-/* A delta as floats for the magnitude GEMMs, rounded up (a bound stays a
- * bound). */
-static float *up_float(const double *x, int64_t n)
-{
-    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
-    if (!f)
-        return NULL;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float v = (float)x[i];
-        f[i] = (double)v < x[i] ? nextafterf(v, INFINITY) : v;
-    }
-    return f;
-}
-
-/* Squares as floats, rounded up: the statistical tier's root sum of
- * squares runs through the same magnitude GEMMs (sum a^2 sigma^2). x is
- * double (sq) or float (sqf). */
-static float *sq_float(const double *x, const float *xf, int64_t n)
-{
-    float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
-    if (!f)
-        return NULL;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        const double v = x ? x[i] * x[i] : (double)xf[i] * (double)xf[i];
-        float r = (float)v;
-        f[i] = (double)r < v ? nextafterf(r, INFINITY) : r;
-    }
-    return f;
-}
-
 /* The absent upstream stage whose effective value is operand p, if it has
  * a delta. */
 static int delta_of(const dl__ck_t *ck, const void *p, int warn)
@@ -58,25 +26,6 @@ static int delta_of(const dl__ck_t *ck, const void *p, int warn)
         if (p && ck->st[u].eff == p && ck->st[u].delta[warn])
             return u;
     return -1;
-}
-
-/* The other operand of a GEMM term squared (the statistical tier), or
- * NULL on no memory; *n its element count. */
-static float *other_squared(const dl__mprov_t *mp, int o, dl__mprov_t *sub)
-{
-    if (mp->kind == DL__M_GROUPED) {
-        const dl_gemm_term_t *tm = &mp->terms[o];
-        float *w = sq_float(NULL, tm->rhs, mp->E * tm->K * mp->N);
-        sub->terms[0].rhs = w;
-        return w;
-    }
-    const int64_t rows = mp->off[mp->E];
-    float *w = sq_float(NULL, o ? mp->a : mp->b, rows * (o ? mp->I : mp->N));
-    if (o)
-        sub->a = w;
-    else
-        sub->b = w;
-    return w;
 }
 
 /* GEMM stages: out += |other operand| * delta, one magnitude GEMM per
@@ -96,35 +45,21 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         if (u < 0)
             continue;
         const int rss = warn == DL__TIER_STAT && !ck->st[u].coherent;
+        /* the delta rounded up to binary32 in place of the operand (a bound
+         * stays a bound); rss: delta and other operand squared */
         dl__mprov_t sub = *mp;
-        float *fd = rss ? sq_float(ck->st[u].delta[warn], NULL, ck->st[u].numel)
-                        : up_float(ck->st[u].delta[warn], ck->st[u].numel);
-        float *w2 = NULL;
-        double *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
-        int rc = fd && tmp ? 0 : DL_ENOMEM;
-        if (!rc) {
-            if (mp->kind == DL__M_GROUPED) {
-                sub.nterms = 1;
-                sub.terms[0] = mp->terms[o];
-                sub.terms[0].lhs = fd;
-            } else if (o) {
-                sub.b = fd;
-            } else {
-                sub.a = fd;
-            }
-            if (rss && !(w2 = other_squared(mp, o, &sub)))
-                rc = DL_ENOMEM;
+        dl__ck_mop_t x = {.delta = ck->st[u].delta[warn], .which = o, .sq = rss};
+        if (mp->kind == DL__M_GROUPED) {
+            sub.nterms = 1;
+            sub.terms[0] = mp->terms[o];
+            x.which = 0;
         }
-        if (!rc)
-            rc = dl__ck_m_bulk(&sub, cmp->rows, tmp);
-        if (!rc)
-            for (int64_t i = 0; i < n; i++)
-                out[i] += rss ? sqrt(tmp[i]) : tmp[i];
-        free(fd);
-        free(w2);
-        free(tmp);
+        double *tmp = dl__ck_scratch(ck, DL__CK_SCR_TMP, n);
+        int rc = tmp ? dl__ck_m_bulk(ck, &sub, cmp->rows, &x, tmp) : DL_ENOMEM;
         if (rc)
             return rc;
+        for (int64_t i = 0; i < n; i++)
+            out[i] += rss ? sqrt(tmp[i]) : tmp[i];
         *any = 1;
     }
     return 0;
@@ -141,7 +76,8 @@ static int prop_elem(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     return dl__ck_desc(s)->prop(&v, ck->st[s].exact, ck->st[s].numel, out);
 }
 
-int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out)
+int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, int keep,
+                     double **out)
 {
     *out = NULL;
     const dl_valueset_t up = dl__ck_upstream(ck, s);
@@ -151,9 +87,12 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     if (!has)
         return 0;
     const int64_t n = ck->st[s].numel;
-    double *p = dl__ck_alloc(ck, n, sizeof *p); /* zeroed */
+    double *p = keep ? dl__ck_alloc(ck, n, sizeof *p) /* zeroed */
+                     : dl__ck_scratch(ck, DL__CK_SCR_P, n);
     if (!p)
         return DL_ENOMEM;
+    if (!keep)
+        memset(p, 0, (size_t)(n > 0 ? n : 1) * sizeof *p);
     int any = 0, rc = 0;
     if (dl__ck_desc(s)->prop)
         any = prop_elem(ck, s, warn, p);

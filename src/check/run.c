@@ -214,6 +214,8 @@ int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
 out:
     for (size_t i = 0; i < ck.n_owned; i++)
         free(ck.owned[i]);
+    for (int i = 0; i < DL__CK_SCRATCH; i++)
+        free(ck.scr[i]);
     free(ck.owned);
     r->seconds = now() - t0;
     return rc;

@@ -186,14 +186,12 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     if (rc)
         return rc;
     const int64_t n = ck->st[s].numel;
-    double *M = NULL;
+    double *M = NULL; /* bulk M in scratch (the propagations below use other slots) */
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
-        if (!(M = malloc((size_t)(n > 0 ? n : 1) * sizeof *M)))
+        if (!(M = dl__ck_scratch(ck, DL__CK_SCR_M, n)))
             return DL_ENOMEM;
-        if ((rc = dl__ck_m_bulk(cmp.mp, cmp.rows, M))) {
-            free(M);
+        if ((rc = dl__ck_m_bulk(ck, cmp.mp, cmp.rows, NULL, M)))
             return rc;
-        }
     }
     const float *g = ck->st[s].exact;
     /* coherent: its own operands rounded to the input grid, or fed by a
@@ -206,7 +204,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers && !rc; warn++) {
         double *p, *dl = NULL;
-        if ((rc = dl__ck_propagate(ck, s, &cmp, warn, &p)) ||
+        if ((rc = dl__ck_propagate(ck, s, &cmp, warn, 0, &p)) ||
             !(dl = dl__ck_alloc(ck, n, sizeof *dl))) {
             rc = rc ? rc : DL_ENOMEM;
             break;
@@ -214,19 +212,22 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < cmp.rows; r++) {
             const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
+            dl__ck_bc_t bc;
+            dl__ck_bound_coef(ck, &cmp, K, warn, &bc);
             for (int64_t j = 0; j < cmp.cols; j++) {
                 const int64_t i = r * cmp.cols + j;
                 const double m = !cmp.mp ? fabs((double)g[i])
                                  : cmp.mp->kind == DL__M_ARRAY ? cmp.mp->arr[i] : M[i];
-                const double own = dl__ck_bound(ck, &cmp, g[i], m, K, warn), pr = p ? p[i] : 0.0;
+                const double own = dl__ck_bound_at(&bc, g[i], m), pr = p ? p[i] : 0.0;
                 /* the statistical tier: its own error and the propagated
                  * one are independent (root sum of squares) unless coherent */
-                dl[i] = warn == DL__TIER_STAT && !ck->st[s].coherent ? hypot(own, pr) : own + pr;
+                dl[i] = warn != DL__TIER_STAT || ck->st[s].coherent ? own + pr
+                        : pr == 0.0                                  ? fabs(own) /* hypot(x, 0) */
+                                                                     : hypot(own, pr);
             }
         }
         ck->st[s].delta[warn] = dl;
     }
-    free(M);
     return rc;
 }
 
@@ -237,7 +238,7 @@ static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers; warn++) {
         double *p;
-        int rc = dl__ck_propagate(ck, s, cmp, warn, &p);
+        int rc = dl__ck_propagate(ck, s, cmp, warn, 1, &p);
         if (rc)
             return rc;
         cmp->prop[warn] = p;

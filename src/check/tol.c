@@ -151,26 +151,55 @@ int dl__ck_on_input_grid(const dl_check_profile_t *p, dl_dtype_t t)
     return dl_dtype_precision(t) <= p->in_bits && exp_bits(t) <= p->in_exp_bits;
 }
 
-double dl__ck_ulp(double g, dl_dtype_t t)
+/* 2^n as a double, by its bits where it is normal (no libm call: the
+ * tolerances take one or two per element). */
+static double pow2(int n)
 {
-    const int p = dl_dtype_precision(t), emin = emin_of(t);
+    if (n < -1022 || n > 1023)
+        return ldexp(1.0, n);
+    union {
+        uint64_t u;
+        double d;
+    } x = {.u = (uint64_t)(n + 1023) << 52};
+    return x.d;
+}
+
+/* The ulp of g at precision p, minimum exponent emin (dl__ck_ulp with
+ * the type's constants hoisted: the comparison takes one per element). */
+static inline double ulp_at(double g, int p, int emin)
+{
     if (!isfinite(g))
         return NAN;
+    /* |g| in [2^(e-1), 2^e): e from g's binary64 exponent field (a
+     * subnormal binary64 lies below every emin here but f64's: frexp) */
+    union {
+        double d;
+        uint64_t u;
+    } x = {.d = g};
+    const int be = (int)((x.u >> 52) & 0x7ff);
     int e;
-    frexp(g, &e); /* |g| in [2^(e-1), 2^e) */
+    if (be)
+        e = be - 1022;
+    else
+        frexp(g, &e);
     if (g == 0.0 || e - 1 < emin)
-        return ldexp(1.0, emin - p + 1);
-    return ldexp(1.0, e - p);
+        return pow2(emin - p + 1);
+    return pow2(e - p);
+}
+
+double dl__ck_ulp(double g, dl_dtype_t t)
+{
+    return ulp_at(g, dl_dtype_precision(t), emin_of(t));
 }
 
 /* Spacing of the subnormals: the absolute error one rounding may make there. */
 static double eta(dl_dtype_t t)
 {
-    return ldexp(1.0, emin_of(t) - dl_dtype_precision(t) + 1);
+    return pow2(emin_of(t) - dl_dtype_precision(t) + 1);
 }
 
-double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
-                    int warn)
+void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int warn,
+                       dl__ck_bc_t *bc)
 {
     const dl_check_profile_t *p = dl__ck_prof(ck, cmp->stage);
     const double uo = dl_dtype_unit_roundoff(cmp->t);
@@ -179,11 +208,14 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     /* (the statistical tier's scale of a hidden value's error has one
      * rounding: the hidden value against the exact one, no golden between) */
     const double nround = warn == DL__TIER_STAT ? 1.0 : 2.0;
-    double b = nround * uo * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
+    bc->nu = nround * uo;
+    bc->f2 = 1.0 + 2.0 * uo;
+    bc->eta = eta(cmp->t);
+    bc->kt = (double)(K + 2) * 0x1p-150;
     double ua = p->u_acc;
     if (cmp->short_sum && p->sums_in_storage && uo > ua)
         ua = uo;
-    const double uin = cmp->kappa_in > 0 ? ldexp(1.0, -p->in_bits) : 0.0;
+    const double uin = cmp->kappa_in > 0 ? pow2(-p->in_bits) : 0.0;
     const double ein = cmp->kappa_in * uin * (1.0 + uin);
     /* WARN: the deterministic gamma_K; PASS: c sqrt(K) u. For K < c^2 the
      * probabilistic figure exceeds the worst case: WARN never sits below PASS */
@@ -208,9 +240,15 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
         kap += (warn ? fmax(p->elem_s_warn, p->elem_s_pass) : p->elem_s_pass) * uo;
     else if (cmp->elem)
         kap += (warn ? fmax(p->elem_warn, p->elem_pass) : p->elem_pass) * U32;
-    if (M != 0.0)
-        b += kap * M;
-    return b;
+    bc->kap = kap;
+}
+
+double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M, int64_t K,
+                    int warn)
+{
+    dl__ck_bc_t bc;
+    dl__ck_bound_coef(ck, cmp, K, warn, &bc);
+    return dl__ck_bound_at(&bc, g, M);
 }
 
 /* ---------------------------------------------------------- M providers */
@@ -265,22 +303,88 @@ double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col)
     }
 }
 
-static double *abs_copy(const float *src, int64_t n)
+double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n)
 {
-    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    if (n < 1)
+        n = 1;
+    if (ck->scr_n[slot] < n) {
+        free(ck->scr[slot]);
+        ck->scr_n[slot] = 0;
+        if (!(ck->scr[slot] = malloc((size_t)n * sizeof *ck->scr[slot])))
+            return NULL;
+        ck->scr_n[slot] = n;
+    }
+    return ck->scr[slot];
+}
+
+/* x rounded up to binary32 (a bound stays a bound), widened again: the
+ * next float up by its bits where rounding went down (x >= 0 here: +0 and
+ * positive floats step by +1; NaN compares false and stays). */
+static inline double up32(double x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = (float)x};
+    if ((double)v.f < x)
+        v.u += v.f >= 0.0f ? 1u : (uint32_t)-1;
+    return (double)v.f;
+}
+
+/* One operand block's magnitudes in binary64, into scratch slot: |x| of
+ * floats, their squares rounded up to binary32 (sq: the statistical tier's
+ * root sum of squares), or a delta (double) rounded up to binary32, or its
+ * square so rounded; one loop per kind (the first vectorises). */
+static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
+                               int64_t n, int sq)
+{
+    double *d = dl__ck_scratch(ck, slot, n);
     if (!d)
         return NULL;
+    ck->scr_src[slot] = NULL;
+    if (!dsrc && !sq) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        d[i] = fabs((double)src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = fabs((double)src[i]);
+    } else if (!dsrc) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = up32((double)src[i] * (double)src[i]);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
+    }
     return d;
 }
 
+/* The magnitudes of a whole stable operand array (a weight, a stage's
+ * value: never a delta) in scratch slot, kept while the slot's tag names
+ * it: M and each tier's propagation multiply the same operand again, so
+ * it is converted once per stage instead of once per call; + off. */
+static const double *mag_whole(dl__ck_t *ck, int slot, const float *base, int64_t whole,
+                               int64_t off, int sq)
+{
+    if (ck->scr_src[slot] == base && ck->scr_sq[slot] == sq && ck->scr_len[slot] == whole)
+        return ck->scr[slot] + off;
+    ck->scr_src[slot] = NULL;
+    const double *d = mag_block(ck, slot, base, NULL, whole, sq);
+    if (!d)
+        return NULL;
+    ck->scr_src[slot] = base;
+    ck->scr_sq[slot] = sq;
+    ck->scr_len[slot] = whole;
+    return d + off;
+}
+
 /* M for rows [r0, r1) of a block that lies inside one group (grouped) or
- * one expert (ragged: rows e*I .. e*I+I-1), into out [(r1-r0), N]. */
-static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
+ * one expert (ragged: rows e*I .. e*I+I-1), into out [(r1-r0), N]; x, where
+ * set, replaces one operand by a delta (prop.c). */
+static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
+                   const dl__ck_mop_t *x, double *out)
 {
     const int64_t R = r1 - r0, N = mp->N;
+    const int sq = x && x->sq;
     if (R <= 0)
         return 0;
     if (mp->kind == DL__M_GROUPED) {
@@ -288,13 +392,12 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
         for (int t = 0; t < mp->nterms; t++) {
             const dl_gemm_term_t *tm = &mp->terms[t];
             const int64_t K = tm->K;
-            double *A = abs_copy(tm->lhs + r0 * K, R * K);
-            double *B = abs_copy(rhs_of(tm, N, e), K * N);
-            if (!A || !B) {
-                free(A);
-                free(B);
+            const double *A = mag_block(ck, DL__CK_SCR_A, tm->lhs + r0 * K,
+                                        x ? x->delta + r0 * K : NULL, R * K, sq);
+            const double *B = mag_whole(ck, DL__CK_SCR_B + t, tm->rhs, mp->E * K * N, e * K * N,
+                                        sq);
+            if (!A || !B)
                 return DL_ENOMEM;
-            }
             if (K > 0)
                 cblas_dgemm(CblasRowMajor, CblasNoTrans,
                             tm->layout == DL_RHS_KN ? CblasNoTrans : CblasTrans, (int)R, (int)N,
@@ -302,8 +405,6 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
                             t ? 1.0 : 0.0, out, (int)N);
             else if (!t)
                 memset(out, 0, (size_t)(R * N) * sizeof *out);
-            free(A);
-            free(B);
         }
         return 0;
     }
@@ -313,18 +414,18 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
             memset(out, 0, (size_t)(R * N) * sizeof *out);
             return 0;
         }
-        double *A = abs_copy(mp->a + m0 * I, Mg * I);
-        double *B = abs_copy(mp->b + m0 * N, Mg * N);
-        if (!A || !B) {
-            free(A);
-            free(B);
+        const int64_t rows = mp->off[mp->E];
+        const double *A = x && x->which == 0
+                              ? mag_block(ck, DL__CK_SCR_A, NULL, x->delta + m0 * I, Mg * I, sq)
+                              : mag_whole(ck, DL__CK_SCR_RA, mp->a, rows * I, m0 * I, sq);
+        const double *B = x && x->which == 1
+                              ? mag_block(ck, DL__CK_SCR_A, NULL, x->delta + m0 * N, Mg * N, sq)
+                              : mag_whole(ck, DL__CK_SCR_RB, mp->b, rows * N, m0 * N, sq);
+        if (!A || !B)
             return DL_ENOMEM;
-        }
         /* out = A[:, i0:i0+R]^T B */
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)N, (int)Mg, 1.0,
                     A + (r0 - e * I), (int)I, B, (int)N, 0.0, out, (int)N);
-        free(A);
-        free(B);
         return 0;
     }
     for (int64_t r = r0; r < r1; r++)
@@ -333,11 +434,12 @@ static int m_block(const dl__mprov_t *mp, int64_t r0, int64_t r1, double *out)
     return 0;
 }
 
-int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out)
+int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
+                  double *out)
 {
     if (mp->kind == DL__M_GROUPED) {
         for (int64_t e = 0; e < mp->E; e++) {
-            int rc = m_block(mp, mp->off[e], mp->off[e + 1], out + mp->off[e] * mp->N);
+            int rc = m_block(ck, mp, mp->off[e], mp->off[e + 1], x, out + mp->off[e] * mp->N);
             if (rc)
                 return rc;
         }
@@ -345,13 +447,13 @@ int dl__ck_m_bulk(const dl__mprov_t *mp, int64_t rows, double *out)
     }
     if (mp->kind == DL__M_RAGGED) {
         for (int64_t e = 0; e < mp->E; e++) {
-            int rc = m_block(mp, e * mp->I, (e + 1) * mp->I, out + e * mp->I * mp->N);
+            int rc = m_block(ck, mp, e * mp->I, (e + 1) * mp->I, x, out + e * mp->I * mp->N);
             if (rc)
                 return rc;
         }
         return 0;
     }
-    return m_block(mp, 0, rows, out);
+    return m_block(ck, mp, 0, rows, x, out);
 }
 
 /* ------------------------------------------------------ the comparison */
@@ -368,6 +470,107 @@ static void row_stat_init(rowstat_t *s)
     s->worst = -1;
 }
 
+/* 0 only when err / b <= t for certain (b * t with a relative margin far
+ * above its rounding; tiny or non-finite products never filter): the
+ * comparison's figures are those of dividing every element. */
+static inline int may_exceed(double err, double b, double t)
+{
+    return t < 0x1p-900 || !(err <= b * t * (1.0 - 0x1p-40));
+}
+
+/* Compares row r (Mr: its bulk M, or NULL: per element) into *out. The
+ * figures live in locals (registers) while the row runs. */
+static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, const double *Mr,
+                        rowstat_t *out)
+{
+    const int64_t C = cmp->cols;
+    rowstat_t s;
+    row_stat_init(&s);
+    s.checked = C;
+    const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
+    dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
+    dl__ck_bound_coef(ck, cmp, K, 0, &bcp);
+    dl__ck_bound_coef(ck, cmp, K, 1, &bcw);
+    const int prec = dl_dtype_precision(cmp->t), emin = emin_of(cmp->t);
+    int bad = 0;
+    for (int64_t j = 0; j < C; j++) {
+        const int64_t idx = r * C + j;
+        const double c = cmp->cand[idx], g = cmp->exact[idx];
+        if (!isfinite(c)) {
+            s.nonfinite++;
+            bad = 1;
+            if (s.err_pass != INFINITY) { /* the first one stays the worst */
+                s.err_pass = s.err_warn = INFINITY;
+                s.worst = idx;
+                s.wc = c;
+                s.we = g;
+            }
+            continue;
+        }
+        const double err = fabs(c - g);
+        if (err == 0.0)
+            continue;
+        double M;
+        if (!cmp->mp)
+            M = fabs(g);
+        else if (cmp->mp->kind == DL__M_ARRAY)
+            M = cmp->mp->arr[idx];
+        else if (Mr)
+            M = Mr[j];
+        else
+            M = dl__ck_m_elem(cmp->mp, r, j);
+        const double bp = dl__ck_bound_at(&bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
+        const double own_w = dl__ck_bound_at(&bcw, g, M);
+        const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
+        /* the divisions only where the ratio may reach 1 or the row's
+         * largest so far (most elements sit far below both); the
+         * statistical tier: own worst case + lambda sigma */
+        const double bs = cmp->prop[2] ? own_w + ck->lambda * cmp->prop[2][idx] : 0.0;
+        if (cmp->prop[2] && may_exceed(err, bs, fmin(1.0, s.err_stat))) {
+            const double es = err / bs;
+            if (es > 1.0) {
+                s.over_stat++;
+                bad = 1;
+            }
+            if (es > s.err_stat)
+                s.err_stat = es;
+        }
+        if (may_exceed(err, bp, fmin(1.0, s.err_pass))) {
+            const double ep = err / bp;
+            if (ep > 1.0)
+                s.over_pass++;
+            if (ep > s.err_pass) {
+                s.err_pass = ep;
+                s.worst = idx;
+                s.wc = c;
+                s.we = g;
+            }
+        }
+        if (may_exceed(err, bw, fmin(1.0, s.err_warn))) {
+            const double ew = err / bw;
+            if (ew > 1.0) {
+                s.over_warn++;
+                bad = 1;
+            }
+            if (ew > s.err_warn)
+                s.err_warn = ew;
+        }
+        const double ug = ulp_at(g, prec, emin);
+        if (may_exceed(err, ug, s.ulp)) {
+            const double ul = err / ug;
+            if (ul > s.ulp)
+                s.ulp = ul;
+        }
+        if (err > s.abs)
+            s.abs = err;
+    }
+    if (cmp->row_fail)
+        cmp->row_fail[r] = (uint8_t)bad;
+    if (cmp->row_over)
+        cmp->row_over[r] = s.over_pass;
+    *out = s;
+}
+
 /* Compares rows [r0, r1); M for the block is Mb (may be NULL: per element). */
 static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, const double *Mb,
                          rowstat_t *st)
@@ -375,76 +578,11 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
     const int64_t C = cmp->cols;
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t r = r0; r < r1; r++) {
-        rowstat_t *s = &st[r - r0];
-        row_stat_init(s);
-        if (cmp->row_skip && cmp->row_skip[r])
+        if (cmp->row_skip && cmp->row_skip[r]) {
+            row_stat_init(&st[r - r0]);
             continue;
-        const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
-        int bad = 0;
-        for (int64_t j = 0; j < C; j++) {
-            const int64_t idx = r * C + j;
-            const double c = cmp->cand[idx], g = cmp->exact[idx];
-            s->checked++;
-            if (!isfinite(c)) {
-                s->nonfinite++;
-                bad = 1;
-                if (s->err_pass != INFINITY) { /* the first one stays the worst */
-                    s->err_pass = s->err_warn = INFINITY;
-                    s->worst = idx;
-                    s->wc = c;
-                    s->we = g;
-                }
-                continue;
-            }
-            const double err = fabs(c - g);
-            if (err == 0.0)
-                continue;
-            double M;
-            if (!cmp->mp)
-                M = fabs(g);
-            else if (cmp->mp->kind == DL__M_ARRAY)
-                M = cmp->mp->arr[idx];
-            else if (Mb)
-                M = Mb[(r - r0) * C + j];
-            else
-                M = dl__ck_m_elem(cmp->mp, r, j);
-            const double bp = dl__ck_bound(ck, cmp, g, M, K, 0) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
-            const double own_w = dl__ck_bound(ck, cmp, g, M, K, 1);
-            const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
-            const double ep = err / bp, ew = err / bw;
-            if (cmp->prop[2]) { /* the statistical tier: own worst case + lambda sigma */
-                const double es = err / (own_w + ck->lambda * cmp->prop[2][idx]);
-                if (es > 1.0) {
-                    s->over_stat++;
-                    bad = 1;
-                }
-                if (es > s->err_stat)
-                    s->err_stat = es;
-            }
-            const double ul = err / dl__ck_ulp(g, cmp->t);
-            if (ep > 1.0)
-                s->over_pass++;
-            if (ew > 1.0) {
-                s->over_warn++;
-                bad = 1;
-            }
-            if (ep > s->err_pass) {
-                s->err_pass = ep;
-                s->worst = idx;
-                s->wc = c;
-                s->we = g;
-            }
-            if (ew > s->err_warn)
-                s->err_warn = ew;
-            if (ul > s->ulp)
-                s->ulp = ul;
-            if (err > s->abs)
-                s->abs = err;
         }
-        if (cmp->row_fail)
-            cmp->row_fail[r] = (uint8_t)bad;
-        if (cmp->row_over)
-            cmp->row_over[r] = s->over_pass;
+        compare_row(ck, cmp, r, Mb ? Mb + (r - r0) * C : NULL, &st[r - r0]);
     }
 }
 
@@ -522,18 +660,15 @@ static int compare_block(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, r
     if (mp && mp->kind != DL__M_ARRAY && mp->kind != DL__M_ABS_G) {
         int64_t nd = count_diff(cmp, r0, r1);
         if (nd * 16 > (r1 - r0) * cmp->cols) {
-            Mb = malloc((size_t)((r1 - r0) * cmp->cols) * sizeof *Mb);
+            Mb = dl__ck_scratch(ck, DL__CK_SCR_M, (r1 - r0) * cmp->cols);
             if (!Mb)
                 return DL_ENOMEM;
-            int rc = m_block(mp, r0, r1, Mb);
-            if (rc) {
-                free(Mb);
+            int rc = m_block(ck, mp, r0, r1, NULL, Mb);
+            if (rc)
                 return rc;
-            }
         }
     }
     compare_rows(ck, cmp, r0, r1, Mb, st);
-    free(Mb);
     return 0;
 }
 
