@@ -131,6 +131,8 @@ static const dl_case_t catalogue[] = {
            24, 16, 16, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), DL_FFN_GEGLU_TANH, 0.0, 0.0, DL_F16, 0, 16),
     CASE3V("nemotron-like", "Nemotron-H's experts: non-gated relu(x Wu)^2 Wd; sigmoid top-4 of 16 with the selection bias, renormalised, scale 2.5 (its shared expert left out)",
            24, 16, 16, (16, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 0.0, 0.0, DL_F32, 0, 17),
+    CASE3V("gpt-oss-full", "gpt-oss with every feature on: a bias on the router logits, softmax over the top-4 of 8 logits, SwiGLU clamped at 7 (alpha 1.702, up + 1), biases on both projections, bf16 router weight",
+           32, 16, 16, (8, 4, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0, 1), DL_FFN_SWIGLU_CLAMP, 1.702, 7.0, DL_BF16, 1, 18),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",

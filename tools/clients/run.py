@@ -44,6 +44,9 @@ CASES = ("tiny", "ties", "ties-grouped", "empty-experts", "no-tokens", "one-hot"
 # their golden files are present (after the merge), skipped, saying so, before
 OPTIONAL_CASES = ("qwen2-moe-like", "deepseek-v3-shared", "gpt-oss-like", "softmax-topk",
                   "softmax-topk-ties")
+# the FFN variants' families and gpt-oss with every feature on
+OPTIONAL_CASES += ("swiglu-clamp-tight", "geglu-tanh", "nemotron-like", "deepseek-v4-like",
+                   "gpt-oss-full")
 DTYPES = ("fp32", "bf16", "fp16")
 CANDIDATES = ("chained", "fused")
 # one thread for dropless check: the cases are small, and OpenMP's waiting
