@@ -76,6 +76,15 @@ if [ -n "$PY" ] && "$PY" -c 'import ml_dtypes' 2>/dev/null; then
     check "$c: d_topk_weights 32 u M off FAILs under bf16-acc" \
         'cand $c topk-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.topk-grad-over.h5" &&
          grep -q "^d_topk_weights .*FAIL" "$T/out"'
+    # d_shared_y = d_out * the gate autograd saved in bf16 (two roundings:
+    # the gate's and the product's): within bf16-acc's stored operand (the
+    # client's 0.992 x PASS under bf16 becomes 0.663); 32 u M more fails
+    check "$c: d_shared_y from the bf16-stored gate is CONFORMANT under bf16-acc" \
+        'cand $c shared-y-torch && run 0 check --profile bf16-acc "$T/$c.h5" "$T/$c.shared-y-torch.h5" &&
+         grep -q "^CONFORMANT" "$T/out" && grep -q "^d_shared_y .*PASS" "$T/out"'
+    check "$c: d_shared_y 32 u M off FAILs under bf16-acc" \
+        'cand $c shared-y-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.shared-y-over.h5" &&
+         grep -q "^d_shared_y .*FAIL" "$T/out"'
     check "$c: d_shared_gate 32 u M off FAILs under bf16-acc" \
         'cand $c gate-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.gate-grad-over.h5" &&
          grep -q "^d_shared_gate .*FAIL" "$T/out"'

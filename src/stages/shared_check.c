@@ -251,6 +251,10 @@ int dl__mag_d_shared_y(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t
 {
     m->mp = NULL; /* one product, rounded once: M = |g| */
     m->K = 1;
+    /* gated (Qwen2-MoE): autograd multiplies d_out by the gate it saved,
+     * sigmoid's output stored in the case's type (bf16): one rounding of
+     * that operand, u_act |g| = u_act M, the -acc profiles' stored part */
+    m->prod_store = v->c->shared_gate != 0;
     return 0;
 }
 
