@@ -20,7 +20,7 @@
  * then does the second level differ from the first. */
 static int chained(const dl__ck_t *ck, dl_value_t s)
 {
-    const uint64_t up = dl__ck_upstream(ck, s);
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         if (((up >> u) & 1) && ck->st[u].eff_is_cand)
             return 1;
@@ -38,7 +38,7 @@ static dl_check_candidate_t alone(const dl__ck_t *ck, dl_value_t s)
     void **slot = dl__value_slot(&c.fwd, &c.bwd, s);
     if (slot)
         *slot = (void *)dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s);
-    c.coarse = ck->coarse & ((uint64_t)1 << s);
+    c.coarse = ck->coarse & DL_VALUE_BIT(s);
     c.store[s] = ck->st[s].store;
     return c;
 }
