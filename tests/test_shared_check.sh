@@ -13,7 +13,7 @@ for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-ven
     if [ -x "$p" ] && "$p" -c 'import h5py, numpy' 2>/dev/null; then PY=$p; break; fi
 done
 cand() { "$PY" "$top_srcdir/tests/shared/candidate.py" "$T/$1.h5" "$T/$1.$2.h5" "$2"; }
-for c in qwen2-moe-like deepseek-v3-shared; do
+for c in qwen2-moe-like deepseek-v3-shared nemotron-shared; do
     "$DL" gen -q -o "$T/$c.h5" "$c"
     check "$c: the golden, its own candidate, has every shared value checked (PASS)" \
         'run 0 check "$T/$c.h5" "$T/$c.h5" && grep -q "^CONFORMANT" "$T/out" &&

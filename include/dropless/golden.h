@@ -137,7 +137,9 @@ typedef enum {
     DL_GOLDEN_IF_SHARED_GATE = 4, /* present only with the shared experts' gate */
     DL_GOLDEN_IF_ROUTER_BIAS = 5, /* present only when route.has_router_bias */
     DL_GOLDEN_IF_FFN_BIAS = 6, /* present only with ffn_bias */
-    DL_GOLDEN_IF_GATE = 7 /* present only with a gated FFN */
+    DL_GOLDEN_IF_GATE = 7, /* present only with a gated FFN */
+    DL_GOLDEN_IF_SHARED_GATED = 8 /* present only with shared experts of a gated FFN
+                                     (11 once route3's 8-10 are merged before it) */
 } dl_golden_cond_t;
 
 /* One dataset of the format. dims are symbols: 'T' tokens, 'd' hidden,

@@ -45,6 +45,7 @@ typedef struct {
 #define COND_ROUTER_BIAS DL_GOLDEN_IF_ROUTER_BIAS
 #define COND_FFN_BIAS DL_GOLDEN_IF_FFN_BIAS
 #define COND_GATE DL_GOLDEN_IF_GATE
+#define COND_SHARED_GATED DL_GOLDEN_IF_SHARED_GATED
 
 #define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
@@ -61,7 +62,8 @@ _Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
                    (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE &&
                    (int)DL_GOLDEN_IF_ROUTER_BIAS == (int)DL_COND_ROUTER_BIAS &&
                    (int)DL_GOLDEN_IF_FFN_BIAS == (int)DL_COND_FFN_BIAS &&
-                   (int)DL_GOLDEN_IF_GATE == (int)DL_COND_GATE,
+                   (int)DL_GOLDEN_IF_GATE == (int)DL_COND_GATE &&
+                   (int)DL_GOLDEN_IF_SHARED_GATED == (int)DL_COND_SHARED_GATED,
                "golden dataset conditions out of sync with dl_cond_t");
 
 _Static_assert(NTABLE <= DL_GOLDEN_DATASET_MAX, "more datasets than dl_golden_file_t's sets hold");

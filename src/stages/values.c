@@ -114,6 +114,7 @@ int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
     case DL_COND_GATE: return DL_FFN_GATED(c->ffn_kind);
     case DL_COND_FFN_BIAS: return c->ffn_bias != 0;
     case DL_COND_SHARED: return c->shared_experts > 0;
+    case DL_COND_SHARED_GATED: return c->shared_experts > 0 && DL_FFN_GATED(c->ffn_kind);
     case DL_COND_SHARED_GATE: return c->shared_experts > 0 && c->shared_gate;
     case DL_COND_ROUTER_BIAS: return c->route.has_router_bias != 0;
     default: return 1;

@@ -187,6 +187,19 @@ def test_gpt_oss_mapping_against_its_formula():
     assert np.allclose(got["d_b_down"].double().numpy(), d_bd, atol=1e-5)
     assert np.allclose(got["d_router_bias"].double().numpy(),
                        got["d_router_logits"].double().numpy().sum(0), atol=1e-6)
+    # the weight gradient is handed over in gpt-oss's own interleaved layout
+    # [E, d, 2f]; with x all ones each row of d_w_gate[e] = sum_t x_t d_h_gate[t]
+    # is d_b_gate[e] = sum_t d_h_gate[t]: its even columns are the gate's
+    # gradient, the odd the up's
+    a["x"] = np.ones_like(a["x"])
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    gu = got["d_w_gate_up"].double().numpy()
+    assert gu.shape == (E, d, 2 * f) and "d_w_gate" not in got and "d_w_up" not in got
+    for h, b in ((0, "d_b_gate"), (1, "d_b_up")):
+        want = np.broadcast_to(got[b].double().numpy()[:, None, :], (E, d, f))
+        assert np.abs(want).max() > 0 and np.allclose(gu[:, :, h::2], want, atol=1e-5)
 
 
 def test_batched_mm_memory_guard():

@@ -100,8 +100,9 @@ def main():
         if mode == "dx-no-shared":
             bw = lambda n: g["/backward/" + n][...].astype(np.float64)
             inp = lambda n: g["/inputs/" + n][...].astype(np.float64)
-            dx = bw("d_x") - bw("d_shared_h_gate") @ inp("shared_w_gate").T \
-                - bw("d_shared_h_up") @ inp("shared_w_up").T
+            dx = bw("d_x") - bw("d_shared_h_up") @ inp("shared_w_up").T
+            if "d_shared_h_gate" in g["/backward"]:  # a gated FFN's (relu2: none)
+                dx -= bw("d_shared_h_gate") @ inp("shared_w_gate").T
             if "d_shared_gate_logit" in g["/backward"]:
                 dx -= np.outer(bw("d_shared_gate_logit"), inp("shared_gate_weight"))
             f["/backward/d_x"][...] = dx.astype(np.float32)

@@ -575,6 +575,10 @@ def run_block(client, block, golden, torch, device="cpu"):
         res.update(_shared_stages(block, golden, seen, torch))
     if client.layout == "gpt_oss":
         res.update(_bias_stages(block, torch))
+        # gpt-oss's own gradient layout: gate_up_proj [E, d, 2f], gate in the
+        # even columns, handed over as is (doc/format.md, "Interleaved gate/up")
+        del res["d_w_gate"], res["d_w_up"]
+        res["d_w_gate_up"] = _grad(block.experts.gate_up_proj, torch)
     return {k: _np(v, torch) for k, v in res.items()}
 
 

@@ -46,7 +46,7 @@ OPTIONAL_CASES = ("qwen2-moe-like", "deepseek-v3-shared", "gpt-oss-like", "softm
                   "softmax-topk-ties")
 # the FFN variants' families and gpt-oss with every feature on
 OPTIONAL_CASES += ("swiglu-clamp-tight", "geglu-tanh", "nemotron-like", "deepseek-v4-like",
-                   "gpt-oss-full")
+                   "gpt-oss-full", "nemotron-shared")
 DTYPES = ("fp32", "bf16", "fp16")
 CANDIDATES = ("chained", "fused")
 # one thread for dropless check: the cases are small, and OpenMP's waiting
