@@ -975,7 +975,11 @@ static int read_gate_up(rctx_t *r, hid_t file, dl_golden_file_t *g)
         const char *nm = strrchr(gate_up_pairs[k].name, '/') + 1;
         if (!gd || idx[1] < 0 || !dl_golden_dataset_applies(gd, &g->config))
             continue;
-        htri_t ex = H5Lexists(file, gate_up_pairs[k].name, H5P_DEFAULT);
+        /* its group first: HDF5 cannot look a path up through an absent group */
+        const char *gname = gd->group == DL_GOLDEN_FORWARD ? "forward" : "backward";
+        htri_t ex = H5Lexists(file, gname, H5P_DEFAULT);
+        if (ex > 0)
+            ex = H5Lexists(file, gate_up_pairs[k].name, H5P_DEFAULT);
         if (ex < 0)
             FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", gate_up_pairs[k].name);
         if (ex == 0)
@@ -987,7 +991,7 @@ static int read_gate_up(rctx_t *r, hid_t file, dl_golden_file_t *g)
         float *buf = NULL;
         int64_t dims[3], n = dl_golden_dataset_shape(&ds, &g->config, dims);
         void *const *sg = dl_golden_slot(g, gd), *const *su = dl_golden_slot(g, dl_golden_dataset(idx[1]));
-        hid_t grp = H5Gopen2(file, ds.group == DL_GOLDEN_FORWARD ? "forward" : "backward", H5P_DEFAULT);
+        hid_t grp = H5Gopen2(file, gname, H5P_DEFAULT);
         if (grp < 0)
             FAILF(DL_EFORMAT, "%s: cannot open its group", ds.path);
         if (*sg || *su || (g->bad_datasets & (DL_ROWSET_BIT(idx[0]) | DL_ROWSET_BIT(idx[1])))) {
