@@ -40,9 +40,14 @@ check "an ffn_bias case needs a gated FFN: a plain one is refused in one line (e
     'printf "tokens = 4\nhidden = 8\nexperts = 4\ntop_k = 2\nffn_kind = plain\nffn_bias = 1\n" >"$T/pb.case" &&
      run 2 gen --config "$T/pb.case" -o "$T/pb.h5" && one_line_err && grep -q "ffn_bias" "$T/err" &&
      [ ! -e "$T/pb.h5" ]'
-check "shared experts with another FFN kind: refused in one line, named (exit 2)" \
-    'printf "tokens = 4\nhidden = 8\nexperts = 4\ntop_k = 2\nffn_kind = geglu-tanh\nshared_experts = 1\nshared_ffn = 4\n" >"$T/sg.case" &&
-     run 2 gen --config "$T/sg.case" -o "$T/sg.h5" && one_line_err && grep -q "geglu-tanh" "$T/err"'
+check "shared experts without a hidden layer (plain): refused in one line, named (exit 2)" \
+    'printf "tokens = 4\nhidden = 8\nffn = 8\nexperts = 4\ntop_k = 2\nffn_kind = plain\nshared_experts = 1\nshared_ffn = 4\n" >"$T/sg.case" &&
+     run 2 gen --config "$T/sg.case" -o "$T/sg.h5" && one_line_err && grep -q "plain" "$T/err" &&
+     [ ! -e "$T/sg.h5" ]'
+check "shared experts follow the case's activation: geglu-tanh's are generated, gated" \
+    'printf "tokens = 4\nhidden = 8\nexperts = 4\ntop_k = 2\nffn_kind = geglu-tanh\nshared_experts = 1\nshared_ffn = 4\n" >"$T/sg2.case" &&
+     run 0 gen --config "$T/sg2.case" -o "$T/sg2.h5" && run 0 info "$T/sg2.h5" &&
+     grep -q "shared_w_gate" "$T/out" && run 0 check "$T/sg2.h5" "$T/sg2.h5"'
 check "dropless run: the backend ABI's missing FFN variant is named, exit 2" \
     'run 2 run --backend "$top_builddir/tests/backends/.libs/plain.so" "$T/gpt-oss-like.h5" &&
      one_line_err && grep -q "no swiglu-clamp" "$T/err"'

@@ -163,7 +163,9 @@ START_TEST(combine_and_input_backward)
             wsg[i] = rnd(&r, 0.3, DL_F32);
         const float *gp = gated ? g : NULL;
         ck_assert_int_eq(dl_combine_shared(y, w, inv, sy, gp, T, k, d, t, out), 0);
-        const dl_shared_grad_t sh = {F, dhg, dhu, wg, wu, gated ? dl : NULL, gated ? wsg : NULL};
+        const int ffn_gated = it % 4 != 3; /* relu2's shared experts: no gate projection */
+        const dl_shared_grad_t sh = {F, ffn_gated ? dhg : NULL, dhu, ffn_gated ? wg : NULL, wu,
+                                     gated ? dl : NULL, gated ? wsg : NULL};
         ck_assert_int_eq(dl_input_backward_shared(dxs, inv, dlg, wr, &sh, T, k, d, E, t, dx), 0);
         const int64_t n = k + E + 2 * F + 1;
         double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
@@ -179,7 +181,8 @@ START_TEST(combine_and_input_backward)
                 for (int64_t e = 0; e < E; e++)
                     a[m] = dlg[tk * E + e], b[m++] = wr[i * E + e];
                 for (int64_t c = 0; c < F; c++) {
-                    a[m] = dhg[tk * F + c], b[m++] = wg[i * F + c];
+                    if (ffn_gated)
+                        a[m] = dhg[tk * F + c], b[m++] = wg[i * F + c];
                     a[m] = dhu[tk * F + c], b[m++] = wu[i * F + c];
                 }
                 if (gated)
@@ -196,6 +199,9 @@ START_TEST(combine_and_input_backward)
         ck_assert(memcmp(dx, o1, (size_t)(T * d) * sizeof *dx) == 0);
         const dl_shared_grad_t half = {F, dhg, dhu, wg, wu, dl, NULL}; /* logit without weight */
         ck_assert_int_eq(dl_input_backward_shared(dxs, inv, dlg, wr, &half, T, k, d, E, t, o1),
+                         DL_EINVAL);
+        const dl_shared_grad_t nog = {F, dhg, dhu, NULL, wu, NULL, NULL}; /* gate without weight */
+        ck_assert_int_eq(dl_input_backward_shared(dxs, inv, dlg, wr, &nog, T, k, d, E, t, o1),
                          DL_EINVAL);
         free(a), free(b), free(inv), free(y), free(w), free(sy), free(g), free(dxs), free(dlg);
         free(wr), free(dhg), free(dhu), free(wg), free(wu), free(dl), free(wsg), free(out);
@@ -235,11 +241,28 @@ static void check_gemm(const char *what, const float *got, const float *A, const
         }
 }
 
-/* The catalogue families: qwen2-moe-like (gated, one expert of width 4f)
- * and deepseek-v3-shared (two experts unscaled), each dtype. */
+/* The catalogue families: qwen2-moe-like (gated, one expert of width 4f),
+ * deepseek-v3-shared (two experts unscaled) and nemotron-shared (relu^2,
+ * non-gated: no gate projection), each dtype. */
 static const char *const layer_cases[] = {
     "qwen2-moe-like", "qwen2-moe-like-bf16", "qwen2-moe-like-fp16",
-    "deepseek-v3-shared", "deepseek-v3-shared-bf16", "deepseek-v3-shared-fp16"};
+    "deepseek-v3-shared", "deepseek-v3-shared-bf16", "deepseek-v3-shared-fp16",
+    "nemotron-shared", "nemotron-shared-bf16", "nemotron-shared-fp16"};
+
+/* relu^2's shared activation and its VJP against exact values: relu(u)^2
+ * and 2 relu(u) dh are exact in binary64 (24-bit floats), rounded once
+ * (the activation's own MPFR test is test_ffn_act's relu2_vs_mpfr). */
+static void check_relu2(const dl_moe_forward_t *f, const dl_moe_backward_t *b, int64_t n,
+                        dl_dtype_t t)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const double r = f->shared_h_up[i] > 0 ? f->shared_h_up[i] : 0.0;
+        ck_assert(same_value(f->shared_h_act[i], mpref_round_d(r * r, t)));
+        /* the subgradient at 0 is +0 */
+        const double du = r > 0 ? mpref_round_d(2.0 * r * b->d_shared_h_act[i], t) : 0.0;
+        ck_assert(same_value(b->d_shared_h_up[i], du));
+    }
+}
 
 START_TEST(layer_values)
 {
@@ -256,15 +279,22 @@ START_TEST(layer_values)
     const int64_t T = c->tokens, d = c->hidden, F = c->shared_experts * c->shared_ffn;
     const dl_dtype_t t = c->dtype;
     ck_assert(F > 0 && (c->shared_gate != 0) == (strstr(cs.name, "qwen2") != NULL));
-    check_gemm("shared_h_gate", f.shared_h_gate, in.x, in.shared_w_gate, T, F, d, d, 0, F, 0, t);
+    const int gated = DL_FFN_GATED(c->ffn_kind);
+    ck_assert(gated == (in.shared_w_gate != NULL) && gated == (f.shared_h_gate != NULL) &&
+              gated == (b.d_shared_h_gate != NULL) && gated == (b.d_shared_w_gate != NULL));
+    if (gated)
+        check_gemm("shared_h_gate", f.shared_h_gate, in.x, in.shared_w_gate, T, F, d, d, 0, F, 0, t);
+    else
+        check_relu2(&f, &b, T * F, t);
     check_gemm("shared_h_up", f.shared_h_up, in.x, in.shared_w_up, T, F, d, d, 0, F, 0, t);
     check_gemm("shared_y", f.shared_y, f.shared_h_act, in.shared_w_down, T, d, F, F, 0, d, 0, t);
     check_gemm("d_shared_h_act", b.d_shared_h_act, b.d_shared_y, in.shared_w_down, T, F, d, d,
                0, d, 1, t);
     check_gemm("d_shared_w_down", b.d_shared_w_down, f.shared_h_act, b.d_shared_y, F, d, T, F,
                1, d, 0, DL_F32);
-    check_gemm("d_shared_w_gate", b.d_shared_w_gate, in.x, b.d_shared_h_gate, d, F, T, d, 1, F,
-               0, DL_F32);
+    if (gated)
+        check_gemm("d_shared_w_gate", b.d_shared_w_gate, in.x, b.d_shared_h_gate, d, F, T, d, 1,
+                   F, 0, DL_F32);
     check_gemm("d_shared_w_up", b.d_shared_w_up, in.x, b.d_shared_h_up, d, F, T, d, 1, F, 0,
                DL_F32);
     if (c->shared_gate) {
@@ -304,7 +334,8 @@ START_TEST(layer_values)
             for (int64_t e = 0; e < E; e++)
                 a[m] = b.d_router_logits[tk * E + e], v[m++] = in.router_weight[i * E + e];
             for (int64_t q = 0; q < F; q++) {
-                a[m] = b.d_shared_h_gate[tk * F + q], v[m++] = in.shared_w_gate[i * F + q];
+                if (gated)
+                    a[m] = b.d_shared_h_gate[tk * F + q], v[m++] = in.shared_w_gate[i * F + q];
                 a[m] = b.d_shared_h_up[tk * F + q], v[m++] = in.shared_w_up[i * F + q];
             }
             if (c->shared_gate)

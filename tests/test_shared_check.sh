@@ -13,7 +13,7 @@ for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-ven
     if [ -x "$p" ] && "$p" -c 'import h5py, numpy' 2>/dev/null; then PY=$p; break; fi
 done
 cand() { "$PY" "$top_srcdir/tests/shared/candidate.py" "$T/$1.h5" "$T/$1.$2.h5" "$2"; }
-for c in qwen2-moe-like deepseek-v3-shared; do
+for c in qwen2-moe-like deepseek-v3-shared nemotron-shared; do
     "$DL" gen -q -o "$T/$c.h5" "$c"
     check "$c: the golden, its own candidate, has every shared value checked (PASS)" \
         'run 0 check "$T/$c.h5" "$T/$c.h5" && grep -q "^CONFORMANT" "$T/out" &&
@@ -76,6 +76,15 @@ if [ -n "$PY" ] && "$PY" -c 'import ml_dtypes' 2>/dev/null; then
     check "$c: d_topk_weights 32 u M off FAILs under bf16-acc" \
         'cand $c topk-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.topk-grad-over.h5" &&
          grep -q "^d_topk_weights .*FAIL" "$T/out"'
+    # d_shared_y = d_out * the gate autograd saved in bf16 (two roundings:
+    # the gate's and the product's): within bf16-acc's stored operand (the
+    # client's 0.992 x PASS under bf16 becomes 0.663); 32 u M more fails
+    check "$c: d_shared_y from the bf16-stored gate is CONFORMANT under bf16-acc" \
+        'cand $c shared-y-torch && run 0 check --profile bf16-acc "$T/$c.h5" "$T/$c.shared-y-torch.h5" &&
+         grep -q "^CONFORMANT" "$T/out" && grep -q "^d_shared_y .*PASS" "$T/out"'
+    check "$c: d_shared_y 32 u M off FAILs under bf16-acc" \
+        'cand $c shared-y-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.shared-y-over.h5" &&
+         grep -q "^d_shared_y .*FAIL" "$T/out"'
     check "$c: d_shared_gate 32 u M off FAILs under bf16-acc" \
         'cand $c gate-grad-over && run 1 check --profile bf16-acc "$T/$c.h5" "$T/$c.gate-grad-over.h5" &&
          grep -q "^d_shared_gate .*FAIL" "$T/out"'

@@ -35,8 +35,9 @@ typedef struct {
     int lowp;                    /* the expert GEMMs' low-precision layer recipe:
                                   * DL_LOWP_* of quant.h (0: none, the default) */
     /* Shared experts (doc/reference_layer.md): shared_experts S >= 0 dense
-     * SwiGLU experts of width shared_ffn f_s applied to every token,
-     * stored concatenated as one SwiGLU MLP of width S*f_s (every value is
+     * experts of width shared_ffn f_s applied to every token, of the case's
+     * activation ffn_kind (any but plain; relu2's ungated, no gate weight),
+     * stored concatenated as one MLP of width S*f_s (every value is
      * an exact sum rounded once, so the S experts' summed outputs and the
      * concatenated MLP's are the same number); shared_gate 1: their output
      * is scaled by sigmoid(x shared_gate_weight) (Qwen2-MoE), 0: unscaled

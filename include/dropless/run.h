@@ -97,8 +97,10 @@ DL_EXTERN int dl_run_backend(const char *path, const dl_moe_config_t *c, const d
                              const dl_run_options_t *opt, dl_run_result_t *r);
 
 /* 1 when the backend ABI can express configuration c (a SwiGLU or plain
- * FFN without expert biases), else 0 with the reason in why (n bytes; why
- * may be NULL): dl_run_backend refuses the others with DL_EINVAL. */
+ * FFN without expert biases, no router-logit bias, no shared experts, no
+ * low-precision recipe), else 0 with the first variant it lacks in why
+ * (n bytes; why may be NULL): dl_run_backend refuses the others with
+ * DL_EINVAL. */
 DL_EXTERN int dl_run_expressible(const dl_moe_config_t *c, char *why, size_t n);
 
 DL_EXTERN void dl_run_result_free(dl_run_result_t *r);

@@ -39,8 +39,9 @@ DL_EXTERN int dl_shared_gate_backward(const float *d_gate, const float *gate, in
 
 /* The shared path's terms of the layer's input gradient (d_x), all of
  * token t's row: d_h_gate, d_h_up [T,F] (the dtype), w_gate, w_up [d,F]
- * (the dtype), and, with the gate, d_gate_logit [T] (fp32) and gate_weight
- * [d] (the dtype; both NULL without it). */
+ * (the dtype; d_h_gate and w_gate both NULL for a non-gated FFN, relu2),
+ * and, with the gate, d_gate_logit [T] (fp32) and gate_weight [d] (the
+ * dtype; both NULL without it). */
 typedef struct {
     int64_t width; /* F = S*f_s */
     const float *d_h_gate, *d_h_up, *w_gate, *w_up;

@@ -84,7 +84,7 @@ extern "C" {
     X(IN, IN_B_GATE, b_gate, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_B_UP, b_up, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_B_DOWN, b_down, ACT, "Ed", FFN_BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED_GATED, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE, NONE, NONE, 0, 0, NONE) \
@@ -106,7 +106,7 @@ extern "C" {
     X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0, EXPERTS) \
     X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH, EXPERTS) \
     DL__EXTRA_VALUE_ROW(X)                                          \
-    X(FW, SHARED_H_GATE, shared_h_gate, ACT, "TS", SHARED, NUM, GEMM, 0, 0, EXPERTS) \
+    X(FW, SHARED_H_GATE, shared_h_gate, ACT, "TS", SHARED_GATED, NUM, GEMM, 0, 0, EXPERTS) \
     X(FW, SHARED_H_UP, shared_h_up, ACT, "TS", SHARED, NUM, GEMM, 0, 0, EXPERTS) \
     X(FW, SHARED_H_ACT, shared_h_act, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP), 0, EXPERTS) \
     X(FW, SHARED_Y, shared_y, ACT, "Td", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT), 0, EXPERTS) \
@@ -135,9 +135,9 @@ extern "C" {
     X(BW, D_SHARED_Y, d_shared_y, ACT, "Td", SHARED, NUM, ELEM, DL__UP(SHARED_GATE), 0, COMBINE) \
     X(BW, D_SHARED_H_ACT, d_shared_h_act, ACT, "TS", SHARED, NUM, GEMM, DL__UP(D_SHARED_Y), 0, EXPERTS) \
     X(BW, D_SHARED_W_DOWN, d_shared_w_down, F32, "Sd", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT) | DL__UP(D_SHARED_Y), 0, EXPERTS) \
-    X(BW, D_SHARED_H_GATE, d_shared_h_gate, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS) \
+    X(BW, D_SHARED_H_GATE, d_shared_h_gate, ACT, "TS", SHARED_GATED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS) \
     X(BW, D_SHARED_H_UP, d_shared_h_up, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS) \
-    X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_GATE), 0, EXPERTS) \
+    X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED_GATED, NUM, GEMM, DL__UP(D_SHARED_H_GATE), 0, EXPERTS) \
     X(BW, D_SHARED_W_UP, d_shared_w_up, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_UP), 0, EXPERTS) \
     X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH | DL__UP(D_SHARED_H_GATE) | DL__UP(D_SHARED_H_UP) | DL__UP(D_SHARED_GATE_LOGIT), 0, COMBINE)
 
@@ -193,8 +193,10 @@ typedef enum {
     X(SHARED_GATE, "shared_gate", c->shared_experts > 0 && c->shared_gate)                \
     X(ROUTER_BIAS, "router_bias", c->route.has_router_bias != 0)                          \
     X(FFN_BIAS, "ffn_bias", c->ffn_bias != 0)                                             \
-    X(GATE, "gate", DL_FFN_GATED(c->ffn_kind)) /* a gated FFN */                        \
-    X(HASH, "hash", c->route.hash_vocab > 0) /* hash routing: token ids, table */
+    X(GATE, "gate", DL_FFN_GATED(c->ffn_kind)) /* a gated FFN */                           \
+    X(HASH, "hash", c->route.hash_vocab > 0) /* hash routing: token ids, table */            \
+    /* shared experts of a gated FFN: their gate projection (relu2's have none) */           \
+    X(SHARED_GATED, "shared_gated", c->shared_experts > 0 && DL_FFN_GATED(c->ffn_kind))
 #define DL__COND_ENUM(E, name, holds) DL_COND_##E,
 typedef enum { DL_COND_MAP(DL__COND_ENUM) DL_COND_COUNT } dl_cond_t;
 

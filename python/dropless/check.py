@@ -39,13 +39,39 @@ def _name(key, known=None):
     raise _lib.error("DL_ENOTFOUND", "candidate key %r is not a stage value%s" % (key, hint))
 
 
+# Interleaved gate/up storage (gpt-oss's gate_up_proj: gate in the even
+# columns, up in the odd; doc/format.md, "Interleaved gate/up"): a candidate
+# key naming the pair, as a file's dataset does, and its two stages.
+GATE_UP = {"h_gate_up": ("h_gate", "h_up"), "d_h_gate_up": ("d_h_gate", "d_h_up"),
+           "d_w_gate_up": ("d_w_gate", "d_w_up")}
+
+
+def _split_gate_up(key, x):
+    """[(key, array)]: an interleaved pair's two halves (x[..., 0::2] and
+    x[..., 1::2], contiguous, in x's own array type and dtype), else x."""
+    base = key.strip("/").split("/")[-1] if isinstance(key, str) else None
+    if base not in GATE_UP:
+        return [(key, x)]
+    if len(getattr(x, "shape", ())) < 2 or x.shape[-1] % 2:
+        raise _lib.error("DL_EINVAL", "candidate key %r: an interleaved gate/up array needs an "
+                         "even last extent (2f), got shape %s"
+                         % (key, tuple(getattr(x, "shape", ()))))
+    halves = []
+    for h in (0, 1):
+        a = x[..., h::2]
+        a = a.contiguous() if hasattr(a, "contiguous") else a.copy()  # C order
+        halves.append((GATE_UP[base][h], a))
+    return halves
+
+
 def _stages(outputs):
     """[(stage name, array)] for a candidate mapping; two keys naming one
-    stage ('out' and 'forward/out') raise Error naming both."""
+    stage ('out' and 'forward/out', or 'd_w_gate' and the interleaved
+    'd_w_gate_up') raise Error naming both."""
     known = _stage_paths()
     seen = {}
     out = []
-    for key, x in outputs.items():
+    for key, x in ((k, a) for kk, xx in outputs.items() for k, a in _split_gate_up(kk, xx)):
         name = _name(key, known)
         if name in seen:
             raise _lib.error("DL_EINVAL", "candidate keys %r and %r both name stage %s"

@@ -86,6 +86,16 @@
     SONE(nm, desc, T, d, f, rt, DL_F32, seed_, S, fs, gate),                          \
     SONE(nm "-bf16", desc, T, d, f, rt, DL_BF16, seed_, S, fs, gate),                 \
     SONE(nm "-fp16", desc, T, d, f, rt, DL_F16, seed_, S, fs, gate)
+/* ... and of another activation (the shared experts follow the case's). */
+#define SONEK(nm, desc, T, d, f, rt, fk, dt, seed_, S, fs)                            \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt,                 \
+                .ffn_kind = fk, .dtype = dt, .shared_experts = S, .shared_ffn = fs},  \
+     .seed = seed_, .inputs = DL_INPUTS_RANDOM, .tier = DL_TIER_VECTORS}
+#define SCASE3K(nm, desc, T, d, f, rt, fk, seed_, S, fs)                               \
+    SONEK(nm, desc, T, d, f, rt, fk, DL_F32, seed_, S, fs),                           \
+    SONEK(nm "-bf16", desc, T, d, f, rt, fk, DL_BF16, seed_, S, fs),                  \
+    SONEK(nm "-fp16", desc, T, d, f, rt, fk, DL_F16, seed_, S, fs)
 
 #define SM DL_SCORE_SOFTMAX
 #define SG DL_SCORE_SIGMOID
@@ -144,6 +154,10 @@ static const dl_case_t catalogue[] = {
            24, 16, 8, (16, 1, SG, 1, 1, GMAX, 0, 1.0, 0, 0, 1), 2604, 1, 8, 0),
     CASE3("deepseek-v4-hash", "DeepSeek-V4's first layers: hash routing, each token's top-4 of 16 a row of a 32-row token-id table in the inputs, weights its sqrtsoftplus scores renormalised, scale 1.5",
           16, 8, 4, (16, 4, DL_SCORE_SQRTSOFTPLUS, 1, 1, GMAX, 1, 1.5, 0, 0, 0, 32), SWI, 2606, DL_INPUTS_RANDOM, 0, 0),
+    SCASE3K("nemotron-shared", "Nemotron-H's MoE with its shared expert: relu(x Wu)^2 Wd routed experts (sigmoid top-4 of 16, selection bias, renormalised, scale 2.5) and one ungated relu^2 shared expert of width 2f",
+            24, 16, 16, (16, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 19, 1, 32),
+    CASE3V("gpt-oss-full", "gpt-oss with every feature on: a bias on the router logits, softmax over the top-4 of 8 logits, SwiGLU clamped at 7 (alpha 1.702, up + 1), biases on both projections, bf16 router weight",
+           32, 16, 16, (8, 4, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0, 1), DL_FFN_SWIGLU_CLAMP, 1.702, 7.0, DL_BF16, 1, 18),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -341,8 +355,8 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("shared_gate must be 0 or 1");
     if (dl_mul_size(c->shared_experts, c->shared_ffn, &m))
         BAD("shared_experts * shared_ffn overflows 64 bits");
-    if (c->shared_experts > 0 && c->ffn_kind != DL_FFN_SWIGLU)
-        BAD("shared experts are SwiGLU experts: they need ffn_kind swiglu, not %s",
+    if (c->shared_experts > 0 && !DL_FFN_HIDDEN(c->ffn_kind))
+        BAD("shared experts have a hidden layer: they need an ffn_kind other than %s",
             dl_ffn_name(c->ffn_kind));
     if (c->lowp && c->ffn_bias)
         BAD("a lowp layer recipe does not quantize the expert biases: lowp needs ffn_bias 0");

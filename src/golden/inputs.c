@@ -321,14 +321,16 @@ static int shared_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
         return 0;
     if (dl_mul_size(F, d, &n))
         return DL_EOVERFLOW;
-    in->shared_w_gate = alloc_f(n);
+    const int gated = DL_FFN_GATED(k->ffn_kind); /* relu2's shared experts: no gate */
+    in->shared_w_gate = gated ? alloc_f(n) : NULL;
     in->shared_w_up = alloc_f(n);
     in->shared_w_down = alloc_f(n);
     in->shared_gate_weight = k->shared_gate ? alloc_f(d) : NULL;
-    if (!in->shared_w_gate || !in->shared_w_up || !in->shared_w_down ||
+    if ((gated && !in->shared_w_gate) || !in->shared_w_up || !in->shared_w_down ||
         (k->shared_gate && !in->shared_gate_weight))
         return DL_ENOMEM;
-    fill(in->shared_w_gate, n, c->seed, S_SHARED_GATE, sigma_of(d), k->dtype);
+    if (gated)
+        fill(in->shared_w_gate, n, c->seed, S_SHARED_GATE, sigma_of(d), k->dtype);
     fill(in->shared_w_up, n, c->seed, S_SHARED_UP, sigma_of(d), k->dtype);
     fill(in->shared_w_down, n, c->seed, S_SHARED_DOWN, sigma_of(F), k->dtype);
     if (in->shared_gate_weight)

@@ -930,6 +930,102 @@ fail:
     return rc;
 }
 
+/* Interleaved gate/up storage (gpt-oss's gate_up_proj [E, d, 2f]: gate in
+ * the even columns, up in the odd): a candidate may hand over the pair as
+ * one dataset NAME [.., 2f] in place of GATE and UP; the reader splits it
+ * (doc/format.md, "Interleaved gate/up"). */
+static const struct {
+    const char *name, *gate, *up;
+} gate_up_pairs[] = {{"/forward/h_gate_up", "/forward/h_gate", "/forward/h_up"},
+                     {"/backward/d_h_gate_up", "/backward/d_h_gate", "/backward/d_h_up"},
+                     {"/backward/d_w_gate_up", "/backward/d_w_gate", "/backward/d_w_up"}};
+
+static int dataset_index(const char *path)
+{
+    for (int i = 0; i < dl_golden_dataset_count(); i++)
+        if (!strcmp(dl_golden_dataset(i)->path, path))
+            return i;
+    return -1;
+}
+
+/* Both halves set aside with the reason, or given the split arrays. */
+static void gate_up_put(rctx_t *r, dl_golden_file_t *g, const int idx[2], int rc, float *buf,
+                        int64_t n)
+{
+    const int64_t f = g->config.ffn, rows = f > 0 ? n / (2 * f) : 0;
+    for (int h = 0; h < 2; h++) {
+        const dl_golden_dataset_t *ds = dl_golden_dataset(idx[h]);
+        float **slot = (float **)dl_golden_slot(g, ds), *a = NULL;
+        if (rc == 1 && !(a = malloc((size_t)(n > 1 ? n / 2 : 1) * sizeof *a)))
+            rc = DL_ENOMEM;
+        if (rc != 1) { /* set aside: no array */
+            free(*slot);
+            *slot = NULL;
+            g->bad_datasets |= DL_ROWSET_BIT(idx[h]);
+            snprintf(g->bad_reason[idx[h]], sizeof g->bad_reason[idx[h]], "%s",
+                     rc == DL_ENOMEM ? "out of memory" : r->why);
+            continue;
+        }
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < f; j++)
+                a[i * f + j] = buf[i * 2 * f + 2 * j + h];
+        free(*slot);
+        *slot = a;
+        if (r->coarse) {
+            g->coarse_datasets |= DL_ROWSET_BIT(idx[h]);
+            g->store[idx[h]] = r->store;
+        }
+    }
+}
+
+static int read_gate_up(rctx_t *r, hid_t file, dl_golden_file_t *g)
+{
+    int rc = 0;
+    for (size_t k = 0; k < sizeof gate_up_pairs / sizeof *gate_up_pairs; k++) {
+        const int idx[2] = {dataset_index(gate_up_pairs[k].gate), dataset_index(gate_up_pairs[k].up)};
+        const dl_golden_dataset_t *gd = idx[0] < 0 ? NULL : dl_golden_dataset(idx[0]);
+        const char *nm = strrchr(gate_up_pairs[k].name, '/') + 1;
+        if (!gd || idx[1] < 0 || !dl_golden_dataset_applies(gd, &g->config))
+            continue;
+        /* its group first: HDF5 cannot look a path up through an absent group */
+        const char *gname = gd->group == DL_GOLDEN_FORWARD ? "forward" : "backward";
+        htri_t ex = H5Lexists(file, gname, H5P_DEFAULT);
+        if (ex > 0)
+            ex = H5Lexists(file, gate_up_pairs[k].name, H5P_DEFAULT);
+        if (ex < 0)
+            FAILF(DL_EFORMAT, "%s: cannot look it up (damaged group)", gate_up_pairs[k].name);
+        if (ex == 0)
+            continue;
+        dl_golden_dataset_t ds = *gd; /* the gate's row, its last extent 2f */
+        ds.name = nm;
+        ds.path = gate_up_pairs[k].name;
+        ds.dims[ds.rank - 1] = 'F';
+        float *buf = NULL;
+        int64_t dims[3], n = dl_golden_dataset_shape(&ds, &g->config, dims);
+        void *const *sg = dl_golden_slot(g, gd), *const *su = dl_golden_slot(g, dl_golden_dataset(idx[1]));
+        hid_t grp = H5Gopen2(file, gname, H5P_DEFAULT);
+        if (grp < 0)
+            FAILF(DL_EFORMAT, "%s: cannot open its group", ds.path);
+        if (*sg || *su || (g->bad_datasets & (DL_ROWSET_BIT(idx[0]) | DL_ROWSET_BIT(idx[1])))) {
+            snprintf(r->why, sizeof r->why, "given twice: as %s and interleaved as %s",
+                     *sg || DL_ROWSET_HAS(g->bad_datasets, idx[0]) ? gd->name
+                                                                  : dl_golden_dataset(idx[1])->name,
+                     nm);
+            rc = 2;
+        } else {
+            rc = read_dataset(r, grp, &ds, &g->config, (void **)&buf);
+        }
+        H5Gclose(grp);
+        if (rc < 0)
+            goto fail;
+        gate_up_put(r, g, idx, rc, buf, n);
+        free(buf);
+        rc = 0;
+    }
+fail:
+    return rc;
+}
+
 int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict, int seal_checked,
                     dl_golden_file_t *g, char *err, size_t errlen)
 {
@@ -952,7 +1048,7 @@ int dl__golden_load(const char *path, const dl_moe_config_t *expect, int strict,
         if ((rc = check_candidate_config(r, file, expect)) < 0)
             goto fail;
     }
-    if ((rc = read_groups(r, file, g)) < 0)
+    if ((rc = read_groups(r, file, g)) < 0 || (!strict && (rc = read_gate_up(r, file, g)) < 0))
         goto fail;
     if (strict && g->has_forward && (rc = check_forward(r, g)) < 0)
         goto fail;

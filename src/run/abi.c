@@ -3,6 +3,7 @@
  * so shapes and types come from the one table), and the call through the
  * plugin's table. */
 #include "config.h"
+#include <stdio.h>
 #include <string.h>
 #include <dlpack/dlpack.h>
 #include "run/run_priv.h"
@@ -201,3 +202,36 @@ int dl__run_call_stage(const dl_backend_t *b, dl_run_stage_t s, const dl_backend
     }
 }
 
+
+/* ------------------------------------------------------- expressibility */
+
+/* What a case may have that dl_backend_config_t and the stages' tensors
+ * cannot say (doc/backends.md, "What the ABI expresses"): a plugin fed such
+ * a case would be judged against a layer it was never told about.
+ * X(test on c, what the ABI lacks). */
+#define DL__ABI_GAP_MAP(X)                                                              \
+    X(c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN, "the FFN kind")      \
+    X(c->ffn_bias, "expert biases (ffn_bias)")                                          \
+    X(c->route.has_router_bias, "router-logit bias (router_bias)")                    \
+    X(c->shared_experts > 0, "shared experts (shared_experts)")                         \
+    X(c->lowp != 0, "low-precision layer recipe (lowp)")
+
+int dl_run_expressible(const dl_moe_config_t *c, char *why, size_t n)
+{
+    const char *no = !c ? "no configuration" : NULL;
+#define DL__ABI_GAP(test, what)                                                         \
+    if (!no && (test))                                                                  \
+        no = what;
+    if (c) {
+        DL__ABI_GAP_MAP(DL__ABI_GAP)
+    }
+#undef DL__ABI_GAP
+    if (no && why && n) {
+        if (c && c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN)
+            snprintf(why, n, "the backend ABI has no %s (its FFN is swiglu or plain)",
+                     dl_ffn_name(c->ffn_kind));
+        else
+            snprintf(why, n, "the backend ABI has no %s", no);
+    }
+    return !no;
+}

@@ -288,15 +288,3 @@ done:
     return rc;
 }
 
-
-int dl_run_expressible(const dl_moe_config_t *c, char *why, size_t n)
-{
-    const char *no = !c ? "no configuration"
-                     : c->ffn_kind != DL_FFN_SWIGLU && c->ffn_kind != DL_FFN_PLAIN
-                         ? dl_ffn_name(c->ffn_kind)
-                         : c->ffn_bias ? "ffn_bias" : NULL;
-    if (no && why && n)
-        snprintf(why, n, "the backend ABI has no %s (its FFN is swiglu or plain, without biases)",
-                 no);
-    return !no;
-}

@@ -42,11 +42,12 @@ static const dl__swiglu_vals_t routed = {DL_VALUE_H_GATE, DL_VALUE_H_UP, DL_VALU
 #define VD(s) (v->delta[s])
 #define VRSS(s) ((int)((v->rss >> (s)) & 1))
 
-/* The routed experts' activation when it is not SwiGLU: its derivatives
- * come from dl_ffn_act_deriv (the shared experts are always SwiGLU). */
+/* The experts' activation (the routed and the shared follow the case's)
+ * when it is not SwiGLU: its derivatives come from dl_ffn_act_deriv. */
 static int variant(const dl__vctx_t *v, dl__swiglu_vals_t o)
 {
-    return o.g == DL_VALUE_H_GATE && v->c->ffn_kind != DL_FFN_SWIGLU;
+    (void)o;
+    return v->c->ffn_kind != DL_FFN_SWIGLU;
 }
 
 /* M of h (which 0), of d_g (1) or of d_u (2) for a variant, |dh| times

@@ -183,19 +183,20 @@ int dl_input_backward(const float *d_x_sorted, const int32_t *inv_perm, const fl
 static int64_t shared_terms(const dl_shared_grad_t *sh, int64_t tk, int64_t i, double *p)
 {
     const int64_t F = sh->width;
+    int64_t n = 0;
     for (int64_t c = 0; c < F; c++) { /* float products: exact in binary64 */
-        p[2 * c] = (double)sh->d_h_gate[tk * F + c] * (double)sh->w_gate[i * F + c];
-        p[2 * c + 1] = (double)sh->d_h_up[tk * F + c] * (double)sh->w_up[i * F + c];
+        if (sh->d_h_gate) /* a gated FFN's gate (relu2: none) */
+            p[n++] = (double)sh->d_h_gate[tk * F + c] * (double)sh->w_gate[i * F + c];
+        p[n++] = (double)sh->d_h_up[tk * F + c] * (double)sh->w_up[i * F + c];
     }
-    if (!sh->d_gate_logit)
-        return 2 * F;
-    p[2 * F] = (double)sh->d_gate_logit[tk] * (double)sh->gate_weight[i];
-    return 2 * F + 1;
+    if (sh->d_gate_logit)
+        p[n++] = (double)sh->d_gate_logit[tk] * (double)sh->gate_weight[i];
+    return n;
 }
 
 static int shared_args(const dl_shared_grad_t *sh)
 {
-    if (sh->width < 0 || (sh->width > 0 && (!sh->d_h_gate || !sh->d_h_up || !sh->w_gate ||
+    if (sh->width < 0 || (sh->width > 0 && (!sh->d_h_gate != !sh->w_gate || !sh->d_h_up ||
                                             !sh->w_up)))
         return DL_EINVAL;
     return !sh->d_gate_logit != !sh->gate_weight ? DL_EINVAL : 0;

@@ -62,8 +62,9 @@ int dl_moe_config_validate(const dl_moe_config_t *c)
         return DL_EINVAL;
     if (c->ffn_bias && (c->ffn_bias != 1 || !DL_FFN_GATED(c->ffn_kind)))
         return DL_EINVAL;
-    /* the shared experts are SwiGLU's; a layer recipe quantizes no bias */
-    if ((c->shared_experts > 0 && c->ffn_kind != DL_FFN_SWIGLU) ||
+    /* the shared experts follow the case's activation (a hidden layer; no
+     * biases of their own); a layer recipe quantizes no bias */
+    if ((c->shared_experts > 0 && !DL_FFN_HIDDEN(c->ffn_kind)) ||
         (c->lowp && (c->ffn_bias || c->ffn_kind == DL_FFN_RELU2)))
         return DL_EINVAL;
     int rc = dl_route_config_validate(&c->route);
@@ -134,7 +135,7 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     if (need_backward && (rc = check_tensor(in->d_out, T * d, t)))
         return rc;
     const int64_t F = c->shared_experts * c->shared_ffn; /* bounded by the validation */
-    if (F > 0 && ((rc = check_tensor(in->shared_w_gate, d * F, t)) ||
+    if (F > 0 && ((DL_FFN_GATED(c->ffn_kind) && (rc = check_tensor(in->shared_w_gate, d * F, t))) ||
                   (rc = check_tensor(in->shared_w_up, d * F, t)) ||
                   (rc = check_tensor(in->shared_w_down, F * d, t))))
         return rc;

@@ -422,6 +422,12 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
     /* the longest chain of roundings: sum_j dw_j s_j (k), S^2 (2k-1), the
      * quotient and the difference */
     m->K = stk ? 2 * k + 3 : rc->renormalize ? 3 * k + 1 : 1;
+    /* softmax_topk: autograd's softmax VJP reads its saved output p stored
+     * in the case's type (PyTorch's _softmax_backward_data(grad, p), gpt-oss
+     * in bf16): each p_i off by u_act p_i moves c p_j (dw_j - sum p dw) by at
+     * most u_act c p_j (|dw_j - mu| + sum_i p_i |dw_i|) <= u_act M, the
+     * -acc profiles' one rounding per stored part of a dot (tolerances.md) */
+    m->prod_store = stk;
     return 0;
 }
 

@@ -188,8 +188,9 @@ static int p_shared_h_up(const dl_stage_view_t *v)
 
 static int p_shared_h_act(const dl_stage_view_t *v)
 {
-    return dl_swiglu(v->f.shared_h_gate, v->f.shared_h_up, v->c.tokens * shared_width(v),
-                     v->c.dtype, v->f.shared_h_act);
+    /* the case's activation, as the routed experts' (relu2: no gate) */
+    return dl_ffn_act(&v->c, v->f.shared_h_gate, v->f.shared_h_up, v->c.tokens * shared_width(v),
+                      v->f.shared_h_act);
 }
 
 static int p_shared_y(const dl_stage_view_t *v)
@@ -355,9 +356,9 @@ static int p_d_shared_w_down(const dl_stage_view_t *v)
 
 static int p_d_shared_h_gate(const dl_stage_view_t *v)
 {
-    return dl_swiglu_backward(v->f.shared_h_gate, v->f.shared_h_up, v->b.d_shared_h_act,
-                              v->c.tokens * shared_width(v), v->c.dtype, v->b.d_shared_h_gate,
-                              v->b.d_shared_h_up);
+    return dl_ffn_act_backward(&v->c, v->f.shared_h_gate, v->f.shared_h_up, v->b.d_shared_h_act,
+                               v->c.tokens * shared_width(v), v->b.d_shared_h_gate,
+                               v->b.d_shared_h_up);
 }
 
 static int p_d_shared_w_gate(const dl_stage_view_t *v)
@@ -452,7 +453,7 @@ static int p_d_x(const dl_stage_view_t *v)
     P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN) | R(IN_B_DOWN), R(X_SORTED) | R(IN_W_DOWN), \
       R(Y_SORTED))                                                                              \
     DL__EXTRA_PRODUCER(P)                                                                       \
-    P(shared_h_gate, TOKENS, FW, SHARED, R(IN_X) | R(IN_SHARED_W_GATE), 0, R(SHARED_H_GATE))   \
+    P(shared_h_gate, TOKENS, FW, SHARED_GATED, R(IN_X) | R(IN_SHARED_W_GATE), 0, R(SHARED_H_GATE))   \
     P(shared_h_up, TOKENS, FW, SHARED, R(IN_X) | R(IN_SHARED_W_UP), 0, R(SHARED_H_UP))         \
     P(shared_h_act, TOKENS, FW, SHARED, R(SHARED_H_GATE) | R(SHARED_H_UP), 0, R(SHARED_H_ACT)) \
     P(shared_y, TOKENS, FW, SHARED, R(SHARED_H_ACT) | R(IN_SHARED_W_DOWN), 0, R(SHARED_Y))     \
@@ -493,7 +494,7 @@ static int p_d_x(const dl_stage_view_t *v)
     P(d_shared_w_down, ALL, BW, SHARED, R(SHARED_H_ACT) | R(D_SHARED_Y), 0, R(D_SHARED_W_DOWN)) \
     P(d_shared_h_gate, TOKENS, BW, SHARED, R(SHARED_H_GATE) | R(SHARED_H_UP) | R(D_SHARED_H_ACT), \
       0, R(D_SHARED_H_GATE) | R(D_SHARED_H_UP))                                                 \
-    P(d_shared_w_gate, ALL, BW, SHARED, R(IN_X) | R(D_SHARED_H_GATE), 0, R(D_SHARED_W_GATE))    \
+    P(d_shared_w_gate, ALL, BW, SHARED_GATED, R(IN_X) | R(D_SHARED_H_GATE), 0, R(D_SHARED_W_GATE)) \
     P(d_shared_w_up, ALL, BW, SHARED, R(IN_X) | R(D_SHARED_H_UP), 0, R(D_SHARED_W_UP))          \
     P(d_x, TOKENS, BW, ALWAYS,                                                                  \
       R(D_X_SORTED) | R(INV_PERM) | R(D_ROUTER_LOGITS) | R(IN_ROUTER_WEIGHT) |                  \

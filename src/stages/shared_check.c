@@ -104,7 +104,7 @@ int dl__mag_shared_h_up(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_
 
 int dl__exact_shared_h_act(const dl__vctx_t *v, float *out)
 {
-    return dl_swiglu(EF(SHARED_H_GATE), EF(SHARED_H_UP), v->T * width(v), v->act, out);
+    return dl_ffn_act(v->c, EF(SHARED_H_GATE), EF(SHARED_H_UP), v->T * width(v), out);
 }
 
 int dl__mag_shared_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -251,6 +251,10 @@ int dl__mag_d_shared_y(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t
 {
     m->mp = NULL; /* one product, rounded once: M = |g| */
     m->K = 1;
+    /* gated (Qwen2-MoE): autograd multiplies d_out by the gate it saved,
+     * sigmoid's output stored in the case's type (bf16): one rounding of
+     * that operand, u_act |g| = u_act M, the -acc profiles' stored part */
+    m->prod_store = v->c->shared_gate != 0;
     return 0;
 }
 
@@ -359,7 +363,8 @@ double dl__shared_dx_m(const dl_shared_grad_t *sh, int64_t t, int64_t i)
     const int64_t F = sh->width;
     double a = 0.0;
     for (int64_t c = 0; c < F; c++)
-        a += fabs((double)sh->d_h_gate[t * F + c] * (double)sh->w_gate[i * F + c]) +
+        a += (sh->d_h_gate ? fabs((double)sh->d_h_gate[t * F + c] * (double)sh->w_gate[i * F + c])
+                           : 0.0) +
              fabs((double)sh->d_h_up[t * F + c] * (double)sh->w_up[i * F + c]);
     if (F > 0 && sh->d_gate_logit)
         a += fabs((double)sh->d_gate_logit[t] * (double)sh->gate_weight[i]);
@@ -368,7 +373,7 @@ double dl__shared_dx_m(const dl_shared_grad_t *sh, int64_t t, int64_t i)
 
 int64_t dl__shared_dx_terms(const dl_shared_grad_t *sh)
 {
-    return sh->width > 0 ? 2 * sh->width + (sh->d_gate_logit != NULL) : 0;
+    return sh->width > 0 ? (sh->d_h_gate ? 2 : 1) * sh->width + (sh->d_gate_logit != NULL) : 0;
 }
 
 /* sum_c |Wg[i,c]| delta(d_h_gate[t,c]) + |Wu[i,c]| delta(d_h_up[t,c])

@@ -124,6 +124,7 @@ int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
     case 'T': return c->tokens;
     case 'd': return c->hidden;
     case 'f': return c->ffn;
+    case 'F': return dl_mul_size(c->ffn, 2, &v) ? DL_EOVERFLOW : v; /* interleaved gate/up */
     case 'E': return c->route.experts;
     case 'k': return c->route.top_k;
     case 'P': return c->route.experts + 1;

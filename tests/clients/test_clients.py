@@ -187,6 +187,61 @@ def test_gpt_oss_mapping_against_its_formula():
     assert np.allclose(got["d_b_down"].double().numpy(), d_bd, atol=1e-5)
     assert np.allclose(got["d_router_bias"].double().numpy(),
                        got["d_router_logits"].double().numpy().sum(0), atol=1e-6)
+    # the weight gradient is handed over in gpt-oss's own interleaved layout
+    # [E, d, 2f]; with x all ones each row of d_w_gate[e] = sum_t x_t d_h_gate[t]
+    # is d_b_gate[e] = sum_t d_h_gate[t]: its even columns are the gate's
+    # gradient, the odd the up's
+    a["x"] = np.ones_like(a["x"])
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    gu = got["d_w_gate_up"].double().numpy()
+    assert gu.shape == (E, d, 2 * f) and "d_w_gate" not in got and "d_w_up" not in got
+    for h, b in ((0, "d_b_gate"), (1, "d_b_up")):
+        want = np.broadcast_to(got[b].double().numpy()[:, None, :], (E, d, f))
+        assert np.abs(want).max() > 0 and np.allclose(gu[:, :, h::2], want, atol=1e-5)
+
+
+def test_nemotron_h_mapping_against_its_formula():
+    # Nemotron-H (relu^2 experts, DeepSeek-V3-style sigmoid router with the
+    # selection bias, one ungated relu^2 shared expert) against its layer
+    # written out in float64; without shared experts in the case the
+    # block's own is zeroed: out is the routed part alone
+    import numpy as np
+    T, d, f, E, k, F = 6, 8, 4, 4, 2, 8
+    base = dict(DSV3, tokens=T, hidden=d, ffn=f, experts=E, top_k=k, n_group=1, topk_group=1,
+                ffn_kind="relu2")
+    a = _draw({"x": (T, d), "router_weight": (d, E), "expert_bias": (E,), "w_up": (E, d, f),
+               "w_down": (E, f, d), "shared_w_up": (d, F), "shared_w_down": (F, d),
+               "d_out": (T, d)})
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    relu2 = lambda z: np.maximum(z, 0.0) ** 2
+    s = 1.0 / (1.0 + np.exp(-(A["x"] @ A["router_weight"])))
+    ids = np.argsort(-(s + A["expert_bias"]), axis=1, kind="stable")[:, :k]
+    w = np.take_along_axis(s, ids, 1)
+    w = 2.5 * w / w.sum(1, keepdims=True)
+    routed = np.zeros((T, d))
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            routed[t] += w[t, j] * (relu2(A["x"][t] @ A["w_up"][e]) @ A["w_down"][e])
+    shared = relu2(A["x"] @ A["shared_w_up"]) @ A["shared_w_down"]
+    c = C.by_name("nemotron-h")
+    for cfg, want in ((dict(base, shared_experts=1, shared_ffn=F, shared_gate=0), routed + shared),
+                      (base, routed)):
+        block = C.build(c, cfg, torch)
+        C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+        got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+        assert np.allclose(got["out"].double().numpy(), want, atol=1e-4), cfg
+        assert "d_w_gate" not in got and "d_shared_w_gate" not in got
+    # a gated FFN, or a gated shared expert, is not this block
+    for bad in (dict(base, ffn_kind="swiglu"), dict(base, shared_experts=1, shared_ffn=F,
+                                                      shared_gate=1)):
+        try:
+            c.configure(bad)
+        except C.NotExpressible:
+            continue
+        raise AssertionError("nemotron-h accepted %s" % bad)
 
 
 def test_batched_mm_memory_guard():

@@ -26,6 +26,11 @@ Writes CANDIDATE, a copy of GOLDEN changed as MODE says:
               gradient d_topk_weights[t, j] = <d_out[t], y_sorted[inv_perm[t k + j]]>
               (PyTorch's VJP of w * y), its downstream router gradients and
               d_x left out
+  shared-y-torch, shared-y-over  d_shared_y = d_out * the gate, as
+              PyTorch's VJP of Qwen2-MoE's sigmoid(gate) * shared_y
+              computes it: the saved gate rounded to the case's type, the
+              product rounded (correct under the -acc profiles), and 32
+              u_act |d_shared_y| more (defective); shared_gate absent
 """
 import shutil
 import sys
@@ -66,6 +71,9 @@ def main():
                        ("d_router_scores", "d_router_logits", "d_router_weight", "d_x"),
                        d_out=g["/inputs/d_out"][...].astype(np.float64)[:, None, :])
             return
+        if mode in ("shared-y-torch", "shared-y-over"):
+            stored_gate(g, f, gate, mode.endswith("over"))
+            return
         if mode == "gate-sign":
             logit = g["/forward/shared_gate_logit"][...].astype(np.float64)
             f["/forward/shared_gate"][...] = (1.0 / (1.0 + np.exp(logit))).astype(np.float32)
@@ -92,11 +100,30 @@ def main():
         if mode == "dx-no-shared":
             bw = lambda n: g["/backward/" + n][...].astype(np.float64)
             inp = lambda n: g["/inputs/" + n][...].astype(np.float64)
-            dx = bw("d_x") - bw("d_shared_h_gate") @ inp("shared_w_gate").T \
-                - bw("d_shared_h_up") @ inp("shared_w_up").T
+            dx = bw("d_x") - bw("d_shared_h_up") @ inp("shared_w_up").T
+            if "d_shared_h_gate" in g["/backward"]:  # a gated FFN's (relu2: none)
+                dx -= bw("d_shared_h_gate") @ inp("shared_w_gate").T
             if "d_shared_gate_logit" in g["/backward"]:
                 dx -= np.outer(bw("d_shared_gate_logit"), inp("shared_gate_weight"))
             f["/backward/d_x"][...] = dx.astype(np.float32)
+
+
+def stored_gate(g, f, gate, over):
+    """Writes backward/d_shared_y = RN_act(d_out * RN_act(shared_gate)) (the
+    gate autograd saved, stored in the case's type), 32 u_act |d_shared_y|
+    more when over; shared_gate absent (transformers does not expose it),
+    and the values computed from d_shared_y left out."""
+    act = g["config"].attrs["dtype"].decode()
+    rnd = lambda a: a.astype(act_type(act)).astype(np.float64)
+    dy = rnd(g["/inputs/d_out"][...].astype(np.float64) * rnd(gate))
+    if over:
+        dy = rnd(dy + 32 * {"fp32": 2.0**-24, "bf16": 2.0**-8, "fp16": 2.0**-11}[act] * np.abs(dy))
+    f["/backward/d_shared_y"][...] = dy.astype(np.float32)
+    del f["/forward/shared_gate"]
+    keep = ("d_shared_y", "d_shared_gate", "d_shared_gate_logit", "d_shared_gate_weight")
+    for n in list(f["backward"].keys()):
+        if n == "d_x" or (n.startswith("d_shared_") and n not in keep):
+            del f["/backward/" + n]
 
 
 def stored_dot(g, f, y, name, over, drop, d_out=None):

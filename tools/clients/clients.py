@@ -238,6 +238,28 @@ def cfg_deepseek_v3_shared(cfg):
     return d
 
 
+def cfg_nemotron_h(cfg):
+    # Nemotron-H: relu^2 experts (non-gated), DeepSeek-V3's router (sigmoid,
+    # e_score_correction_bias, groups by their best two, renormalised,
+    # scaled) and always one ungated relu^2 shared expert (NemotronHMLP): a
+    # case without one gets it zeroed (its output and gradients exactly 0)
+    _need(cfg["ffn_kind"] == "relu2", "the block's experts are relu^2 (non-gated); the case's "
+          "FFN is %s" % cfg["ffn_kind"])
+    _need(cfg["score_function"] == "sigmoid", "the block scores with sigmoid; the case with %s"
+          % cfg["score_function"])
+    _need(cfg["has_bias"], "the block always adds e_score_correction_bias")
+    _need(cfg["n_group"] <= 1 or cfg["group_score"] == "top2_sum",
+          "the block scores groups by the sum of their best two experts")
+    S, fs, gated = shared_of(cfg)
+    _need(not gated, "the block's shared expert is ungated; the case's is gated")
+    return _dims(cfg, experts_key="n_routed_experts", ffn_key="moe_intermediate_size",
+                 num_local_experts=cfg["experts"], mlp_hidden_act="relu2", mlp_bias=False,
+                 moe_latent_size=None, moe_shared_expert_intermediate_size=S * fs or cfg["ffn"],
+                 n_group=max(cfg["n_group"], 1), topk_group=max(cfg["topk_group"], 1),
+                 norm_topk_prob=bool(cfg["renormalize"]),
+                 routed_scaling_factor=float(cfg["scaling"]))
+
+
 # --------------------------------------------------------------- table
 
 Client = collections.namedtuple("Client", "name module block config configure impl defect note "
@@ -313,6 +335,8 @@ CLIENTS = [
        cfg_qwen2_shared, note="gated shared expert on"),
     _c("deepseek-v3[shared]", "deepseek_v3", "DeepseekV3MoE", "DeepseekV3Config",
        cfg_deepseek_v3_shared, note="shared experts on"),
+    _c("nemotron-h", "nemotron_h", "NemotronHMoE", "NemotronHConfig", cfg_nemotron_h,
+       layout="nemotron", note="relu^2 experts, an ungated relu^2 shared expert"),
 ]
 
 
@@ -396,12 +420,16 @@ def load_inputs(client, block, golden, torch):
         router.weight.copy_(T("router_weight", torch.float32).t())
         if golden.config["has_bias"]:
             router.e_score_correction_bias.copy_(T("expert_bias", torch.float32))
-        wg, wu = T("w_gate"), T("w_up")
+        wg = T("w_gate") if golden.config["ffn_kind"] != "relu2" else None  # relu2: no gate
+        wu = T("w_up")
         if client.defect == "gate-up-swapped":
             wg, wu = wu, wg
         LAYOUTS[client.layout][0](block, wg, wu, T("w_down"), T, torch)
         if shared_of(golden.config)[0]:
             _load_shared(block, golden, T)
+        elif client.layout == "nemotron":  # its shared expert, always built: zeroed
+            for p in shared_mlp(block).parameters():
+                p.zero_()
     if fp32_router:
         # the router runs on the fp32 weight: its input is cast to fp32 first
         router.register_forward_pre_hook(lambda m, args: (args[0].float(),) + tuple(args[1:]))
@@ -426,7 +454,8 @@ def _load_shared(block, golden, T):
     # Linear weights are [out, in]: shared_w_gate/up [d, S] and
     # shared_w_down [S, d] go in transposed; the gate's [1, d] is the row
     mlp = shared_mlp(block)
-    mlp.gate_proj.weight.copy_(T("shared_w_gate").t())
+    if hasattr(mlp, "gate_proj"):  # gated (relu2's NemotronHMLP has none)
+        mlp.gate_proj.weight.copy_(T("shared_w_gate").t())
     mlp.up_proj.weight.copy_(T("shared_w_up").t())
     mlp.down_proj.weight.copy_(T("shared_w_down").t())
     if shared_of(golden.config)[2]:
@@ -439,9 +468,10 @@ def _shared_stages(block, golden, seen, torch):
     mlp = shared_mlp(block)
     T = golden.dims["T"]
     res = {"shared_y": seen["shared_y"].reshape(T, -1),
-           "d_shared_w_gate": _grad(mlp.gate_proj.weight, torch).t(),
            "d_shared_w_up": _grad(mlp.up_proj.weight, torch).t(),
            "d_shared_w_down": _grad(mlp.down_proj.weight, torch).t()}
+    if hasattr(mlp, "gate_proj"):
+        res["d_shared_w_gate"] = _grad(mlp.gate_proj.weight, torch).t()
     if seen["shared_y"].grad is not None:
         res["d_shared_y"] = seen["shared_y"].grad.reshape(T, -1)
     if "shared_gate_logit" in seen:
@@ -506,10 +536,22 @@ def _bias_stages(block, torch):
             "d_router_bias": _grad(router_of(block).bias, torch)}
 
 
+def _load_nemotron(block, wg, wu, wd, T, torch):
+    # NemotronHExperts: up_proj [E, f, d] = w_upᵀ, down_proj [E, d, f] = w_downᵀ
+    ex = block.experts
+    ex.up_proj.copy_(wu.transpose(1, 2))
+    ex.down_proj.copy_(wd.transpose(1, 2))
+
+
+def _grads_nemotron(block, f, torch):
+    ex = block.experts
+    return None, _grad(ex.up_proj, torch).transpose(1, 2), _grad(ex.down_proj, torch).transpose(1, 2)
+
+
 # layout: (load the expert weights (block, w_gate, w_up, w_down, golden
 # array accessor, torch), read their gradients as d_w_gate, d_w_up, d_w_down)
 LAYOUTS = {"gate_up": (_load_gate_up, _grads_gate_up), "dbrx": (_load_dbrx, _grads_dbrx),
-           "gpt_oss": (_load_gpt_oss, _grads_gate_up)}
+           "gpt_oss": (_load_gpt_oss, _grads_gate_up), "nemotron": (_load_nemotron, _grads_nemotron)}
 
 
 def TORCH_DTYPES(torch):
@@ -568,6 +610,8 @@ def run_block(client, block, golden, torch, device="cpu"):
         "d_router_weight": _grad(router.weight, torch).t(), "d_x": _grad(x, torch).reshape(T, d),
         "d_w_gate": dwg, "d_w_up": dwu, "d_w_down": dwd,
     }
+    if dwg is None:  # non-gated experts (relu2)
+        del res["d_w_gate"]
     for stage, t in (("d_router_logits", seen["logits"]), ("d_topk_weights", seen["weights"])):
         if t.grad is not None:
             res[stage] = t.grad
@@ -575,6 +619,10 @@ def run_block(client, block, golden, torch, device="cpu"):
         res.update(_shared_stages(block, golden, seen, torch))
     if client.layout == "gpt_oss":
         res.update(_bias_stages(block, torch))
+        # gpt-oss's own gradient layout: gate_up_proj [E, d, 2f], gate in the
+        # even columns, handed over as is (doc/format.md, "Interleaved gate/up")
+        del res["d_w_gate"], res["d_w_up"]
+        res["d_w_gate_up"] = _grad(block.experts.gate_up_proj, torch)
     return {k: _np(v, torch) for k, v in res.items()}
 
 

@@ -44,6 +44,9 @@ CASES = ("tiny", "ties", "ties-grouped", "empty-experts", "no-tokens", "one-hot"
 # their golden files are present (after the merge), skipped, saying so, before
 OPTIONAL_CASES = ("qwen2-moe-like", "deepseek-v3-shared", "gpt-oss-like", "softmax-topk",
                   "softmax-topk-ties")
+# the FFN variants' families and gpt-oss with every feature on
+OPTIONAL_CASES += ("swiglu-clamp-tight", "geglu-tanh", "nemotron-like", "deepseek-v4-like",
+                   "gpt-oss-full", "nemotron-shared")
 DTYPES = ("fp32", "bf16", "fp16")
 CANDIDATES = ("chained", "fused")
 # one thread for dropless check: the cases are small, and OpenMP's waiting
@@ -127,7 +130,9 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
         return [dict(base, candidate=m, verdict="ERROR", why=why, worst=None, worst_stage="-",
                      traceback=traceback.format_exc()) for m in CANDIDATES]
     have = set(g.stages())
-    unknown = sorted(set(outputs) - have)
+    pairs = gate_up_pairs()
+    unknown = sorted(n for n in outputs
+                     if n not in have and not set(pairs.get(n, ("-",))) <= have)
     if unknown:  # a mapping reading a stage this catalogue does not define
         raise RuntimeError("%s: stages the golden does not have: %s" % (client.name, unknown))
     rows = []
@@ -159,6 +164,12 @@ def finish(row):
     return row
 
 
+def gate_up_pairs():
+    """{interleaved key: (gate stage, up stage)}: a key such as gpt-oss's
+    d_w_gate_up names two stages (dropless.write_candidate splits it)."""
+    return sys.modules["dropless.check"].GATE_UP
+
+
 def declare_storage(path, outs, g, torch):
     """Labels each float stage the block stored coarser than the case's type
     for it (bf16 gradients of bf16 parameters in an fp32-typed stage) with
@@ -168,13 +179,14 @@ def declare_storage(path, outs, g, torch):
     import h5py
     grid = {torch.bfloat16: "bf16", torch.float16: "fp16"}
     with h5py.File(path, "r+") as f:
-        for name, t in outs.items():
+        for key, t in outs.items():
             label = grid.get(getattr(t, "dtype", None))
-            if label is None or g.dtype_of(name) != "fp32":
-                continue
-            for grp in ("forward", "backward"):
-                if grp in f and name in f[grp]:
-                    f[grp][name].attrs["dtype"] = np.bytes_(label.encode())
+            for name in gate_up_pairs().get(key, (key,)):
+                if label is None or g.dtype_of(name) != "fp32":
+                    continue
+                for grp in ("forward", "backward"):
+                    if grp in f and name in f[grp]:
+                        f[grp][name].attrs["dtype"] = np.bytes_(label.encode())
 
 
 def profile_for(dtype):
