@@ -164,7 +164,8 @@ static void run(const shape_t *s)
         for (int64_t e = 0; e < E; e++)
             wr[e] = (float)(-s->zipf * log((double)e + 1.0));
     }
-    dl_moe_inputs_t in = {x, wr, bias, wg, wu, wd, dout};
+    dl_moe_inputs_t in = {.x = x, .router_weight = wr, .expert_bias = bias, .w_gate = wg,
+                          .w_up = wu, .w_down = wd, .d_out = dout};
     layer_ctx_t L = {.c = &c, .in = &in, .E = E, .d = d, .f = f};
     /* each round: forward, backward, then the BLAS baselines on that
      * forward's group sizes (bench_pairs.h) */

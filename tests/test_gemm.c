@@ -581,6 +581,48 @@ START_TEST(ragged_cancellation)
 }
 END_TEST
 
+/* Groups of 1-8 rows (the short-group path of the ragged GEMM: its own
+ * summation loop, tier 1 per element, the middle tier on its misses):
+ * products of bf16 values are exact ties of bf16 and fp16 outputs often
+ * (a single product has 16 significant bits), pairs that cancel give exact
+ * zeros (+0, also from -0 products), a wide exponent spread gives
+ * subnormal fp16 results; J = 37 has a partial column block. Every element
+ * against the reference and MPFR, in all three output types; the ties must
+ * reach the middle tier. */
+START_TEST(ragged_short_groups)
+{
+    dl_test_rng_t r = {67};
+    int64_t E = 9, I = 23, J = 37;
+    int64_t off[10] = {0};
+    for (int64_t e = 0; e < E; e++)
+        off[e + 1] = off[e] + (e == 4 ? 0 : 1 + e % 8); /* expert 4 empty */
+    int64_t M = off[E];
+    for (int ti = 0; ti < 3; ti++)
+        for (int spread = 0; spread <= 30; spread += 30) {
+            float *a = gen(&r, M * I, DL_BF16, 1.0, spread);
+            float *b = gen(&r, M * J, DL_BF16, 1.0, spread);
+            for (int64_t e = 0; e < E; e++) {
+                int64_t me = off[e + 1] - off[e], h = me / 2;
+                for (int64_t m = 0; m < h && me % 2 == 0; m++) /* group cancels exactly */
+                    for (int64_t i = 0; i < I; i++) {
+                        a[(off[e] + m + h) * I + i] = a[(off[e] + m) * I + i];
+                        for (int64_t j = 0; j < J && i == 0; j++)
+                            b[(off[e] + m + h) * J + j] = -b[(off[e] + m) * J + j];
+                    }
+                for (int64_t m = 0; m < me; m++) /* column 3: zeros times negatives (-0) */
+                    b[(off[e] + m) * J + 3] = 0.0f, a[(off[e] + m) * I + 5] = -fabsf(a[(off[e] + m) * I + 5]);
+            }
+            dl_tier_stats_t st = {0, 0, 0};
+            check_ragged(a, I, b, J, off, E, grids[ti], &st, "ragged short groups");
+            ck_assert_msg(st.middle > 0, "out %s spread %d: fast %lld middle %lld exact %lld",
+                          dl_dtype_name(grids[ti]), spread, (long long)st.fast,
+                          (long long)st.middle, (long long)st.exact);
+            free(a);
+            free(b);
+        }
+}
+END_TEST
+
 /* ------------------------------------------------------------ threads */
 
 /* The same bits with 1 or 2 OpenMP threads and 1 or 2 OpenBLAS threads, on
@@ -715,6 +757,7 @@ int main(void)
         DL_TEST("gemm_grouped", "slow_tiers", long_k, 120),
         DL_TEST("gemm_ragged_k", "ragged", ragged_random, 120),
         DL_TEST("gemm_ragged_k", "ragged", ragged_cancellation, 120),
+        DL_TEST("gemm_ragged_k", "ragged", ragged_short_groups, 120),
         DL_TEST("gemm_threads", "threads", thread_invariance, 120),
         DL_TEST("gemm_errors", "errors", errors, 0),
         DL_TEST("gemm_errors", "errors", nonfinite, 0),

@@ -44,6 +44,7 @@
  * output, and only ever write disjoint tiles of it; there is no reduction
  * over floating-point values anywhere. */
 #include "config.h"
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -59,6 +60,7 @@
 #define BUDGET_MAX (INT64_C(128) << 20)
 #define BUDGET_MIN (INT64_C(4) << 20)
 #define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
+#define MID_BATCH 512                  /* misses the middle tier streams K for at once */
 
 /* Vector code for the hot loops where the compiler and CPU allow it: the
  * clones compute the same IEEE operations (no contraction: the build has
@@ -156,52 +158,6 @@ static inline void lo_add(double *c, double *w, double e)
     double z = s - *c;
     *w += fabs((*c - (s - z)) + (e - z));
     *c = s;
-}
-
-/* Compensated dot product of two binary64 vectors holding floats (so every
- * product is exact): 8 lanes of TwoSum, the lanes folded by TwoSum in a fixed
- * order. Every rounding error of the high parts is captured exactly (TwoSum)
- * and added into a low part; the errors of those low additions are captured
- * exactly too and their magnitudes summed into w. So
- *   S = hi + lo + d,   |d| <= sum of the low-addition errors <= w (1 + 2^-18)
- * (w is a sum of at most K+24 nonnegative terms, each rounding within u,
- * and (K+24) u <= 2^-20 is required of K). When w == 0 the pair is exact.
- * On return hi = fl(hi + lo) and lo is the exact remainder. */
-DL__CLONES
-static void dot2(const double *a, const double *b, int64_t n, double *hi_out,
-                 double *lo_out, double *w_out)
-{
-    double s[8] = {0}, c[8] = {0}, w[8] = {0};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        for (int l = 0; l < 8; l++) {
-            double p = a[k + l] * b[k + l];
-            double t = s[l] + p;
-            double z = t - s[l];
-            lo_add(&c[l], &w[l], (s[l] - (t - z)) + (p - z));
-            s[l] = t;
-        }
-    }
-    for (int l = 0; k < n; k++, l++) {
-        double p = a[k] * b[k];
-        double t = s[l] + p;
-        double z = t - s[l];
-        lo_add(&c[l], &w[l], (s[l] - (t - z)) + (p - z));
-        s[l] = t;
-    }
-    double hi = s[0], lo = c[0], ws = w[0];
-    for (int l = 1; l < 8; l++) {
-        double t = hi + s[l];
-        double z = t - hi;
-        lo_add(&lo, &ws, (hi - (t - z)) + (s[l] - z));
-        hi = t;
-        lo_add(&lo, &ws, c[l]);
-        ws += w[l];
-    }
-    double t = hi + lo, z = t - hi;
-    *lo_out = (hi - (t - z)) + (lo - z);
-    *hi_out = t;
-    *w_out = ws;
 }
 
 /* Correct rounding of S = hi + lo (exactly, hi = fl(S)) onto t. S lies
@@ -363,69 +319,79 @@ static int finish_norms(double *ss, int64_t n)
 
 /* ------------------------------------------------------- certification pass */
 
-/* Tier 1 over one row of a tile, for bf16 (s = 45) or fp16 (s = 42): the
- * arithmetic of certify() and rnd() on the bits, branch-free. */
-static inline __attribute__((always_inline)) void
-certify_row_bits(const double *C, double ga, const double *nbn, int64_t n, float *o, int s,
-                 uint64_t lo_norm, uint64_t inf_at)
+/* Tier 1 for one element: the certified value of t where every real in
+ * y +- err rounds to it, else a NaN (which no certified value is); the
+ * arithmetic of certify() and rnd() on the bits, branch-free, so that the
+ * loops calling it vectorise. e2 == 0 only for an exact zero (a zero
+ * bound and y = 0), which gives +0. Magnitudes below the normal range of
+ * bf16/fp16 are misses (left to the middle tier). t is a constant at every
+ * call (always inlined), so each loop is specialised to one type. */
+static inline __attribute__((always_inline)) float cert_one(double y, double err, dl_dtype_t t)
 {
+    double e2 = err * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
+    double L = y - e2, H = y + e2;
+    if (t == DL_F32) {
+        float fl = (float)L, fh = (float)H, o;
+        uint32_t ok = (uint32_t)((fl == fh) & ((L > 0.0) | (H < 0.0)));
+        uint32_t zero = (uint32_t)(e2 == 0.0), b;
+        memcpy(&b, &fl, 4);
+        b = ((b & (0 - ok)) | (UINT32_C(0x7fc00000) & (ok - 1))) & (zero - 1);
+        memcpy(&o, &b, 4);
+        return o;
+    }
+    /* bf16 (s = 45) or fp16 (s = 42) */
+    const int s = t == DL_BF16 ? 45 : 42;
+    const uint64_t lo_norm = t == DL_BF16 ? UINT64_C(0x3810000000000000)  /* 2^-126 */
+                                          : UINT64_C(0x3f10000000000000); /* 2^-14 */
+    const uint64_t inf_at = t == DL_BF16 ? UINT64_C(0x47f0000000000000)   /* 2^128 */
+                                         : UINT64_C(0x40f0000000000000);  /* 2^16 */
     const uint64_t sgn = UINT64_C(1) << 63, half = (UINT64_C(1) << (s - 1)) - 1,
                    keep = ~((UINT64_C(1) << s) - 1), inf = UINT64_C(0x7ff0000000000000),
                    nan = UINT64_C(0x7ff8000000000000);
-#pragma omp simd
-    for (int64_t j = 0; j < n; j++) {
-        double y = C[j];
-        double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
-        double L = y - e2, H = y + e2;
-        uint64_t bl = bits_of(L), bh = bits_of(H);
-        uint64_t ml = bl & ~sgn, mh = bh & ~sgn;
-        uint64_t rl = (ml + half + ((ml >> s) & 1)) & keep;
-        uint64_t rh = (mh + half + ((mh >> s) & 1)) & keep;
-        uint64_t ok = (uint64_t)(rl == rh) & (uint64_t)((L > 0.0) | (H < 0.0)) &
-                      (uint64_t)(ml >= lo_norm) & (uint64_t)(mh >= lo_norm);
-        uint64_t zero = (uint64_t)(e2 == 0.0);
-        uint64_t over = (uint64_t)(rl >= inf_at);
-        uint64_t mag = (rl & (over - 1)) | (inf & (0 - over));
-        uint64_t rb = ((bl & sgn) | mag) & (0 - ok);
-        rb |= nan & ((ok | zero) - 1); /* neither: NaN marks a miss */
-        o[j] = (float)of_bits(rb);     /* zero (ok = 0, zero = 1): rb = +0 */
-    }
+    uint64_t bl = bits_of(L), bh = bits_of(H);
+    uint64_t ml = bl & ~sgn, mh = bh & ~sgn;
+    uint64_t rl = (ml + half + ((ml >> s) & 1)) & keep;
+    uint64_t rh = (mh + half + ((mh >> s) & 1)) & keep;
+    uint64_t ok = (uint64_t)(rl == rh) & (uint64_t)((L > 0.0) | (H < 0.0)) &
+                  (uint64_t)(ml >= lo_norm) & (uint64_t)(mh >= lo_norm);
+    uint64_t zero = (uint64_t)(e2 == 0.0);
+    uint64_t over = (uint64_t)(rl >= inf_at);
+    uint64_t mag = (rl & (over - 1)) | (inf & (0 - over));
+    uint64_t rb = ((bl & sgn) | mag) & (0 - ok);
+    rb |= nan & ((ok | zero) - 1); /* neither: NaN marks a miss */
+    return (float)of_bits(rb);     /* zero (ok = 0, zero = 1): rb = +0 */
 }
 
-/* Tier 1 for one row of a tile: o[j] = the certified value where the
- * interval y +- ga*nbn[j] rounds to one value of t, else a NaN (which no
- * certified value is). e2 == 0 only for an exact zero (a zero norm), which
- * gives +0. Magnitudes below the normal range of bf16/fp16 are left to the
- * middle tier. Returns the number of misses. */
-DL__CLONES
-static int64_t certify_row(const double *C, double ga, const double *nbn, int64_t n,
-                           dl_dtype_t t, float *o)
+static inline __attribute__((always_inline)) void
+certify_row_t(const double *C, double ga, const double *nbn, int64_t n, float *o, dl_dtype_t t)
 {
-    if (t == DL_F32) {
 #pragma omp simd
-        for (int64_t j = 0; j < n; j++) {
-            double y = C[j];
-            double e2 = ga * nbn[j] * (1.0 + 0x1p-40) + fabs(y) * 0x1p-50;
-            double L = y - e2, H = y + e2;
-            float fl = (float)L, fh = (float)H;
-            uint32_t ok = (uint32_t)((fl == fh) & ((L > 0.0) | (H < 0.0)));
-            uint32_t zero = (uint32_t)(e2 == 0.0), b;
-            memcpy(&b, &fl, 4);
-            b = ((b & (0 - ok)) | (UINT32_C(0x7fc00000) & (ok - 1))) & (zero - 1);
-            memcpy(&o[j], &b, 4);
-        }
-    } else if (t == DL_BF16) {
-        certify_row_bits(C, ga, nbn, n, o, 45, UINT64_C(0x3810000000000000),
-                         UINT64_C(0x47f0000000000000));
-    } else {
-        certify_row_bits(C, ga, nbn, n, o, 42, UINT64_C(0x3f10000000000000),
-                         UINT64_C(0x40f0000000000000));
-    }
+    for (int64_t j = 0; j < n; j++)
+        o[j] = cert_one(C[j], ga * nbn[j], t);
+}
+
+static inline int64_t count_nan(const float *o, int64_t n)
+{
     int64_t miss = 0;
 #pragma omp simd reduction(+ : miss)
     for (int64_t j = 0; j < n; j++)
         miss += o[j] != o[j];
     return miss;
+}
+
+/* Tier 1 for one row of a tile: o[j] = cert_one(C[j], ga * nbn[j]).
+ * Returns the number of misses. */
+DL__CLONES
+static int64_t certify_row(const double *C, double ga, const double *nbn, int64_t n,
+                           dl_dtype_t t, float *o)
+{
+    if (t == DL_F32)
+        certify_row_t(C, ga, nbn, n, o, DL_F32);
+    else if (t == DL_BF16)
+        certify_row_t(C, ga, nbn, n, o, DL_BF16);
+    else
+        certify_row_t(C, ga, nbn, n, o, DL_F16);
+    return count_nan(o, n);
 }
 
 /* ------------------------------------------------------------- the tile */
@@ -436,7 +402,9 @@ typedef struct {
     double *na, *nb;  /* row norms */
     int64_t *list;    /* mb x nb */
     int64_t *miss;    /* mb: misses per row */
-    double *vec;      /* 2 ks per thread: rows for the slow tiers */
+    double *vec;      /* 2 ks per thread: a row and a column for the exact tier */
+    double *mst;      /* 3 MID_BATCH: the middle tier's sums, errors, error bounds */
+    int64_t *moff;    /* 2 MID_BATCH: the middle tier's element offsets */
 } tilebuf_t;
 
 /* Exponent of the last set bit of a nonzero float (its value is an integer
@@ -534,10 +502,81 @@ static int64_t exact_sums(const double *C, const double *na, const double *nb, i
     return done;
 }
 
-static int cmp_i64(const void *x, const void *y)
+/* The middle tier, for up to MID_BATCH misses at once (tile elements
+ * l[x] = i*nb + j): a compensated sum of each element's products, the
+ * products taken in K order straight from the caller's floats, streaming
+ * each K-row of both operands once for the whole batch (a k-major column
+ * read alone would touch one cache line per term). Per element, TwoSum
+ * keeps s + c + d = the exact partial sum, where each error of the
+ * additions into c is captured exactly and its magnitude summed into w;
+ * w is a sum of at most K nonnegative terms each rounded within u, and
+ * (K + 24) u <= 2^-20 (KS_MAX), so |d| <= w (1 + 2^-18). When w == 0 the
+ * pair is the exact sum. */
+DL__CLONES
+static void mid_stream(const part_t *pa, const part_t *pb, const int64_t *ao, const int64_t *bo,
+                       int64_t n, double *s, double *c, double *w)
 {
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
+    int64_t sa = pa->kmajor ? pa->ld : 1, sb = pb->kmajor ? pb->ld : 1;
+    for (int64_t k = 0; k < pb->klen; k++) {
+        const float *ak = pa->p + k * sa, *bk = pb->p + k * sb;
+#pragma omp simd
+        for (int64_t x = 0; x < n; x++) {
+            double p = (double)ak[ao[x]] * (double)bk[bo[x]]; /* exact */
+            double t = s[x] + p, z = t - s[x];
+            double e = (s[x] - (t - z)) + (p - z);
+            double cs = c[x] + e, cz = cs - c[x];
+            w[x] += fabs((c[x] - (cs - cz)) + (e - cz));
+            c[x] = cs;
+            s[x] = t;
+        }
+    }
+}
+
+/* The middle tier's verdict from a compensated sum: the exact value is
+ * s + c + d with |d| <= w (1 + 2^-18). Returns 1 with the correctly
+ * rounded value in *r when that decides it: exactly when w == 0, else by
+ * the interval certificate. */
+static int mid_decide(double s, double c, double w, dl_dtype_t t, double *r)
+{
+    double hi = s + c, z = hi - s;
+    double lo = (s - (hi - z)) + (c - z); /* s + c = hi + lo exactly */
+    return w == 0.0 ? round_dd(hi, lo, t, r) : certify(hi, fabs(lo) + w * (1.0 + 0x1p-18), t, r);
+}
+
+/* Decides the n misses l[0..n) of a tile by the middle tier, and those it
+ * cannot decide (near the overflow threshold, or a bound straddling a
+ * rounding boundary) by the exact accumulator. */
+static void middle_batch(const operand_t *A, const operand_t *B, tilebuf_t *tb, const int64_t *l,
+                         int64_t n, int64_t nb, int64_t ks, dl_dtype_t t, float *out,
+                         int64_t ldo, counts_t *cnt)
+{
+    double *s = tb->mst, *c = s + MID_BATCH, *w = c + MID_BATCH;
+    int64_t *ao = tb->moff, *bo = ao + MID_BATCH;
+    memset(s, 0, 3 * MID_BATCH * sizeof(double));
+    for (int ip = 0; ip < A->n; ip++) {
+        const part_t *pa = &A->part[ip], *pb = &B->part[ip];
+        for (int64_t x = 0; x < n; x++) {
+            int64_t i = l[x] / nb, j = l[x] % nb;
+            ao[x] = pa->kmajor ? i : i * pa->ld;
+            bo[x] = pb->kmajor ? j : j * pb->ld;
+        }
+        mid_stream(pa, pb, ao, bo, n, s, c, w);
+    }
+    for (int64_t x = 0; x < n; x++) {
+        int64_t i = l[x] / nb, j = l[x] % nb;
+        float *o = out + i * ldo + j;
+        double r;
+        if (mid_decide(s[x], c[x], w[x], t, &r)) {
+            *o = (float)r;
+            cnt->middle++;
+        } else {
+            double *a = tb->vec, *b = a + ks;
+            fetch(A, i, a);
+            fetch(B, j, b);
+            *o = (float)dot_exact(a, b, ks, t);
+            cnt->exact++;
+        }
+    }
 }
 
 /* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
@@ -585,36 +624,16 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
     cnt->fast += total - nfail;
     if (nfail == 0)
         return 0;
-    /* the rest, ordered by column so that a fetched column is reused */
     int64_t nl = 0;
     for (int64_t i = 0; i < mb; i++) {
         const float *o = out + i * ldo;
         for (int64_t j = 0; j < nb && tb->miss[i]; j++)
             if (o[j] != o[j])
-                tb->list[nl++] = j * mb + i;
+                tb->list[nl++] = i * nb + j;
     }
-    qsort(tb->list, (size_t)nl, sizeof(int64_t), cmp_i64);
-    double *a = tb->vec, *b = a + ks;
-    int64_t jcur = -1;
-    for (int64_t x = 0; x < nl; x++) {
-        int64_t j = tb->list[x] / mb, i = tb->list[x] % mb;
-        double r, hi, lo, w;
-        if (j != jcur) {
-            fetch(B, j, b);
-            jcur = j;
-        }
-        fetch(A, i, a);
-        float *o = out + i * ldo + j;
-        dot2(a, b, ks, &hi, &lo, &w);
-        if (w == 0.0 ? round_dd(hi, lo, t, &r)
-                     : certify(hi, fabs(lo) + w * (1.0 + 0x1p-18), t, &r)) {
-            *o = (float)r;
-            cnt->middle++;
-        } else {
-            *o = (float)dot_exact(a, b, ks, t);
-            cnt->exact++;
-        }
-    }
+    for (int64_t x0 = 0; x0 < nl; x0 += MID_BATCH)
+        middle_batch(A, B, tb, tb->list + x0, nl - x0 < MID_BATCH ? nl - x0 : MID_BATCH, nb, ks,
+                     t, out, ldo, cnt);
     return 0;
 }
 
@@ -639,6 +658,8 @@ static void scratch_free(scratch_t *s)
     free(s->tb.list);
     free(s->tb.miss);
     free(s->tb.vec);
+    free(s->tb.mst);
+    free(s->tb.moff);
     memset(s, 0, sizeof *s);
 }
 
@@ -659,8 +680,11 @@ static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64
     s->tb.list = malloc((size_t)mbn * sizeof(int64_t));
     s->tb.miss = malloc((size_t)mb * sizeof(int64_t));
     s->tb.vec = malloc(2 * (size_t)ks * sizeof(double));
+    s->tb.mst = malloc(3 * MID_BATCH * sizeof(double));
+    s->tb.moff = malloc(2 * MID_BATCH * sizeof(int64_t));
     if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
-        !s->tb.nb || !s->tb.list || !s->tb.miss || !s->tb.vec) {
+        !s->tb.nb || !s->tb.list || !s->tb.miss || !s->tb.vec || !s->tb.mst ||
+        !s->tb.moff) {
         scratch_free(s);
         return DL_ENOMEM;
     }
@@ -909,6 +933,193 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
     return rc;
 }
 
+/* ------------------------------------------------- short ragged groups */
+
+/* Groups of at most SHORT_K rows (the tail experts of a skewed routing)
+ * make weight gradients whose every output is a sum of a few products:
+ * dgemm does O(K) work per output there, with a fixed overhead per call and
+ * a binary64 output that the tile's certification pass reads back; so such
+ * tiles are summed by a loop of our own, row by row into registers, and
+ * certified as they are summed (the same fast-tier bound: any summation
+ * order of K terms is a tree of height < K + 2). */
+#define SHORT_K 8 /* above it, dgemm's tile is as fast (bench: K = 13 equal, 31 slower) */
+#define SHORT_JB 16 /* columns summed at once (in registers) */
+
+/* The n elements of row i (i < mb) that tier 1 left (NaN in o[0..nb)): the
+ * middle tier's compensated sum over the K products, else the exact
+ * accumulator. Returns DL_ENONFINITE if a product is not finite (a NaN or
+ * an infinity among the inputs). */
+static int short_misses(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t K,
+                        int64_t i, int64_t nb, int64_t n, dl_dtype_t t, float *o,
+                        counts_t *cnt)
+{
+    for (int64_t j = 0; j < nb && n; j++) {
+        if (o[j] == o[j])
+            continue;
+        double sm = 0, cm = 0, wm = 0, r;
+        for (int64_t k = 0; k < K; k++) { /* as in mid_stream */
+            double p = (double)a[k * lda + i] * (double)b[k * ldb + j];
+            if (!isfinite(p))
+                return DL_ENONFINITE;
+            double u = sm + p, z = u - sm;
+            lo_add(&cm, &wm, (sm - (u - z)) + (p - z));
+            sm = u;
+        }
+        if (mid_decide(sm, cm, wm, t, &r)) {
+            o[j] = (float)r;
+            cnt->middle++;
+        } else {
+            dl_acc_t acc;
+            dl_acc_clear(&acc);
+            for (int64_t k = 0; k < K; k++)
+                dl_acc_add(&acc, (double)a[k * lda + i] * (double)b[k * ldb + j]);
+            o[j] = (float)dl_acc_round(&acc, t);
+            cnt->exact++;
+        }
+        n--;
+    }
+    return 0;
+}
+
+/* y[j] for j < jn (jn <= SHORT_JB): one row's sums against jn columns of
+ * the converted operand (K rows of ld doubles). */
+static inline __attribute__((always_inline)) void
+short_sums(const double *ai, const double *bj, int64_t ld, int64_t K, int64_t jn, double *y)
+{
+#pragma omp simd
+    for (int64_t j = 0; j < jn; j++)
+        y[j] = ai[0] * bj[j];
+    for (int64_t k = 1; k < K; k++) {
+        const double *bk = bj + k * ld;
+#pragma omp simd
+        for (int64_t j = 0; j < jn; j++)
+            y[j] += ai[k] * bk[j];
+    }
+}
+
+/* short_sums for jn = SHORT_JB = 16 with the sums held in registers across
+ * K (GCC vector types: AVX-512, AVX2 or scalar code, as the clone is; the
+ * same IEEE operations in the same order). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* static, inlined: no ABI crossed */
+typedef double v8d_t __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) v8d_t ld8(const double *p)
+{
+    v8d_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void
+short_sums16(const double *ai, const double *bj, int64_t ld, int64_t K, double *y)
+{
+    v8d_t y0 = ai[0] * ld8(bj), y1 = ai[0] * ld8(bj + 8);
+    for (int64_t k = 1; k < K; k++) {
+        const double *bk = bj + k * ld;
+        y0 += ai[k] * ld8(bk);
+        y1 += ai[k] * ld8(bk + 8);
+    }
+    memcpy(y, &y0, sizeof y0);
+    memcpy(y + 8, &y1, sizeof y1);
+}
+#else
+static inline void short_sums16(const double *ai, const double *bj, int64_t ld, int64_t K,
+                                double *y)
+{
+    short_sums(ai, bj, ld, K, SHORT_JB, y);
+}
+#endif
+
+/* Tier 1 on o[j] = the sums of one row against jn <= SHORT_JB columns,
+ * within ga nbn[j] of the exact ones. */
+static inline __attribute__((always_inline)) void
+short_block(const double *ai, const double *bj, int64_t ld, int64_t K, int64_t jn, double ga,
+            const double *nbn, float *o, dl_dtype_t t)
+{
+    double y[SHORT_JB];
+    if (jn == SHORT_JB)
+        short_sums16(ai, bj, ld, K, y);
+    else
+        short_sums(ai, bj, ld, K, jn, y);
+#pragma omp simd
+    for (int64_t j = 0; j < jn; j++)
+        o[j] = cert_one(y[j], ga * nbn[j], t);
+}
+
+/* Row by row (so that the output is written in order), each row against
+ * the blocks of SHORT_JB columns of the converted slice of b (K rows of
+ * ldb doubles; ldb is not a multiple of a page, so that the K lines of a
+ * block do not compete for one cache set). */
+static inline __attribute__((always_inline)) void
+short_rows_t(const tilebuf_t *tb, int64_t K, int64_t mb, int64_t nb, int64_t ldb, double g1,
+             float *out, int64_t ldo, dl_dtype_t t)
+{
+    for (int64_t i = 0; i < mb; i++) {
+        const double *ai = tb->ca + i * K;
+        float *o = out + i * ldo;
+        double ga = g1 * tb->na[i];
+        int64_t j0 = 0;
+        for (; j0 + SHORT_JB <= nb; j0 += SHORT_JB)
+            short_block(ai, tb->cb + j0, ldb, K, SHORT_JB, ga, tb->nb + j0, o + j0, t);
+        if (j0 < nb)
+            short_block(ai, tb->cb + j0, ldb, K, nb - j0, ga, tb->nb + j0, o + j0, t);
+    }
+}
+
+/* out[i*ldo + j] = the correctly rounded sum over k < K of
+ * a[k*lda + i] b[k*ldb + j], for i < mb, j < nb (1 <= K <= SHORT_K): both
+ * K-slices converted once, as a tile's chunk, and the products summed by
+ * our own loop in place of dgemm (which at such K costs more in overhead
+ * and in its binary64 output than in flops); the bound is tier 1's (the
+ * plan's g1 for ks = K, one chunk). Returns DL_ENONFINITE if an input
+ * taking part is NaN or infinite. */
+DL__CLONES
+static int short_tile(const part_t *pa, const part_t *pb, int64_t mb, int64_t nb, dl_dtype_t t,
+                      tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
+{
+    int64_t K = pa->klen;
+    plan_t pl;
+    make_plan(&pl, t, K, 1);
+    memset(tb->na, 0, (size_t)mb * sizeof(double));
+    memset(tb->nb, 0, (size_t)nb * sizeof(double));
+    for (int64_t k = 0; k < K; k++) { /* a's slice transposed: row i at ca + i K */
+        const float *src = pa->p + k * pa->ld;
+        for (int64_t i = 0; i < mb; i++) {
+            double v = src[i];
+            tb->ca[i * K + k] = v;
+            tb->na[i] += v * v;
+        }
+    }
+    int64_t ldb = nb + 8; /* (nb + 8) K <= nb kc doubles: checked by the caller */
+    for (int64_t k = 0; k < K; k++) {
+        const float *src = pb->p + k * pb->ld;
+        double *d = tb->cb + k * ldb;
+#pragma omp simd
+        for (int64_t j = 0; j < nb; j++) {
+            double v = src[j];
+            d[j] = v;
+            tb->nb[j] += v * v;
+        }
+    }
+    if (finish_norms(tb->na, mb) | finish_norms(tb->nb, nb))
+        return DL_ENONFINITE;
+    if (t == DL_F32)
+        short_rows_t(tb, K, mb, nb, ldb, pl.g1, out, ldo, DL_F32);
+    else if (t == DL_BF16)
+        short_rows_t(tb, K, mb, nb, ldb, pl.g1, out, ldo, DL_BF16);
+    else
+        short_rows_t(tb, K, mb, nb, ldb, pl.g1, out, ldo, DL_F16);
+    for (int64_t i = 0; i < mb; i++) {
+        float *o = out + i * ldo;
+        int64_t miss = count_nan(o, nb);
+        cnt->fast += nb - miss;
+        if (miss)
+            short_misses(pa->p, pa->ld, pb->p, pb->ld, K, i, nb, miss, t, o, cnt);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------ ragged-K GEMM */
 
 typedef struct {
@@ -931,12 +1142,16 @@ static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
         c->fast += I * J;
         return 0;
     }
-    plan_t pl;
-    make_plan(&pl, g->t, me, 1);
     /* a_e^T and b_e^T are k-major as stored */
     operand_t A = {1, s->pa}, B = {1, s->pb};
     s->pa[0] = (part_t){g->a + m0 * I + jb->r0, I, 0, me, 1};
     s->pb[0] = (part_t){g->b + m0 * J + jb->n0, J, 0, me, 1};
+    if (me <= SHORT_K && (jb->nb + 8) * me <= jb->nb * (tune_kc > 0 ? tune_kc : KC_DEFAULT))
+        /* the padded slice fits the chunk buffer */
+        return short_tile(&s->pa[0], &s->pb[0], jb->mb, jb->nb, g->t, &s->tb,
+                          oe + jb->r0 * J + jb->n0, J, c);
+    plan_t pl;
+    make_plan(&pl, g->t, me, 1);
     return tile(&pl, jb->mb, jb->nb, &A, &B, &s->tb, oe + jb->r0 * J + jb->n0, J, c);
 }
 
