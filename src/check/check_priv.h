@@ -121,6 +121,7 @@ struct dl__ck {
     float *exact_weights;
     int ids_cand_valid;
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
+    int64_t n_unnamed; /* slots of the drop sets found that are below the floor */
     const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
     double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */
