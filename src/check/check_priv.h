@@ -271,6 +271,9 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
+/* The comparison of stage s against its exact values set up by its
+ * descriptor (M provider mp, owned by the caller; rows and columns). */
+int dl__ck_setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
 /* run.c: one run of the runner, dl_check_run's contract, with the second
  * chained level second (NULL: none). */
 int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
