@@ -209,12 +209,29 @@ def named_beside_floor(tap):
                    len(got & dropped), len(dropped), unnamed, len(got - dropped)))
 
 
+# gross errors the second chained level once WARNed (issue 24): a gain of
+# 1 + 2^-1 far beyond the stage's own stored upstream, within only the
+# worst case of every absent upstream stage
+GROSS = [("single-token-bf16", 2, "d_router_logits"), ("one-hot-bf16", 3, "d_x")]
+
+
+def gross_second_level(tap):
+    for name, seed, stage in GROSS:
+        with dropless.generate(name, seed=seed) as g:
+            rep, _ = dropless.mutant_check(g, "gain", stage, "staged", gain_p=1, seed=seed)
+            msg = next(c["message"] for c in rep["checks"] if c["stage"] == stage and c["check"] == "numerics")
+            tap.ok(not rep["conformant"] and "no unrounded inputs explain it" in msg,
+                   "%s seed %d: %s x 1.5 staged is NOT CONFORMANT, the second level refuses it (%s)" % (
+                       name, seed, stage, msg[:90]))
+
+
 def main():
     tap = Tap()
     files(tap)
     out_only_drops(tap)
     named(tap)
     named_beside_floor(tap)
+    gross_second_level(tap)
     # qwen2-moe-like: shared experts with their gate (mutate once dropped
     # the shared term with a slot); in fp32: its bf16 twin's fused survivors
     # sit below the floor of a bf16 out that carries the shared term
