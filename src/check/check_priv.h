@@ -253,6 +253,8 @@ int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
 int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
 /* The upstream mask of s for the case's FFN kind. */
 uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
+/* The storage type of stage s in the case (the golden's). */
+dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in this case (the candidate's own where it
  * stores the stage coarser). */
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);

@@ -178,8 +178,11 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
      * |c - g| <= |c - x| + |x - g| with each <= u_out |x|, |x| <= |g|(1+2u) */
     /* (the statistical tier's scale of a hidden value's error has one
      * rounding: the hidden value against the exact one, no golden between) */
-    const double nround = warn == DL__TIER_STAT ? 1.0 : 2.0;
-    double b = nround * uo * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
+    /* (a stage stored coarser than the case's type, bf16 in an fp32
+     * container: the golden's rounding is the case type's, u_g < u_out) */
+    const double ug = fmin(uo, dl_dtype_unit_roundoff(dl__ck_case_type(ck, cmp->stage)));
+    const double ur = warn == DL__TIER_STAT ? uo : uo + ug;
+    double b = ur * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
     double ua = p->u_acc;
     if (cmp->short_sum && p->sums_in_storage && uo > ua)
         ua = uo;

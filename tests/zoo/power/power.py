@@ -297,14 +297,12 @@ def flag_of(rep, stage):
     kernel that consumed its upstream unrounded also shows, and a bf16
     accumulator's fp32 output lies on the bf16 grid, as a correct result
     stored in bf16 does (doc/power.md)."""
-    for c in rep["checks"]:
-        msg = c.get("message") or ""
-        if c.get("stage") != stage:
-            continue
-        if c.get("verdict") == "WARN" and "not with its own stored upstream" in msg:
-            return "second level WARN"
-        if c.get("check") == "storage" and "inferred" in msg:
-            return "storage inferred"
+    mine = [c for c in rep["checks"] if c.get("stage") == stage]
+    if any(c.get("verdict") == "WARN" and "not with its own stored upstream" in (c.get("message") or "")
+           for c in mine):
+        return "second level WARN"
+    if any(c.get("check") == "storage" and "inferred" in (c.get("message") or "") for c in mine):
+        return "storage inferred"
     return None
 
 
