@@ -736,7 +736,7 @@ START_TEST(hygiene)
 
     /* a stage the loader found misshapen */
     dl_check_golden_t gold = golden_of(&g);
-    dl_check_candidate_t cand = {.fwd = f, .bwd = b, .bad_shape = (uint64_t)1 << DL_VALUE_OUT};
+    dl_check_candidate_t cand = {.fwd = f, .bwd = b, .bad_shape = DL_VALUE_BIT(DL_VALUE_OUT)};
     b.d_w_gate[7 * d * ff + 3] = 0.0f;
     f.h_act[7] = g.f.h_act[7];
     b.d_x[0] = g.b.d_x[0];
@@ -829,7 +829,7 @@ START_TEST(required_stages)
     dl_check_candidate_t cand = {.fwd = {.out = g.f.out}};
     dl_check_options_t o;
     dl_check_options_default(&o);
-    o.require = (UINT64_C(1) << DL_VALUE_OUT) | (UINT64_C(1) << DL_VALUE_D_X);
+    o.require = DL_VALUE_BIT(DL_VALUE_OUT) | DL_VALUE_BIT(DL_VALUE_D_X);
     dl_check_report_t r;
     ck_assert_int_eq(dl_check_run(&gold, &cand, &o, &r), 0);
     ck_assert_int_eq(find(&r, DL_VALUE_OUT, "numerics")->verdict, DL_VERDICT_PASS);
@@ -837,7 +837,7 @@ START_TEST(required_stages)
     ck_assert_ptr_null(find(&r, DL_VALUE_D_X, "provided"));
     ck_assert(!dl_check_conformant(&r));
     dl_check_report_free(&r);
-    uint64_t groups[2] = {UINT64_C(1) << DL_VALUE_OUT, UINT64_C(1) << DL_VALUE_D_X};
+    dl_valueset_t groups[2] = {DL_VALUE_BIT(DL_VALUE_OUT), DL_VALUE_BIT(DL_VALUE_D_X)};
     ck_assert_int_eq(dl_check_run_isolated(&gold, &cand, &o, groups, 2, &r), 0);
     ck_assert_int_eq(find(&r, DL_VALUE_D_X, "required")->verdict, DL_VERDICT_FAIL);
     ck_assert(!dl_check_conformant(&r));

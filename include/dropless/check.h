@@ -104,11 +104,11 @@ typedef struct {
 typedef struct {
     dl_moe_forward_t fwd;
     dl_moe_backward_t bwd;
-    uint64_t bad_shape;         /* bit (1 << stage) */
+    dl_valueset_t bad_shape;    /* DL_VALUE_BIT(stage) */
     const char *bad_reason[DL_VALUE_COUNT]; /* why a bad_shape stage was set aside
                                  * (actual against expected shape and type), or NULL */
-    uint64_t coarse;            /* stages stored coarser than the case's type for them
-                                 * (bf16 weight gradients of an fp32 stage), bit (1 << stage) */
+    dl_valueset_t coarse;       /* stages stored coarser than the case's type for them
+                                 * (bf16 weight gradients of an fp32 stage), DL_VALUE_BIT(stage) */
     dl_dtype_t store[DL_VALUE_COUNT]; /* their storage type, where the coarse bit is set */
     const char *backend;        /* may be NULL */
     const char *backend_version;
@@ -144,7 +144,7 @@ typedef struct {
                           * correct candidate FAILs it with at most this probability
                           * under the model of tolerances.md (default 1e-6; 0: the
                           * default; negative: the tier is off) */
-    uint64_t require;    /* stages (bits 1 << dl_value_t) the candidate must provide:
+    dl_valueset_t require; /* stages (DL_VALUE_BIT(v)) the candidate must provide:
                           * one it lacks is a FAIL (check "required"), not a SKIP;
                           * values the case does not have are ignored (default 0) */
     /* Called (when not NULL) with progress_ctx as each stage value is judged:
@@ -219,23 +219,23 @@ DL_EXTERN int dl_check_run(const dl_check_golden_t *g, const dl_check_candidate_
 DL_EXTERN void dl_check_report_free(dl_check_report_t *r);
 
 /* Checks a stage-isolated candidate, as `dropless run` produces: each of
- * the ngroups masks (bits 1 << dl_value_t) names values that one call
+ * the ngroups sets (DL_VALUE_BIT(v)) names values that one call
  * computed from the golden inputs of that call. Each group is checked on
  * golden upstream only (values of other groups never feed its exact
  * recomputation), and the findings are merged into one report; case-level
  * findings (token accounting) are kept when they are not PASS. Values in no
  * group are checked together last. Errors as dl_check_run. */
 DL_EXTERN int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t *c,
-                                    const dl_check_options_t *o, const uint64_t *groups, int ngroups,
+                                    const dl_check_options_t *o, const dl_valueset_t *groups, int ngroups,
                                     dl_check_report_t *r);
 
 /* Parses a stage-isolation spec, groups of stage names separated by ';',
  * names within a group by ',' ("router_logits,router_scores;out"), into at
- * most max masks. Returns the number of groups, or DL_EINVAL (an unknown
+ * most max sets. Returns the number of groups, or DL_EINVAL (an unknown
  * name, an empty group, too many groups). */
-DL_EXTERN int dl_check_parse_groups(const char *spec, uint64_t *groups, int max);
-/* Writes masks back as a spec into buf (n bytes). 0, DL_EINVAL or DL_EOVERFLOW. */
-DL_EXTERN int dl_check_format_groups(const uint64_t *groups, int ngroups, char *buf, size_t n);
+DL_EXTERN int dl_check_parse_groups(const char *spec, dl_valueset_t *groups, int max);
+/* Writes sets back as a spec into buf (n bytes). 0, DL_EINVAL or DL_EOVERFLOW. */
+DL_EXTERN int dl_check_format_groups(const dl_valueset_t *groups, int ngroups, char *buf, size_t n);
 
 /* Appends a finding made outside dl_check_run (the plugin executor's: a
  * crash or time-out is a FAIL, a nondeterministic stage a WARN, ...) and

@@ -8,6 +8,7 @@
 #include "moe.h"
 #include "ep.h"
 #include "layout.h"
+#include "values.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -129,16 +130,10 @@ typedef enum {
     DL_GOLDEN_INT64 = 2  /* H5T_STD_I64LE */
 } dl_golden_elem_t;
 
-typedef enum {
-    DL_GOLDEN_ALWAYS = 0,
-    DL_GOLDEN_IF_BIAS = 1,  /* present only when route.has_bias */
-    DL_GOLDEN_IF_SWIGLU = 2, /* present only with a hidden layer (gated or relu2) */
-    DL_GOLDEN_IF_SHARED = 3, /* present only with shared experts */
-    DL_GOLDEN_IF_SHARED_GATE = 4, /* present only with the shared experts' gate */
-    DL_GOLDEN_IF_ROUTER_BIAS = 5, /* present only when route.has_router_bias */
-    DL_GOLDEN_IF_FFN_BIAS = 6, /* present only with ffn_bias */
-    DL_GOLDEN_IF_GATE = 7 /* present only with a gated FFN */
-} dl_golden_cond_t;
+/* When a dataset exists: the conditions of DL_VALUE_MAP (dl_cond_t,
+ * values.h; dl_cond_name names them), one list for the format, the
+ * schedule and the runner. */
+typedef dl_cond_t dl_golden_cond_t;
 
 /* One dataset of the format. dims are symbols: 'T' tokens, 'd' hidden,
  * 'f' ffn, 'E' experts, 'k' top_k, 'M' = T*k, 'P' = E+1. */

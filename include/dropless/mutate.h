@@ -11,6 +11,7 @@
 #ifndef DROPLESS_MUTATE_H
 #define DROPLESS_MUTATE_H
 #include "golden.h"
+#include "values.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,7 +71,7 @@ DL_EXTERN int dl_mutation_applies(dl_mutation_t m, int s, const dl_moe_config_t 
 
 typedef struct {
     uint64_t mutations; /* bits 1 << dl_mutation_t; 0: all */
-    uint64_t stages;    /* bits 1 << dl_value_t; 0: every stage a mutation applies to */
+    dl_valueset_t stages; /* DL_VALUE_BIT(v); 0: every stage a mutation applies to */
     unsigned modes;     /* bits 1 << dl_mutate_mode_t; 0: all */
     int gain_p;         /* the gain is 1 + 2^-gain_p; 0: precision of the case's type - 4 */
     uint64_t seed;      /* picks the row, element, slot, boundary and experts */

@@ -8,6 +8,7 @@
 #define DROPLESS_RUN_H
 #include "core.h"
 #include "moe.h"
+#include "values.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -113,9 +114,9 @@ DL_EXTERN const char *dl_run_status_name(dl_run_status_t s);
  * warning. */
 DL_EXTERN int dl_run_status_is_failure(dl_run_status_t s);
 
-/* The values stage s produces, as bits (1 << dl_value_t) for
+/* The values stage s produces, a set (DL_VALUE_BIT(v)) for
  * dl_check_run_isolated; 0 if s is out of range. */
-DL_EXTERN uint64_t dl_run_stage_values(dl_run_stage_t s);
+DL_EXTERN dl_valueset_t dl_run_stage_values(dl_run_stage_t s);
 
 #ifdef __cplusplus
 }

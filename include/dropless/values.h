@@ -154,8 +154,17 @@ typedef enum {
     DL_VALUE_NONE = -1 /* a check about the whole case (token accounting) */
 } dl_value_t;
 
+/* A set of values: bit v for value v (DL_VALUE_BIT(v)), as in
+ * dl_check_options_t.require, dl_check_candidate_t.bad_shape, the isolated
+ * check's groups and the mutations' stages. 128 bits, as the schedule's row
+ * sets (the model variants outgrew 64); test a member with
+ * DL_VALUE_HAS(set, v). */
+typedef dl_rowset_t dl_valueset_t;
+#define DL_VALUE_BIT(v) DL_ROWSET_BIT(v)
+#define DL_VALUE_HAS(s, v) DL_ROWSET_HAS(s, v)
+
 /* The up and up_plain columns' bits. */
-#define DL__UP(E) (UINT64_C(1) << DL_VALUE_##E)
+#define DL__UP(E) DL_VALUE_BIT(DL_VALUE_##E)
 #define DL__UP_DISPATCH \
     (DL__UP(SORT_PERM) | DL__UP(INV_PERM) | DL__UP(GROUP_SIZES) | DL__UP(GROUP_OFFSETS))
 

@@ -24,8 +24,8 @@ struct dl_api_golden {
 struct dl_api_candidate {
     uint32_t tag;
     dl_golden_file_t f;
-    uint64_t bad;      /* stages a loaded file's loader set aside (1 << dl_value_t) */
-    uint64_t off_grid; /* float stages with values off their storage grid */
+    dl_valueset_t bad;      /* stages a loaded file's loader set aside (1 << dl_value_t) */
+    dl_valueset_t off_grid; /* float stages with values off their storage grid */
     int from_file;     /* isolated_groups in f are the file's */
 };
 
@@ -65,7 +65,7 @@ const dl_golden_dataset_t *dl__api_dataset_of(dl_value_t v);
 /* Parses an isolation spec (dl_check_parse_groups, or "*": every stage
  * of provided its own group) whose groups name only stages in provided
  * (bits 1 << dl_value_t) and cover all of them (check.c). */
-int dl__api_groups(const char *spec, uint64_t provided,
-                   uint64_t *groups, int *ngroups, char *err, size_t n);
+int dl__api_groups(const char *spec, dl_valueset_t provided,
+                   dl_valueset_t *groups, int *ngroups, char *err, size_t n);
 
 #endif

@@ -184,7 +184,7 @@ int dl_api_candidate_set(dl_api_candidate_t *c, const char *name, const void *da
     void **slot = dl_golden_slot(&h->f, dl__api_dataset_of(v));
     free(*slot);
     *slot = buf;
-    uint64_t bit = UINT64_C(1) << v;
+    dl_valueset_t bit = DL_VALUE_BIT(v);
     h->bad &= ~bit;
     h->off_grid &= ~bit;
     dl_dtype_t st = dl_value_dtype(&h->f.config, v);
@@ -222,7 +222,7 @@ int dl_api_candidate_open(const dl_api_golden_t *g, const char *path, unsigned t
     for (int i = 0; i < dl_golden_dataset_count() && i < DL_GOLDEN_DATASET_MAX; i++) {
         dl_value_t v;
         if (DL_ROWSET_HAS(h->f.bad_datasets, i) && dl_value_parse(dl_golden_dataset(i)->name, &v) == 0)
-            h->bad |= UINT64_C(1) << v;
+            h->bad |= DL_VALUE_BIT(v);
     }
     h->from_file = 1;
     h->tag = DL__API_CANDIDATE;
@@ -236,14 +236,14 @@ int dl_api_candidate_save(const dl_api_candidate_t *c, const char *path, const c
     if (!h || !path)
         return dl__api_fail(err, errlen, DL_EINVAL, "not a candidate handle, or no path");
     dl_golden_file_t f = h->f; /* a shallow copy: the arrays stay the handle's */
-    uint64_t have = 0;
+    dl_valueset_t have = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
         const void *a = dl_value_array(&f.fwd, &f.bwd, (dl_value_t)s);
         if (a && dl_value_is_backward((dl_value_t)s))
             f.has_backward = 1;
         else if (a)
             f.has_forward = 1;
-        have |= a ? UINT64_C(1) << s : 0;
+        have |= a ? DL_VALUE_BIT(s) : 0;
         if ((h->off_grid >> s) & 1)
             return dl__api_fail(err, errlen, DL_EGRID,
                                 "%s: values off the %s grid cannot be written: the file stores each "
@@ -252,7 +252,7 @@ int dl_api_candidate_save(const dl_api_candidate_t *c, const char *path, const c
     }
     f.isolated_groups[0] = '\0';
     if (isolated && *isolated) {
-        uint64_t groups[DL_VALUE_COUNT];
+        dl_valueset_t groups[DL_VALUE_COUNT];
         int ng = 0, rc = dl__api_groups(isolated, have, groups, &ng, err, errlen);
         if (rc)
             return rc;

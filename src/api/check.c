@@ -10,7 +10,7 @@
 typedef struct {
     dl_check_options_t co;
     const char *isolated; /* NULL: not given */
-    uint64_t stages;      /* stages to check; all when none named */
+    dl_valueset_t stages;      /* stages to check; all when none named */
     int strict_storage;
     char buf[4096];       /* the options, split in place */
 } opts_t;
@@ -23,14 +23,14 @@ static int parse_flag(const char *k, const char *v, int *out, char *err, size_t 
     return 0;
 }
 
-static int parse_stages(char *v, uint64_t *mask, char *err, size_t n)
+static int parse_stages(char *v, dl_valueset_t *mask, char *err, size_t n)
 {
     *mask = 0;
     for (char *save = NULL, *tok = strtok_r(v, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         dl_value_t s;
         if (dl_value_parse(tok, &s) != 0)
             return dl__api_fail(err, n, DL_EINVAL, "option stages: unknown stage '%s'", tok);
-        *mask |= UINT64_C(1) << s;
+        *mask |= DL_VALUE_BIT(s);
     }
     if (!*mask)
         return dl__api_fail(err, n, DL_EINVAL, "option stages: no stage named");
@@ -97,28 +97,28 @@ static int parse_options(const char *s, opts_t *o, char *err, size_t n)
     return 0;
 }
 
-int dl__api_groups(const char *spec, uint64_t provided, uint64_t *groups, int *ngroups, char *err,
+int dl__api_groups(const char *spec, dl_valueset_t provided, dl_valueset_t *groups, int *ngroups, char *err,
                    size_t n)
 {
     *ngroups = 0;
     if (!strcmp(spec, "*")) {
         for (int s = 0; s < DL_VALUE_COUNT; s++)
             if ((provided >> s) & 1)
-                groups[(*ngroups)++] = UINT64_C(1) << s;
+                groups[(*ngroups)++] = DL_VALUE_BIT(s);
         return 0;
     }
     int ng = dl_check_parse_groups(spec, groups, DL_VALUE_COUNT);
     if (ng < 0)
         return dl__api_fail(err, n, DL_EINVAL,
                             "isolated: '%s' is not groups of stage names ('a,b;c')", spec);
-    uint64_t covered = 0;
+    dl_valueset_t covered = 0;
     for (int i = 0; i < ng; i++) {
         if (groups[i] & covered)
             return dl__api_fail(err, n, DL_EINVAL, "isolated: a stage is in two groups of '%s'", spec);
         covered |= groups[i];
     }
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
-        uint64_t bit = UINT64_C(1) << s;
+        dl_valueset_t bit = DL_VALUE_BIT(s);
         if ((covered & bit) && !(provided & bit))
             return dl__api_fail(err, n, DL_EINVAL, "isolated: %s is in a group but not provided",
                                 dl_value_name((dl_value_t)s));
@@ -142,13 +142,13 @@ static int same_config(const dl_moe_config_t *a, const dl_moe_config_t *b)
 /* The runner's candidate: a shallow copy of the handle's arrays without the
  * stages not selected and those set aside (bad or, strictly, off grid). */
 static void build(const dl_api_candidate_t *h, const opts_t *o, dl_golden_file_t *view,
-                  dl_check_candidate_t *c, uint64_t *provided)
+                  dl_check_candidate_t *c, dl_valueset_t *provided)
 {
     *view = h->f;
-    uint64_t bad = h->bad | (o->strict_storage ? h->off_grid : 0);
+    dl_valueset_t bad = h->bad | (o->strict_storage ? h->off_grid : 0);
     *provided = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
-        uint64_t bit = UINT64_C(1) << s;
+        dl_valueset_t bit = DL_VALUE_BIT(s);
         void **slot = dl_golden_slot(view, dl__api_dataset_of((dl_value_t)s));
         int wanted = !o->stages || (o->stages & bit);
         if (!wanted) {
@@ -200,7 +200,7 @@ int dl_api_check_ex(const dl_api_golden_t *g, const dl_api_candidate_t *c, const
     o->co.progress_ctx = ctx;
     dl_golden_file_t view;
     dl_check_candidate_t cand;
-    uint64_t provided, groups[DL_VALUE_COUNT];
+    dl_valueset_t provided, groups[DL_VALUE_COUNT];
     int ng = 0;
     build(h, o, &view, &cand, &provided);
     if (!rc && o->isolated && *o->isolated)

@@ -27,7 +27,7 @@
  * then does the second level differ from the first. */
 static int chained(const dl__ck_t *ck, dl_value_t s)
 {
-    const uint64_t up = dl__ck_upstream(ck, s);
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         if (((up >> u) & 1) && ck->st[u].eff_is_cand)
             return 1;
@@ -45,7 +45,7 @@ static dl_check_candidate_t alone(const dl__ck_t *ck, dl_value_t s)
     void **slot = dl__value_slot(&c.fwd, &c.bwd, s);
     if (slot)
         *slot = (void *)dl_value_array(&ck->cand->fwd, &ck->cand->bwd, s);
-    c.coarse = ck->coarse & ((uint64_t)1 << s);
+    c.coarse = ck->coarse & DL_VALUE_BIT(s);
     c.store[s] = ck->st[s].store;
     return c;
 }
@@ -59,12 +59,12 @@ static dl_check_candidate_t alone(const dl__ck_t *ck, dl_value_t s)
  * with x->verdict SKIP when s has no such upstream. */
 static int unrounded_upstream(dl__ck_t *ck, dl_value_t s, dl_check_result_t *x)
 {
-    const uint64_t up = dl__ck_upstream(ck, s);
-    uint64_t set = 0;
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
+    dl_valueset_t set = 0;
     int rc = 0;
     x->verdict = DL_VERDICT_SKIP;
     for (int u = 0; u < DL_VALUE_COUNT && !rc; u++) {
-        if (!((up >> u) & 1) || !ck->st[u].eff_is_cand || ck->st[u].delta[DL__TIER_PASS] ||
+        if (!DL_VALUE_HAS(up, u) || !ck->st[u].eff_is_cand || ck->st[u].delta[DL__TIER_PASS] ||
             dl_value_store((dl_value_t)u) > DL_STORE_F32 ||
             (dl__ck_desc((dl_value_t)u)->flags & DL__CK_COPY))
             continue;
@@ -79,7 +79,7 @@ static int unrounded_upstream(dl__ck_t *ck, dl_value_t s, dl_check_result_t *x)
             d[i] = 0.5 * dl__ck_ulp(c[i], t) * (1.0 + 0x1p-6);
         for (int w = 0; w < DL__TIERS; w++)
             ck->st[u].delta[w] = d;
-        set |= (uint64_t)1 << u;
+        set |= DL_VALUE_BIT(u);
     }
     dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .cand = ck->st[s].cand,
                      .exact = ck->st[s].exact};
@@ -90,7 +90,7 @@ static int unrounded_upstream(dl__ck_t *ck, dl_value_t s, dl_check_result_t *x)
     for (int w = 0; !rc && set && w < tiers; w++)
         rc = dl__ck_propagate(ck, s, &cmp, w, (double **)&cmp.prop[w]);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        if ((set >> u) & 1)
+        if (DL_VALUE_HAS(set, u))
             for (int w = 0; w < DL__TIERS; w++)
                 ck->st[u].delta[w] = NULL;
     if (!rc && set)

@@ -106,7 +106,7 @@ struct dl__ck {
      * declaration (dtype attribute, a 2-byte type) or inferred from the
      * values (every one on the bf16 or fp16 grid; inferred bit); the type
      * in st[s].store */
-    uint64_t coarse, inferred;
+    dl_valueset_t coarse, inferred;
     int have_bwd;                      /* golden backward and d_out present */
 
     /* slot canonicalisation: candidate flat index t*k+j <-> canonical */
@@ -219,8 +219,8 @@ int dl__ck_zero_drops(dl__ck_t *ck);
 #define DL__CK_DROPS 8u     /* the layer's output: zero drops are proven on it */
 #define DL__CK_WITH_SORT 16u /* checked with sort_perm by the token accounting */
 typedef struct {
-    uint64_t up;       /* the stages whose stored values this one is a function of */
-    uint64_t up_plain; /* the same for DL_FFN_PLAIN where it differs, else 0 */
+    dl_valueset_t up;       /* the stages whose stored values this one is a function of */
+    dl_valueset_t up_plain; /* the same for DL_FFN_PLAIN where it differs, else 0 */
     int kind;          /* 0: the row's check column is NONE (the runner refuses) */
     /* The exact value on the effective upstream, into out (numel floats),
      * and the comparison's M provider and constants: beside the stage. */
@@ -252,7 +252,7 @@ int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
 /* Sets up cmp's M provider (mp, owned by the caller) and constants for s. */
 int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
 /* The upstream mask of s for the case's FFN kind. */
-uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
+dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in the case (the golden's). */
 dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in this case (the candidate's own where it

@@ -83,16 +83,16 @@ const dl__ck_desc_t *dl__ck_desc(dl_value_t s)
 /* The values of mask m that exist for the case: a variant's values (the
  * shared experts') are no stage's upstream in a case without it, so they
  * cannot make a stage look recomputed on a changed upstream. */
-static uint64_t existing(const dl__ck_t *ck, uint64_t m)
+static dl_valueset_t existing(const dl__ck_t *ck, dl_valueset_t m)
 {
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         if (((m >> u) & 1) &&
             !dl_cond_applies(dl_layout_find(dl_value_name((dl_value_t)u))->cond, ck->c))
-            m &= ~((uint64_t)1 << u);
+            m &= ~DL_VALUE_BIT(u);
     return m;
 }
 
-uint64_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
+dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 {
     const dl__ck_desc_t *d = dl__ck_desc(s);
     if (!d)

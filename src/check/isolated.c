@@ -15,7 +15,7 @@ static int cmp_drop(const void *a, const void *b)
 }
 
 /* Appends src's results that belong to mask (and case-level findings) to dst. */
-static int merge(dl_check_report_t *dst, const dl_check_report_t *src, uint64_t mask)
+static int merge(dl_check_report_t *dst, const dl_check_report_t *src, dl_valueset_t mask)
 {
     for (size_t i = 0; i < src->n; i++) {
         const dl_check_result_t *x = &src->results[i];
@@ -63,7 +63,7 @@ static void pass_progress(void *ctx, const char *stage, double done)
 }
 
 int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t *c,
-                          const dl_check_options_t *o, const uint64_t *groups, int ngroups,
+                          const dl_check_options_t *o, const dl_valueset_t *groups, int ngroups,
                           dl_check_report_t *r)
 {
     if (!r)
@@ -73,12 +73,12 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
         return DL_EINVAL;
     int rc = 0;
     double seconds = 0;
-    uint64_t covered = 0;
+    dl_valueset_t covered = 0;
     pass_progress_t pp = {o ? o->progress : NULL, o ? o->progress_ctx : NULL, 0,
                           1.0 / (ngroups + 1)};
     for (int i = 0; i <= ngroups && rc == 0; i++) {
         /* the last pass carries the values no group claims, and the case-level checks */
-        uint64_t mask = i < ngroups ? groups[i] : ~covered;
+        dl_valueset_t mask = i < ngroups ? groups[i] : ~covered;
         covered |= mask;
         dl_check_candidate_t sub = *c;
         memset(&sub.fwd, 0, sizeof sub.fwd);
@@ -142,12 +142,12 @@ int dl_check_run_isolated(const dl_check_golden_t *g, const dl_check_candidate_t
     return 0;
 }
 
-int dl_check_parse_groups(const char *spec, uint64_t *groups, int max)
+int dl_check_parse_groups(const char *spec, dl_valueset_t *groups, int max)
 {
     if (!spec || !groups || max < 1)
         return DL_EINVAL;
     int ng = 0;
-    uint64_t cur = 0;
+    dl_valueset_t cur = 0;
     const char *p = spec;
     for (;;) {
         size_t len = strcspn(p, ",;");
@@ -159,7 +159,7 @@ int dl_check_parse_groups(const char *spec, uint64_t *groups, int max)
         dl_value_t v;
         if (dl_value_parse(name, &v) != 0 || v == DL_VALUE_NONE)
             return DL_EINVAL;
-        cur |= UINT64_C(1) << v;
+        cur |= DL_VALUE_BIT(v);
         p += len;
         if (*p == ',') {
             p++;
@@ -175,7 +175,7 @@ int dl_check_parse_groups(const char *spec, uint64_t *groups, int max)
     }
 }
 
-int dl_check_format_groups(const uint64_t *groups, int ngroups, char *buf, size_t n)
+int dl_check_format_groups(const dl_valueset_t *groups, int ngroups, char *buf, size_t n)
 {
     if (!groups || ngroups < 0 || !buf || n == 0)
         return DL_EINVAL;

@@ -144,7 +144,7 @@ static int prop_elem(dl__ck_t *ck, dl_value_t s, int warn, double *out)
 int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double **out)
 {
     *out = NULL;
-    const uint64_t up = dl__ck_upstream(ck, s);
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
     int has = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         has |= ((up >> u) & 1) && ck->st[u].delta[warn] != NULL;

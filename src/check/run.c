@@ -88,7 +88,7 @@ static int all_on_grid(const float *v, int64_t n, dl_dtype_t t)
 static void storage_of(dl__ck_t *ck, dl_value_t s)
 {
     if ((ck->cand->coarse >> s) & 1) {
-        ck->coarse |= (uint64_t)1 << s;
+        ck->coarse |= DL_VALUE_BIT(s);
         ck->st[s].store = ck->cand->store[s];
         return;
     }
@@ -98,8 +98,8 @@ static void storage_of(dl__ck_t *ck, dl_value_t s)
      * top-1, an exact stage) say nothing about the candidate's storage */
     const dl_dtype_t g = ck->st[s].gold ? inferred_grid(ck->st[s].cand, ck->st[s].numel) : DL_F32;
     if (g != DL_F32 && !all_on_grid(ck->st[s].gold, ck->st[s].numel, g)) {
-        ck->coarse |= (uint64_t)1 << s;
-        ck->inferred |= (uint64_t)1 << s;
+        ck->coarse |= DL_VALUE_BIT(s);
+        ck->inferred |= DL_VALUE_BIT(s);
         ck->st[s].store = g;
     }
 }
@@ -180,7 +180,7 @@ int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
         ck.st[s].gold = ck.st[s].numel > 0 ? dl_value_array(ck.gf, ck.gb, (dl_value_t)s) : NULL;
         const void *p = dl_value_array(&cand->fwd, &cand->bwd, (dl_value_t)s);
         /* a loader that set a misshapen stage aside leaves its array NULL */
-        if (cand->bad_shape & ((uint64_t)1 << s)) {
+        if (cand->bad_shape & DL_VALUE_BIT(s)) {
             dl_check_result_t *x = dl__ck_result(&ck, (dl_value_t)s, "shape");
             if (!x) {
                 rc = DL_ENOMEM;

@@ -204,7 +204,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     /* coherent: its own operands rounded to the input grid, or fed by a
      * coherent hidden value (the statistical tier propagates it linearly) */
     ck->st[s].coherent = cmp.kappa_in > 0;
-    const uint64_t up = dl__ck_upstream(ck, s);
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         ck->st[s].coherent |=
             ((up >> u) & 1) && ck->st[u].delta[DL__TIER_STAT] && ck->st[u].coherent;
@@ -268,7 +268,7 @@ static int golden_dispatch(const dl__ck_t *ck)
  * Returns 1 if it did, 0 if not, or an error. */
 static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, dl_check_result_t *r)
 {
-    const uint64_t up = dl__ck_upstream(ck, s);
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
     int differs = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         differs |= ((up >> u) & 1) && !ck->st[u].eff_golden;
@@ -385,7 +385,7 @@ static void per_expert(const dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, d
 static int exact_value(dl__ck_t *ck, dl_value_t s)
 {
     const int64_t n = ck->st[s].numel;
-    const uint64_t up = dl__ck_upstream(ck, s);
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
     int up_golden = 1;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         if ((up >> u) & 1)
@@ -538,7 +538,7 @@ int dl__ck_stages(dl__ck_t *ck)
         ck->st[s].need = ck->st[s].cand != NULL;
     for (int s = DL_VALUE_COUNT - 1; s >= 0; s--)
         if (ck->st[s].need) {
-            uint64_t up = dl__ck_upstream(ck, (dl_value_t)s);
+            dl_valueset_t up = dl__ck_upstream(ck, (dl_value_t)s);
             for (int u = 0; u < s; u++)
                 if ((up >> u) & 1)
                     ck->st[u].need = 1;

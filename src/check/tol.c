@@ -58,17 +58,17 @@ static const char *const part_names[] = {
 
 /* The stages of each part of the layer a per-stage profile names, or the
  * one value a name names. */
-static uint64_t part_mask(const char *name)
+static dl_valueset_t part_mask(const char *name)
 {
     for (int p = DL__CK_PART_NONE + 1; p <= DL__CK_PART_COMBINE; p++)
         if (!strcasecmp(name, part_names[p])) {
-            uint64_t m = 0;
+            dl_valueset_t m = 0;
             for (int s = 0; s < DL_VALUE_COUNT; s++)
-                m |= (uint64_t)(value_part[s] == p) << s;
+                m |= (dl_valueset_t)(value_part[s] == p) << s;
             return m;
         }
     dl_value_t v;
-    return dl_value_parse(name, &v) == 0 && v != DL_VALUE_NONE ? UINT64_C(1) << v : 0;
+    return dl_value_parse(name, &v) == 0 && v != DL_VALUE_NONE ? DL_VALUE_BIT(v) : 0;
 }
 
 int dl_check_parse_profiles(const char *spec, const dl_check_profile_t **whole,
@@ -100,7 +100,7 @@ int dl_check_parse_profiles(const char *spec, const dl_check_profile_t **whole,
             *whole = pr;
             continue;
         }
-        const uint64_t m = part_mask(item);
+        const dl_valueset_t m = part_mask(item);
         if (!m)
             return DL_EINVAL;
         for (int s = 0; s < DL_VALUE_COUNT; s++)

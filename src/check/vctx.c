@@ -28,5 +28,5 @@ void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v)
      * hidden values) as a root sum of squares, coherent ones linearly; the
      * other tiers always linearly */
     for (int u = 0; tier == DL__TIER_STAT && u < DL_VALUE_COUNT; u++)
-        v->rss |= (uint64_t)!ck->st[u].coherent << u;
+        v->rss |= (dl_valueset_t)!ck->st[u].coherent << u;
 }

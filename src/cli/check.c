@@ -156,7 +156,7 @@ static int parse(int argc, char **argv, opts_t *o, int is_run)
 /* Parses a comma-separated list of stage names into a mask; an unknown
  * name or an empty list (nothing to check is never a check) is a usage
  * error. */
-static int parse_stage_list(const char *cmd, const char *opt, const char *list, uint64_t *mask)
+static int parse_stage_list(const char *cmd, const char *opt, const char *list, dl_valueset_t *mask)
 {
     *mask = 0;
     char *copy = strdup(list), *save = NULL;
@@ -178,7 +178,7 @@ static int parse_stage_list(const char *cmd, const char *opt, const char *list, 
             free(copy);
             return DL_EINVAL;
         }
-        *mask |= UINT64_C(1) << v;
+        *mask |= DL_VALUE_BIT(v);
     }
     free(copy);
     if (!*mask) {
@@ -190,7 +190,7 @@ static int parse_stage_list(const char *cmd, const char *opt, const char *list, 
 
 /* Keeps only the candidate stages in want; the others are moved to *kept so
  * they can be restored (and freed) afterwards. */
-static void select_stages(dl_golden_file_t *cand, uint64_t want, void **kept)
+static void select_stages(dl_golden_file_t *cand, dl_valueset_t want, void **kept)
 {
     for (int i = 0; i < dl_golden_dataset_count(); i++) {
         const dl_golden_dataset_t *ds = dl_golden_dataset(i);
@@ -414,13 +414,13 @@ static dl_check_candidate_t candidate_of(const dl_golden_file_t *cand, const cha
         if (dl_value_parse(dl_golden_dataset(i)->name, &v) != 0 || v == DL_VALUE_NONE)
             continue;
         if DL_ROWSET_HAS(cand->bad_datasets, i) {
-            c.bad_shape |= UINT64_C(1) << v;
+            c.bad_shape |= DL_VALUE_BIT(v);
             c.bad_reason[v] = cand->bad_reason[i];
             fprintf(stderr, "dropless check: %s: %s: %s\n", cpath, dl_golden_dataset(i)->path,
                     cand->bad_reason[i]);
         }
         if DL_ROWSET_HAS(cand->coarse_datasets, i) {
-            c.coarse |= UINT64_C(1) << v;
+            c.coarse |= DL_VALUE_BIT(v);
             c.store[v] = cand->store[i];
         }
     }
@@ -429,7 +429,7 @@ static dl_check_candidate_t candidate_of(const dl_golden_file_t *cand, const cha
 
 /* Checks the loaded candidate against the golden file into *rep; 0 or
  * an exit status (the message printed). */
-static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t require,
+static int judge(const opts_t *o, const dl_check_profile_t *profile, dl_valueset_t require,
                  const dl_golden_file_t *g, const dl_golden_file_t *cand, const char *gpath,
                  const char *cpath, dl_check_report_t *rep)
 {
@@ -454,7 +454,7 @@ static int judge(const opts_t *o, const dl_check_profile_t *profile, uint64_t re
     int rc;
     if (cand->isolated_groups[0]) {
         /* the backend fed each group the golden inputs: judge each on golden upstream */
-        uint64_t groups[DL_VALUE_COUNT];
+        dl_valueset_t groups[DL_VALUE_COUNT];
         int ng = dl_check_parse_groups(cand->isolated_groups, groups, DL_VALUE_COUNT);
         if (ng < 0) {
             fprintf(stderr, "dropless check: %s: malformed isolated_groups attribute\n", cpath);
@@ -490,7 +490,7 @@ int dl_cli_check(int argc, char **argv)
     const char *inputs[2] = {gpath, cpath};
     const dl_check_profile_t *profile;
     reports_t reports;
-    uint64_t want = 0, require = 0;
+    dl_valueset_t want = 0, require = 0;
     if ((rc = resolve_profile(o.profile, "check", &profile, o.per_stage)))
         return rc;
     if ((o.stages && parse_stage_list("check", "stages", o.stages, &want)) ||
@@ -582,7 +582,7 @@ static int write_candidate(const opts_t *o, const dl_golden_file_t *g, const dl_
     cf.bwd = res->bwd;
     cf.has_forward = 1;
     cf.has_backward = !o->forward_only;
-    uint64_t groups[DL_STAGE_COUNT];
+    dl_valueset_t groups[DL_STAGE_COUNT];
     for (int s = 0; s < DL_STAGE_COUNT; s++)
         groups[s] = dl_run_stage_values((dl_run_stage_t)s);
     if (dl_check_format_groups(groups, DL_STAGE_COUNT, cf.isolated_groups, sizeof cf.isolated_groups)) {
@@ -601,7 +601,7 @@ static int write_candidate(const opts_t *o, const dl_golden_file_t *g, const dl_
 /* Runs one backend and checks what it produced into *rep; 0 or an exit
  * status (the message printed). */
 static int run_one(const opts_t *o, const char *backend, const dl_check_profile_t *profile,
-                   uint64_t require, const dl_golden_file_t *g, const char *gpath,
+                   dl_valueset_t require, const dl_golden_file_t *g, const char *gpath,
                    dl_check_report_t *rep)
 {
     dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
@@ -636,7 +636,7 @@ static int run_one(const opts_t *o, const char *backend, const dl_check_profile_
     memcpy(co.stage_profile, o->per_stage, sizeof co.stage_profile);
     co.require = require;
     /* each stage was fed golden inputs: judge each on golden upstream */
-    uint64_t groups[DL_STAGE_COUNT];
+    dl_valueset_t groups[DL_STAGE_COUNT];
     for (int s = 0; s < DL_STAGE_COUNT; s++)
         groups[s] = dl_run_stage_values((dl_run_stage_t)s);
     rc = dl_check_run_isolated(&gold, &c, &co, groups, DL_STAGE_COUNT, rep);
@@ -685,7 +685,7 @@ int dl_cli_run(int argc, char **argv)
     const char *gpath = argv[optind];
     const dl_check_profile_t *profile;
     reports_t reports;
-    uint64_t require = 0;
+    dl_valueset_t require = 0;
     if ((rc = resolve_profile(o.profile, "run", &profile, o.per_stage)))
         return rc;
     if (o.stages) {

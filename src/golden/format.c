@@ -37,32 +37,13 @@ typedef struct {
 #define ACT_I32 0
 #define ACT_I64 0
 #define ACT_RT 2
-#define COND_ALWAYS DL_GOLDEN_ALWAYS
-#define COND_BIAS DL_GOLDEN_IF_BIAS
-#define COND_SWIGLU DL_GOLDEN_IF_SWIGLU
-#define COND_SHARED DL_GOLDEN_IF_SHARED
-#define COND_SHARED_GATE DL_GOLDEN_IF_SHARED_GATE
-#define COND_ROUTER_BIAS DL_GOLDEN_IF_ROUTER_BIAS
-#define COND_FFN_BIAS DL_GOLDEN_IF_FFN_BIAS
-#define COND_GATE DL_GOLDEN_IF_GATE
-
 #define DS(g, E, n, st, dims, cond, ...)                                                   \
     {{GROUP_##g, #n, "/" GNAME_##g "/" #n, ELEM_##st, ACT_##st, (int)sizeof dims - 1, \
-      dims, COND_##cond},                                                              \
+      dims, DL_COND_##cond},                                                              \
      offsetof(dl_golden_file_t, MEMBER_##g.n)},
 
 static const entry_t table[] = {DL_VALUE_MAP(DS)};
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
-
-_Static_assert((int)DL_GOLDEN_ALWAYS == (int)DL_COND_ALWAYS &&
-                   (int)DL_GOLDEN_IF_BIAS == (int)DL_COND_BIAS &&
-                   (int)DL_GOLDEN_IF_SWIGLU == (int)DL_COND_SWIGLU &&
-                   (int)DL_GOLDEN_IF_SHARED == (int)DL_COND_SHARED &&
-                   (int)DL_GOLDEN_IF_SHARED_GATE == (int)DL_COND_SHARED_GATE &&
-                   (int)DL_GOLDEN_IF_ROUTER_BIAS == (int)DL_COND_ROUTER_BIAS &&
-                   (int)DL_GOLDEN_IF_FFN_BIAS == (int)DL_COND_FFN_BIAS &&
-                   (int)DL_GOLDEN_IF_GATE == (int)DL_COND_GATE,
-               "golden dataset conditions out of sync with dl_cond_t");
 
 _Static_assert(NTABLE <= DL_GOLDEN_DATASET_MAX, "more datasets than dl_golden_file_t's sets hold");
 

@@ -62,7 +62,7 @@ int dl_mutate_mode_parse(const char *s, dl_mutate_mode_t *m)
 }
 
 /* A comma list of names, each parsed by parse, into a mask. */
-static int name_list(const char *key, const char *v, int (*parse)(const char *, int *), uint64_t *mask,
+static int name_list(const char *key, const char *v, int (*parse)(const char *, int *), dl_valueset_t *mask,
                      char *err, size_t n)
 {
     char buf[1024], *save = NULL;
@@ -99,14 +99,14 @@ static int p_mode(const char *s, int *x)
 
 int dl_mutate_opts_set(dl_mutate_opts_t *o, const char *key, const char *v, char *err, size_t n)
 {
-    uint64_t mask;
+    dl_valueset_t mask;
     if (!o || !key || !v)
         return DL_EINVAL;
     if (!strcmp(key, "mutations") || !strcmp(key, "stages") || !strcmp(key, "modes")) {
         int rc = name_list(key, v, key[0] == 'm' ? (key[1] == 'u' ? p_mutation : p_mode) : p_stage,
                            &mask, err, n);
         if (!rc && key[1] == 'u')
-            o->mutations = mask;
+            o->mutations = (uint64_t)mask;
         else if (!rc && key[0] == 's')
             o->stages = mask;
         else if (!rc)
@@ -168,7 +168,10 @@ int dl_mutation_applies(dl_mutation_t m, int s, const dl_moe_config_t *c)
 /* The n-th draw of this mutant's stream, below `below` (> 0). */
 static int64_t draw(const dl_mutate_opts_t *o, dl_mutation_t m, int s, uint64_t n, int64_t below)
 {
-    uint64_t stream = UINT64_C(0x6d75740000) + (uint64_t)m * 64u + (uint64_t)s;
+    /* values past 63 (the sets are 128 bits) draw from streams of their own,
+     * so the first 64 keep the streams they always had */
+    uint64_t stream = UINT64_C(0x6d75740000) +
+                      (s < 64 ? (uint64_t)m * 64u + (uint64_t)s : UINT64_C(0x10000) + (uint64_t)m * 128u + (uint64_t)s);
     return (int64_t)(dl_golden_rng_u64(o->seed, stream, n) % (uint64_t)below);
 }
 
@@ -369,7 +372,7 @@ static int mut_gemm(gemm_ctx_t *x, const dl_moe_inputs_t *in, dl_golden_file_t *
 
 /* drop_slot: one (t, j) out of the combine and of its backward. */
 static int mut_drop(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_golden_file_t *mu,
-                    const dl_mutate_opts_t *o, uint64_t *dirty, char *detail, size_t dn)
+                    const dl_mutate_opts_t *o, dl_valueset_t *dirty, char *detail, size_t dn)
 {
     const int64_t T = c->tokens, k = c->route.top_k, M = T * k, d = c->hidden;
     dl_moe_forward_t *f = &mu->fwd;
@@ -479,7 +482,7 @@ int dl_mutant_build(const dl_golden_file_t *g, dl_mutation_t m, int s, const dl_
         return DL_ENOTFOUND;
     int rc = copy_stages(g, out);
     const dl_moe_inputs_t in = dl_golden_inputs_view(&g->in);
-    uint64_t dirty = DL__BIT(s);
+    dl_valueset_t dirty = DL__BIT(s);
     float *v = dl__mut_array(&out->fwd, &out->bwd, s);
     if (rc)
         ;

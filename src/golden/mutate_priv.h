@@ -6,7 +6,7 @@
 #include "golden/golden_priv.h"
 #include "dropless/mutate.h"
 
-#define DL__BIT(s) (UINT64_C(1) << (s))
+#define DL__BIT(s) DL_VALUE_BIT(s) /* a member of a value (or mutation) set */
 
 /* One GEMM stage of the layer as the oracle computes it: a grouped GEMM
  * (terms over the sorted rows, or over all T rows as one group for the
@@ -38,7 +38,7 @@ void *dl__mut_array(dl_moe_forward_t *f, dl_moe_backward_t *b, int s);
  * not) on a stage of dirty (bits 1 << dl_value_t), by the oracle's stage
  * functions on the stored values, except the stages of fixed. */
 int dl__mut_replay(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
-                   dl_moe_backward_t *b, uint64_t dirty, uint64_t fixed);
+                   dl_moe_backward_t *b, dl_valueset_t dirty, dl_valueset_t fixed);
 
 /* simkernel.c: simulated kernels, NOT the oracle's arithmetic: what a GPU
  * kernel that accumulates in bf16 gives, and TF32 operand rounding. Only

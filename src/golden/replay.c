@@ -9,60 +9,18 @@
 #include <string.h>
 #include "golden/mutate_priv.h"
 
-#define V(x) DL__BIT(DL_VALUE_##x)
+/* What each value is computed from: the up and up_plain columns of
+ * DL_VALUE_MAP (doc/conformance.md, "Dependencies"), the runner's own. */
+#define UP_IN(up, plain)
+#define UP_AUX(up, plain)
+#define UP_FW(up, plain) {up, plain},
+#define UP_BW(up, plain) {up, plain},
+#define UP_ROW(g, E, n, st, dims, cond, check, prop, up, plain, part) UP_##g(up, plain)
+static const dl_valueset_t value_up[DL_VALUE_COUNT][2] = {DL_VALUE_MAP(UP_ROW)};
 
-/* What each shared experts' value is computed from (the schedule's rows). */
-static uint64_t shared_deps(int s)
+static dl_valueset_t deps(int s, int hidden)
 {
-    switch (s) {
-    case DL_VALUE_SHARED_H_ACT: return V(SHARED_H_GATE) | V(SHARED_H_UP);
-    case DL_VALUE_SHARED_Y: return V(SHARED_H_ACT);
-    case DL_VALUE_SHARED_GATE: return V(SHARED_GATE_LOGIT);
-    case DL_VALUE_D_SHARED_GATE: return V(SHARED_Y);
-    case DL_VALUE_D_SHARED_GATE_LOGIT: return V(SHARED_GATE) | V(D_SHARED_GATE);
-    case DL_VALUE_D_SHARED_GATE_WEIGHT: return V(D_SHARED_GATE_LOGIT);
-    case DL_VALUE_D_SHARED_Y: return V(SHARED_GATE);
-    case DL_VALUE_D_SHARED_H_ACT: return V(D_SHARED_Y);
-    case DL_VALUE_D_SHARED_W_DOWN: return V(SHARED_H_ACT) | V(D_SHARED_Y);
-    case DL_VALUE_D_SHARED_H_GATE: case DL_VALUE_D_SHARED_H_UP:
-        return V(SHARED_H_GATE) | V(SHARED_H_UP) | V(D_SHARED_H_ACT);
-    case DL_VALUE_D_SHARED_W_GATE: return V(D_SHARED_H_GATE);
-    case DL_VALUE_D_SHARED_W_UP: return V(D_SHARED_H_UP);
-    default: return 0; /* shared_h_gate, _up, shared_gate_logit: the inputs only */
-    }
-}
-
-/* What each stage is computed from (doc/conformance.md, "Dependencies"). */
-static uint64_t deps(int s, int swiglu)
-{
-    switch (s) {
-    case DL_VALUE_ROUTER_SCORES: return V(ROUTER_LOGITS);
-    case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: return V(ROUTER_SCORES);
-    case DL_VALUE_SORT_PERM: case DL_VALUE_INV_PERM: case DL_VALUE_GROUP_SIZES:
-    case DL_VALUE_GROUP_OFFSETS: return V(TOPK_IDS);
-    case DL_VALUE_X_SORTED: return V(SORT_PERM);
-    case DL_VALUE_H_GATE: case DL_VALUE_H_UP: return V(X_SORTED) | V(GROUP_OFFSETS);
-    case DL_VALUE_H_ACT: return V(H_GATE) | V(H_UP);
-    case DL_VALUE_Y_SORTED: return (swiglu ? V(H_ACT) : V(X_SORTED)) | V(GROUP_OFFSETS);
-    case DL_VALUE_OUT: return V(Y_SORTED) | V(TOPK_WEIGHTS) | V(INV_PERM) | V(SHARED_Y) | V(SHARED_GATE);
-    case DL_VALUE_D_TOPK_WEIGHTS: return V(Y_SORTED) | V(INV_PERM);
-    case DL_VALUE_D_Y_SORTED: return V(TOPK_WEIGHTS) | V(INV_PERM);
-    case DL_VALUE_D_H_ACT: return V(D_Y_SORTED) | V(GROUP_OFFSETS);
-    case DL_VALUE_D_W_DOWN:
-        return (swiglu ? V(H_ACT) : V(X_SORTED)) | V(D_Y_SORTED) | V(GROUP_OFFSETS);
-    case DL_VALUE_D_H_GATE: case DL_VALUE_D_H_UP: return V(H_GATE) | V(H_UP) | V(D_H_ACT);
-    case DL_VALUE_D_X_SORTED:
-        return (swiglu ? V(D_H_GATE) | V(D_H_UP) : V(D_Y_SORTED)) | V(GROUP_OFFSETS);
-    case DL_VALUE_D_W_GATE: return V(X_SORTED) | V(D_H_GATE) | V(GROUP_OFFSETS);
-    case DL_VALUE_D_W_UP: return V(X_SORTED) | V(D_H_UP) | V(GROUP_OFFSETS);
-    case DL_VALUE_D_ROUTER_SCORES: return V(ROUTER_SCORES) | V(TOPK_IDS) | V(D_TOPK_WEIGHTS);
-    case DL_VALUE_D_ROUTER_LOGITS: return V(ROUTER_SCORES) | V(D_ROUTER_SCORES);
-    case DL_VALUE_D_ROUTER_WEIGHT: return V(D_ROUTER_LOGITS);
-    case DL_VALUE_D_X:
-        return V(D_X_SORTED) | V(INV_PERM) | V(D_ROUTER_LOGITS) | V(D_SHARED_H_GATE) |
-               V(D_SHARED_H_UP) | V(D_SHARED_GATE_LOGIT);
-    default: return shared_deps(s); /* router_logits: the inputs only */
-    }
+    return !hidden && value_up[s][1] ? value_up[s][1] : value_up[s][0];
 }
 
 void *dl__mut_array(dl_moe_forward_t *f, dl_moe_backward_t *b, int s)
@@ -145,6 +103,20 @@ int dl__mut_gemm_run(const dl__mut_gemm_t *g, float *out)
     return dl_gemm_grouped(g->terms, g->nterms, g->N, off, g->E, g->out_t, out, NULL);
 }
 
+/* The layout row of value s. */
+static int row_of(int s)
+{
+    for (int i = 0; i < dl_layout_count(); i++)
+        if (dl_layout_row(i)->value == (dl_value_t)s)
+            return i;
+    return -1;
+}
+
+static size_t value_bytes(const dl_moe_config_t *c, int s)
+{
+    return (size_t)dl_value_numel(c, (dl_value_t)s) * (dl_value_store((dl_value_t)s) == DL_STORE_I64 ? 8 : 4);
+}
+
 /* The routing stages that one call computes together, into scratch; the
  * one asked for is copied out. */
 static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
@@ -175,31 +147,50 @@ static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_m
     return rc;
 }
 
-/* Stage s by the schedule's own producer on the whole layer: the shared
- * experts' values, and out and d_x with their shared terms. The SwiGLU
- * backward's producer writes both its values, so those two are called
- * apart (the other may be the mutated one). */
+/* Stage s by the schedule's own producer on the whole layer: the layer's
+ * wiring, for what compute does not wire itself (the shared experts, out
+ * and d_x with their shared terms, the model variants' stages). A producer
+ * may write values beside s (an activation's backward both its
+ * gradients); those of keep (the mutated ones) are put back after it. One
+ * that s is computed from is refused (DL_EINTERNAL): the producer would use
+ * its own fresh value, not the mutated one. */
 static int via_schedule(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
-                        dl_moe_backward_t *b, int s)
+                        dl_moe_backward_t *b, int s, dl_valueset_t keep)
 {
-    const int64_t n = c->tokens * dl_value_dim(c, 'S');
-    if (s == DL_VALUE_D_SHARED_H_GATE || s == DL_VALUE_D_SHARED_H_UP)
-        return dl_swiglu_backward(f->shared_h_gate, f->shared_h_up, b->d_shared_h_act, n,
-                                  c->dtype, s == DL_VALUE_D_SHARED_H_GATE ? b->d_shared_h_gate : NULL,
-                                  s == DL_VALUE_D_SHARED_H_UP ? b->d_shared_h_up : NULL);
-    int row = -1;
-    for (int i = 0; i < dl_layout_count() && row < 0; i++)
-        if (!strcmp(dl_layout_row(i)->name, dl_value_name((dl_value_t)s)))
-            row = i;
+    const int p = dl_schedule_writer(row_of(s));
+    const dl_producer_t *pr = dl_schedule_producer(p);
+    if (!pr)
+        return DL_EINVAL;
+    const int hidden = DL_FFN_HIDDEN(c->ffn_kind);
+    void *saved[DL_VALUE_COUNT] = {0};
+    int rc = 0;
+    for (int u = 0; u < DL_VALUE_COUNT && !rc; u++) {
+        void *a = dl__mut_array(f, b, u);
+        if (u == s || !(keep & DL__BIT(u)) || !a || !DL_ROWSET_HAS(pr->writes, row_of(u)))
+            continue;
+        if (deps(s, hidden) & DL__BIT(u))
+            rc = DL_EINTERNAL;
+        else if (!(saved[u] = malloc(value_bytes(c, u) ? value_bytes(c, u) : 1)))
+            rc = DL_ENOMEM;
+        else
+            memcpy(saved[u], a, value_bytes(c, u));
+    }
     const dl_stage_view_t v = {.c = *c, .in = *in, .f = *f, .b = *b,
                                .rows = c->tokens * c->route.top_k, .off = f->group_offsets,
                                .ne = c->route.experts};
-    return dl_schedule_run(dl_schedule_writer(row), &v);
+    if (!rc)
+        rc = dl_schedule_run(p, &v);
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        if (saved[u]) {
+            memcpy(dl__mut_array(f, b, u), saved[u], value_bytes(c, u));
+            free(saved[u]);
+        }
+    return rc;
 }
 
 /* Stage s, recomputed into its array from the stored values. */
 static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
-                   dl_moe_backward_t *b, int s)
+                   dl_moe_backward_t *b, int s, dl_valueset_t keep)
 {
     const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
                   k = c->route.top_k, M = T * k;
@@ -212,7 +203,7 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
     const char *nm = dl_value_name((dl_value_t)s);
     if (!strncmp(nm, "shared_", 7) || !strncmp(nm, "d_shared_", 9) ||
         (c->shared_experts > 0 && (s == DL_VALUE_OUT || s == DL_VALUE_D_X)))
-        return via_schedule(c, in, f, b, s);
+        return via_schedule(c, in, f, b, s, keep);
     switch (s) {
     case DL_VALUE_ROUTER_SCORES: return dl_route_scores(&c->route, f->router_logits, T, dst);
     case DL_VALUE_TOPK_IDS: case DL_VALUE_TOPK_WEIGHTS: case DL_VALUE_SORT_PERM:
@@ -240,12 +231,12 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
         return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight,
                                  T, k, d, E, t, dst);
     default:
-        return DL_EINVAL;
+        return via_schedule(c, in, f, b, s, keep);
     }
 }
 
 int dl__mut_replay(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
-                   dl_moe_backward_t *b, uint64_t dirty, uint64_t fixed)
+                   dl_moe_backward_t *b, dl_valueset_t dirty, dl_valueset_t fixed)
 {
     const int sw = DL_FFN_HIDDEN(c->ffn_kind);
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
@@ -253,7 +244,7 @@ int dl__mut_replay(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
             continue;
         if (dl_value_is_backward((dl_value_t)s) && !b->d_x)
             continue; /* a forward-only golden */
-        int rc = compute(c, in, f, b, s);
+        int rc = compute(c, in, f, b, s, fixed);
         if (rc)
             return rc;
         dirty |= DL__BIT(s);

@@ -118,15 +118,15 @@ void dl__run_stage_io(dl_run_stage_t s, const dl_moe_config_t *c, const dl_moe_i
     }
 }
 
-uint64_t dl_run_stage_values(dl_run_stage_t s)
+dl_valueset_t dl_run_stage_values(dl_run_stage_t s)
 {
     if ((int)s < 0 || s >= DL_STAGE_COUNT)
         return 0;
-    uint64_t m = 0;
+    dl_valueset_t m = 0;
     for (int o = 0; abi_io[s].out[o]; o++) {
         dl_value_t v;
         if (dl_value_parse(abi_io[s].out[o], &v) == 0)
-            m |= UINT64_C(1) << v;
+            m |= DL_VALUE_BIT(v);
     }
     return m;
 }

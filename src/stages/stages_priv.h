@@ -19,9 +19,8 @@
 #define DL__ROW_POS(g, E, n, st, dims, cond, ...) DL__ROW_##E,
 enum { DL_VALUE_MAP(DL__ROW_POS) DL__ROW_COUNT };
 _Static_assert(DL__ROW_COUNT <= DL_ROWSET_BITS, "the schedule's row sets (dl_rowset_t) are too narrow");
-/* value sets (dl_check_options_t.require, bad_shape, the mutations' stages)
- * are 64-bit masks over dl_value_t */
-_Static_assert(DL_VALUE_COUNT <= 64, "the value sets (uint64_t) are too narrow");
+/* value sets (dl_valueset_t: require, bad_shape, the mutations' stages) */
+_Static_assert(DL_VALUE_COUNT <= DL_ROWSET_BITS, "the value sets (dl_valueset_t) are too narrow");
 
 /* The selection's key of expert e: its score plus its bias (when the
  * router has one) rounded once to fp32, as dl_route_topk ranks it. */
@@ -129,7 +128,7 @@ int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_b
  * (bit s for dl_value_t s) that live in *f or *b (either may be NULL); 0 or
  * DL_ENOMEM. */
 int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b,
-                     uint64_t values);
+                     dl_valueset_t values);
 /* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
 

@@ -249,7 +249,7 @@ int dl__moe_arrays_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_b
 }
 
 int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backward_t *b,
-                     uint64_t values)
+                     dl_valueset_t values)
 {
     int rc = 0;
     for (int s = 0; s < DL_VALUE_COUNT; s++) {
