@@ -32,7 +32,7 @@ try:
     import numpy  # noqa: F401
     import dropless
     import legit
-    from power import SMALL, capacity_run, flag_of, must_fail
+    from power import SMALL, capacity_run, flag_of, legit_matrix, must_fail, worker_pool
 except ImportError as e:
     print("1..1")
     print("ok 1 # SKIP %s" % e)
@@ -248,6 +248,22 @@ def bf16_acc_dw(tap):
                "CONFORMANT, storage inferred")
 
 
+def jobs(tap):
+    """power.py --jobs: the legit matrix in worker processes counts what the
+    sequential run counts (tiny and tiny-bf16, seeds 1-2)."""
+    import io
+    cases = ["tiny", "tiny-bf16"]
+    seq = legit_matrix(cases, 2, out=io.StringIO())
+    pool = worker_pool(2)
+    try:
+        par = legit_matrix(cases, 2, out=io.StringIO(), pool=pool)
+    finally:
+        pool.shutdown()
+    tap.ok(seq[0] == par[0] and seq[2] == par[2] == {"tiny": 2, "tiny-bf16": 2} and seq[0],
+           "power.py --jobs 2: the legit matrix's counts equal the sequential run's (%d runs)" % sum(
+               n for n, _ in seq[0].values()))
+
+
 def main():
     tap = Tap()
     files(tap)
@@ -256,6 +272,7 @@ def main():
     named_beside_floor(tap)
     gross_second_level(tap)
     bf16_acc_dw(tap)
+    jobs(tap)
     # qwen2-moe-like: shared experts with their gate (mutate once dropped
     # the shared term with a slot); in fp32: its bf16 twin's fused survivors
     # sit below the floor of a bf16 out that carries the shared term
