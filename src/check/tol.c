@@ -181,8 +181,8 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
     /* (a stage stored coarser than the case's type, bf16 in an fp32
      * container: the golden's rounding is the case type's, u_g < u_out) */
     const double ug = fmin(uo, dl_dtype_unit_roundoff(dl__ck_case_type(ck, cmp->stage)));
-    const double ur = warn == DL__TIER_STAT ? uo : uo + ug;
-    double b = ur * fabs(g) * (1.0 + 2.0 * uo) + eta(cmp->t) + (double)(K + 2) * 0x1p-150;
+    double b = (warn == DL__TIER_STAT ? 0.0 : (uo + ug) * fabs(g) * (1.0 + 2.0 * uo)) + eta(cmp->t) +
+               (double)(K + 2) * 0x1p-150;
     double ua = p->u_acc;
     if (cmp->short_sum && p->sums_in_storage && uo > ua)
         ua = uo;
@@ -201,6 +201,16 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
      * the worst case (and the value propagates linearly, prop.c) */
     if (warn == DL__TIER_STAT && cmp->kappa_in == 0)
         kap = sqrt((double)K) * ua;
+    /* the statistical tier's one rounding: Hoeffding's bound b of this
+     * element's rounding error, half an ulp at the magnitude of the value
+     * rounded, which is at most |g|(1 + 2u) + kap_w M (its worst-case
+     * accumulation): between u|g|/2 and u|g| where M is not much above
+     * |g|, so sigma is no wider than the rounding can be (tolerances.md) */
+    if (warn == DL__TIER_STAT) {
+        const double top = fabs(g) * (1.0 + 2.0 * uo) + kap_w * M;
+        b += isfinite(top) ? fmin(uo * top, 0.5 * dl__ck_ulp(top, cmp->t))
+                           : uo * fabs(g) * (1.0 + 2.0 * uo);
+    }
     /* a profile whose short sums add stored parts (-acc) also lets a dot's
      * products be stored in the case's type before the fp32 sum (autograd's
      * VJP of a broadcast multiply): one rounding of each product, at most

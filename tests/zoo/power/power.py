@@ -119,8 +119,9 @@ def legit_unit(name, seed, deadline=None):
     counts, fails = {}, []
     g = dropless.generate(name, seed=seed)
     try:
+        cz = legit.inputs(g)
         for impl, *_ in legit.IMPLS:
-            st = legit.run(impl, g, seed)
+            st = legit.run(impl, g, seed, cz)
             if st is None:
                 continue
             for mode in ("fused", "staged"):
