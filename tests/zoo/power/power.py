@@ -590,7 +590,7 @@ def main():
     ap.add_argument("--kernel-budget-s", type=float, default=None,
                     help="no new seed of a kernel case after this many seconds on it")
     ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
-    ap.add_argument("--parts", default="kill,wide,drops,named,floor", help="kill: which tables")
+    ap.add_argument("--parts", default="kill,wide,drops,named,survivors,floor", help="kill: which tables")
     ap.add_argument("--drops-kernel-cases", default="kernel-sizes-bf16",
                     help="kernel-tier cases of the out-only zero-drops table")
     ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
