@@ -215,6 +215,20 @@ def named_beside_floor(tap):
 GROSS = [("single-token-bf16", 2, "d_router_logits"), ("one-hot-bf16", 3, "d_x")]
 
 
+def no_false_names(tap):
+    """deepseek-v3-shared-bf16 seed 2, capacity 1.0: token 14 lost five of
+    its eight slots; a smaller drop set with a sub-floor member also fits
+    its row, and naming that set's visible members once accused (14,2),
+    which was kept: a fitting set with every member visible is named
+    first, and nothing is named that was not dropped."""
+    with dropless.generate("deepseek-v3-shared-bf16", seed=2) as g:
+        rep, dropped = capacity_run(g)
+        got = set(rep.dropped)
+        tap.ok(not rep.conformant and got <= dropped and {(14, j) for j in (0, 1, 3, 4, 6)} <= got,
+               "capacity 1.0 on deepseek-v3-shared-bf16 seed 2: token 14's five drops named, %d of %d "
+               "named, %d wrongly" % (len(got & dropped), len(dropped), len(got - dropped)))
+
+
 def gross_second_level(tap):
     for name, seed, stage in GROSS:
         with dropless.generate(name, seed=seed) as g:
@@ -270,6 +284,7 @@ def main():
     out_only_drops(tap)
     named(tap)
     named_beside_floor(tap)
+    no_false_names(tap)
     gross_second_level(tap)
     bf16_acc_dw(tap)
     jobs(tap)

@@ -541,25 +541,40 @@ int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand
         free(masks);
         return DL_ENOMEM;
     }
-    /* the smallest drop set that fits the row names its visible members;
-     * its members below the floor (each invisible alone, though their
-     * absence together is not) are counted, not named (issue 24: a visible
-     * drop beside sub-floor ones was once left unnamed) */
+    /* the smallest drop set that fits the row with every member visible is
+     * named; where none does, a slot is named when it is a visible member
+     * of the smallest set that fits and belongs to every set that fits (the
+     * true one among them): a visible drop beside sub-floor ones is named
+     * (issue 24: it was once refused with them), and a present slot that
+     * some other fitting set happens to remove is not. The smallest set's
+     * other members are counted below the floor, not named. */
+    const uint64_t all = k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0;
     int64_t nrows = 0, unexplained = 0, unnamed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(+ : nrows, unexplained, unnamed)
     for (int64_t t = 0; t < T; t++) {
         if (!row_fail[t])
             continue;
         nrows++;
-        uint64_t seen = 0;
-        for (int64_t i = 0; i < nm; i++)
-            if (row_matches(ck, &v, cand_out + t * d, t, masks[i], &seen)) {
-                found[t] = seen;
-                unnamed += popcount64(masks[i] & (k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0)) -
-                           popcount64(seen);
+        uint64_t seen = 0, vis = 0, smallest = 0, every = all;
+        int fits = 0;
+        for (int64_t i = 0; i < nm; i++) {
+            if (!row_matches(ck, &v, cand_out + t * d, t, masks[i], &seen))
+                continue;
+            if (seen == (masks[i] & all)) { /* every member visible */
+                smallest = vis = every = seen;
+                fits = 1;
                 break;
             }
-        unexplained += !found[t];
+            if (!fits) {
+                smallest = masks[i] & all;
+                vis = seen;
+            }
+            every &= masks[i];
+            fits = 1;
+        }
+        found[t] = fits ? every & vis : 0;
+        unnamed += fits ? popcount64(smallest) - popcount64(found[t]) : 0;
+        unexplained += !fits;
     }
     int rc = 0;
     for (int64_t t = 0; t < T && !rc; t++)

@@ -461,14 +461,14 @@ def fmt_u(x):
 
 # -------------------------------------------------------------------- doc
 
-def machine():
+def machine(workers=False):
     """Date, host and load: what the meta lines state beside the commit (the
-    peak of this process or of its largest worker)."""
-    peak = max(PEAK[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    peak of this process, or with workers of its largest worker)."""
+    peak = max(PEAK[0] if workers else 0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return "%s UTC on %s (%s, %d CPUs, load %.1f at the end), peak %.1f GiB resident%s" % (
         datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), platform.node() or "?",
         platform.machine(), os.cpu_count() or 0, os.getloadavg()[0], peak / 2.0 ** 20,
-        " per process, %d worker processes" % JOBS[0] if JOBS[0] > 1 else "")
+        " per process, %d worker processes" % JOBS[0] if workers and JOBS[0] > 1 else "")
 
 
 JOBS = [1]  # --jobs, for the meta lines
@@ -537,7 +537,7 @@ def do_legit(a, cases, kcases):
         said.setdefault(tag, []).append("%s (%.0f s)" % (what, time.time() - t0))
         blocks[tag] = legit_table(counts_by[tag], "; ".join(said[tag])) + "\n\n" + (
             "Measured by `tests/zoo/power/power.py legit` on runner commit `%s`, %s." % (
-                runner_commit(), machine()))
+                runner_commit(), machine(workers=True)))
         if a.write:  # after each part: a run stopped later keeps what it measured
             write_blocks(a.write, {tag: blocks[tag]})
     if pool is not None:
