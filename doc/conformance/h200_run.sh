@@ -14,6 +14,8 @@
 #                                           # on the lowp goldens, judged by dl_qcheck_gemm
 #   sh doc/conformance/h200_run.sh masked   # the masked-layout FFN as one CUDA graph replayed
 #                                           # on several routings (reference_layer/masked.py)
+#   sh doc/conformance/h200_run.sh legit    # power.py legit on the kernel tier (KSEEDS seeds,
+#                                           # 16 CPU workers): issue 24's legitimate matrix
 #   sh doc/conformance/h200_run.sh clients  # transformers' MoE blocks on CUDA (tools/clients/
 #                                           # run.py --device cuda), bf16 and fp32, all checks
 # Writes $OUT/PART.tar.xz (reports, logs, JSON) and a few small files.
@@ -187,6 +189,15 @@ fp8)
     timeout 300 $PY -m dropless.gpu.reference_layer.fp8 $g/*.h5 -o $R --device cuda > $R/fp8.txt 2>&1
     echo "== fp8 rc=$? $(( $(date +%s) - t0 )) s"; cat $R/env.txt $R/fp8.txt
     cp $R/fp8.jsonl $R/fp8.txt $OUT/ 2>/dev/null
+    ;;
+legit)  # issue 24: the legitimate implementations on the kernel tier, N seeds, 16 workers
+    cp doc/power.md $W/power.md
+    timeout ${LEGIT_TIMEOUT:-540} $PY tests/zoo/power/power.py legit --seeds 0 \
+        --kernel-cases ${KCASES:-kernel-sizes-bf16,kernel-t33-bf16} \
+        --kernel-seeds ${KSEEDS:-20} --jobs 16 --write $W/power.md > $R/legit.txt 2> $R/legit.log
+    echo "== legit rc=$? $(( $(date +%s) - t0 )) s"
+    tail -5 $R/legit.log; grep -c "false FAIL" $R/legit.txt
+    cp $W/power.md $R/; cp $R/legit.txt $R/legit.log $R/power.md $OUT/ 2>/dev/null
     ;;
 clients)
     $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" \

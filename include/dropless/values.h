@@ -177,17 +177,20 @@ typedef enum {
     DL_STORE_RT = 4 /* floats on the grid of router_dtype (the router weight) */
 } dl_store_t;
 
-/* When an array exists: X(ENUM, name), in the order of their numbers
- * (the names are those of `dropless info --layout` and its JSON):
- *   ALWAYS, BIAS (route.has_bias), SWIGLU (a hidden layer, DL_FFN_HIDDEN),
- *   SHARED (shared_experts > 0), SHARED_GATE (the shared experts' sigmoid
- *   gate), ROUTER_BIAS (route.has_router_bias), FFN_BIAS (ffn_bias), GATE
- *   (a gated FFN, DL_FFN_GATED). */
-#define DL_COND_MAP(X)                                                      \
-    X(ALWAYS, "always") X(BIAS, "bias") X(SWIGLU, "swiglu") X(SHARED, "shared") \
-    X(SHARED_GATE, "shared_gate") X(ROUTER_BIAS, "router_bias") X(FFN_BIAS, "ffn_bias") \
-    X(GATE, "gate")
-#define DL__COND_ENUM(E, name) DL_COND_##E,
+/* When an array exists: X(ENUM, name, holds), in the order of their
+ * numbers; holds is the test on the configuration `c` (a const
+ * dl_moe_config_t *) that dl_cond_applies evaluates. The names are those of
+ * `dropless info --layout` and its JSON. */
+#define DL_COND_MAP(X)                                                                    \
+    X(ALWAYS, "always", 1)                                                                \
+    X(BIAS, "bias", c->route.has_bias != 0)                                               \
+    X(SWIGLU, "swiglu", DL_FFN_HIDDEN(c->ffn_kind)) /* a hidden layer: gated or relu2 */  \
+    X(SHARED, "shared", c->shared_experts > 0)                                            \
+    X(SHARED_GATE, "shared_gate", c->shared_experts > 0 && c->shared_gate)                \
+    X(ROUTER_BIAS, "router_bias", c->route.has_router_bias != 0)                          \
+    X(FFN_BIAS, "ffn_bias", c->ffn_bias != 0)                                             \
+    X(GATE, "gate", DL_FFN_GATED(c->ffn_kind)) /* a gated FFN */
+#define DL__COND_ENUM(E, name, holds) DL_COND_##E,
 typedef enum { DL_COND_MAP(DL__COND_ENUM) DL_COND_COUNT } dl_cond_t;
 
 /* Which struct an array lives in. */

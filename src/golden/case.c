@@ -55,6 +55,14 @@
 
 /* A layer recipe's case (DL_LOWP_LAYER_MAP): bf16, on demand in the
  * kernel tier, pinned by vectors/KERNEL_SHA256SUMS. */
+/* A model family's kernel-tier member: the configuration's further fields
+ * (the FFN variant's, the shared experts') as designated initializers. */
+#define KFAM(nm, desc, T, d, f, rt, fk, seed_, ...)                                  \
+    {.name = nm, .description = desc,                                               \
+     .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
+                .dtype = DL_BF16, __VA_ARGS__},                                      \
+     .seed = seed_, .inputs = DL_INPUTS_RANDOM, .large = 1, .tier = DL_TIER_KERNEL}
+
 #define LCASE(nm, desc, T, d, f, rt, seed_, kind, lp)                                 \
     {.name = nm, .description = desc,                                               \
      .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt,                 \
@@ -154,6 +162,22 @@ static const dl_case_t catalogue[] = {
           4096, 2048, 1024, (8, 2, SM, 1, 1, GMAX, 0, 1.0, 0), DL_BF16, 207, DL_INPUTS_ZIPF, 1.2),
     KCASE("kernel-oddk-fp16", "d = 1000, f = 2900: K not a multiple of 64 (nor 8) in any GEMM, top-1",
           1024, 1000, 2900, (8, 1, SM, 1, 1, GMAX, 1, 1.0, 0), DL_F16, 208, DL_INPUTS_RANDOM, 0),
+
+    /* The model families at kernel-tier shapes, every feature of the small
+     * family on: the model's own hidden size (so K as its kernels see it),
+     * fewer experts than the model to keep each file near 1 GB. */
+    KFAM("gpt-oss-kernel-bf16", "gpt-oss with every feature on: router-logit bias, softmax over the top-4 logits, SwiGLU clamped at 7 (alpha 1.702, up + 1), biases on both projections, bf16 router weight; d = 2880 (K not a multiple of 128), f = 720, 16 experts",
+         256, 2880, 720, (16, 4, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0, 1), DL_FFN_SWIGLU_CLAMP, 211,
+         .act_alpha = 1.702, .act_limit = 7.0, .router_dtype = DL_BF16, .ffn_bias = 1),
+    KFAM("qwen2-moe-kernel-bf16", "Qwen1.5-MoE's shapes (d = 2048, f = 1408, one shared expert of width 5632 scaled by sigmoid(x w_sg)), softmax top-4 of 8 without renormalisation",
+         256, 2048, 1408, (8, 4, SM, 1, 1, GMAX, 0, 1.0, 0), SWI, 212,
+         .shared_experts = 1, .shared_ffn = 5632, .shared_gate = 1),
+    KFAM("deepseek-v3-shared-kernel-bf16", "DeepSeek-V3 routing (sigmoid, bias, 8 groups keep 4, top2_sum, top-8, scale 2.5) over 16 experts with one always-on shared expert; d = 2048, f = 1408",
+         128, 2048, 1408, (16, 8, SG, 8, 4, G2, 1, 2.5, 1), SWI, 213, .shared_experts = 1, .shared_ffn = 1408),
+    KFAM("deepseek-v4-kernel-bf16", "DeepSeek-V4 routing (sqrtsoftplus scores, selection-only bias, top-6 of 16 renormalised, scale 1.5); d = 2048, f = 1024",
+         256, 2048, 1024, (16, 6, DL_SCORE_SQRTSOFTPLUS, 1, 1, GMAX, 1, 1.5, 1), SWI, 214, .ffn_bias = 0),
+    KFAM("nemotron-kernel-bf16", "Nemotron's non-gated relu(x Wu)^2 Wd experts at d = 2688, f = 1856; sigmoid top-4 of 8 with the selection bias, renormalised, scale 2.5",
+         256, 2688, 1856, (8, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 215, .ffn_bias = 0),
 
     /* The layer recipes (doc/lowprecision.md, "The layer recipes"): small,
      * and the kernel tier's planted sizes in the twin of kernel-sizes-bf16. */

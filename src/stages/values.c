@@ -100,7 +100,7 @@ int64_t dl_layout_numel_rows(const dl_layout_row_t *r, const dl_moe_config_t *c,
 
 const char *dl_cond_name(dl_cond_t cond)
 {
-#define COND_NAME(E, name) name,
+#define COND_NAME(E, name, holds) name,
     static const char *const names[] = {DL_COND_MAP(COND_NAME)};
 #undef COND_NAME
     return (int)cond >= 0 && cond < DL_COND_COUNT ? names[cond] : "?";
@@ -108,16 +108,13 @@ const char *dl_cond_name(dl_cond_t cond)
 
 int dl_cond_applies(dl_cond_t cond, const dl_moe_config_t *c)
 {
+#define COND_HOLDS(E, name, holds) \
+    case DL_COND_##E: return (holds) ? 1 : 0;
     switch (cond) {
-    case DL_COND_BIAS: return c->route.has_bias != 0;
-    case DL_COND_SWIGLU: return DL_FFN_HIDDEN(c->ffn_kind);
-    case DL_COND_GATE: return DL_FFN_GATED(c->ffn_kind);
-    case DL_COND_FFN_BIAS: return c->ffn_bias != 0;
-    case DL_COND_SHARED: return c->shared_experts > 0;
-    case DL_COND_SHARED_GATE: return c->shared_experts > 0 && c->shared_gate;
-    case DL_COND_ROUTER_BIAS: return c->route.has_router_bias != 0;
-    default: return 1;
+    DL_COND_MAP(COND_HOLDS)
+    default: return 0; /* not a condition */
     }
+#undef COND_HOLDS
 }
 
 int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
