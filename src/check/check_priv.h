@@ -247,14 +247,14 @@ int dl__ck_table_check(dl__ck_t *ck);
  * DL__TIER_PASS, _WARN or _STAT for a propagation (the deltas of that
  * tier), -1 for none. */
 void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v);
+/* vctx.c: the storage type of stage s in the case (the golden's). */
+dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 /* Stage s's exact value on the effective upstream (its row's function). */
 int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
 /* Sets up cmp's M provider (mp, owned by the caller) and constants for s. */
 int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
 /* The upstream mask of s for the case's FFN kind. */
 dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
-/* The storage type of stage s in the case (the golden's). */
-dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 /* The storage type of stage s in this case (the candidate's own where it
  * stores the stage coarser). */
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);

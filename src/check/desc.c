@@ -100,11 +100,6 @@ dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
     return existing(ck, !ck->swiglu && d->up_plain ? d->up_plain : d->up);
 }
 
-dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s)
-{
-    return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
-}
-
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
 {
     /* a candidate's coarser storage is judged at its own precision */
