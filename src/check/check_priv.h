@@ -131,6 +131,7 @@ struct dl__ck {
     float *exact_weights;
     int ids_cand_valid;
     int64_t n_diag_rows, n_unexplained; /* out rows diagnosed, rows no drop explains */
+    int64_t n_unnamed; /* slots of the drop sets found that are below the floor */
     const double *prop_out[DL__TIERS]; /* the propagated error of out (NULL: none) */
     double lambda; /* the statistical tier's multiplier for the case's false-alarm rate */
     int64_t n_stat;                  /* elements the statistical tier judges */
@@ -175,12 +176,25 @@ double dl__ck_bound(const dl__ck_t *ck, const dl__cmp_t *cmp, double g, double M
  * with dl__ck_bound's operations in its order (bitwise the same bound). */
 typedef struct {
     double nu, f2, eta, kt, kap;
+    int stat;        /* the statistical tier: its one rounding per element */
+    double uo, kw;   /* u_out and the worst-case gamma_K (kap_w) for it */
+    dl_dtype_t t;
 } dl__ck_bc_t;
 void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int warn,
                        dl__ck_bc_t *bc);
 static inline double dl__ck_bound_at(const dl__ck_bc_t *bc, double g, double M)
 {
     double b = bc->nu * fabs(g) * bc->f2 + bc->eta + bc->kt;
+    /* the statistical tier's one rounding: Hoeffding's bound b of this
+     * element's rounding error, half an ulp at the magnitude of the value
+     * rounded, which is at most |g|(1 + 2u) + kap_w M (its worst-case
+     * accumulation): between u|g|/2 and u|g| where M is not much above
+     * |g|, so sigma is no wider than the rounding can be (tolerances.md) */
+    if (bc->stat) {
+        const double top = fabs(g) * bc->f2 + bc->kw * M;
+        b += isfinite(top) ? fmin(bc->uo * top, 0.5 * dl__ck_ulp(top, bc->t))
+                           : bc->uo * fabs(g) * bc->f2;
+    }
     if (M != 0.0)
         b += bc->kap * M;
     return b;
@@ -288,6 +302,8 @@ int dl__ck_table_check(dl__ck_t *ck);
  * DL__TIER_PASS, _WARN or _STAT for a propagation (the deltas of that
  * tier), -1 for none. */
 void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v);
+/* vctx.c: the storage type of stage s in the case (the golden's). */
+dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 /* Stage s's exact value on the effective upstream (its row's function). */
 int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
 /* Sets up cmp's M provider (mp, owned by the caller) and constants for s. */
@@ -314,6 +330,9 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);
+/* The comparison of stage s against its exact values set up by its
+ * descriptor (M provider mp, owned by the caller; rows and columns). */
+int dl__ck_setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
 /* run.c: one run of the runner, dl_check_run's contract, with the second
  * chained level second (NULL: none). */
 int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,

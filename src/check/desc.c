@@ -105,7 +105,7 @@ dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)
     /* a candidate's coarser storage is judged at its own precision */
     if ((int)s >= 0 && s < DL_VALUE_COUNT && ck->st[s].cand && ((ck->coarse >> s) & 1))
         return ck->st[s].store;
-    return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
+    return dl__ck_case_type(ck, s);
 }
 
 int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out)

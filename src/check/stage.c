@@ -175,6 +175,11 @@ static int setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     return rc;
 }
 
+int dl__ck_setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp)
+{
+    return setup_cmp(ck, s, cmp, mp);
+}
+
 /* An absent stage a provided one depends on: the bound on the error of the
  * candidate's hidden value, per element, its own PASS/WARN bound at the
  * exact value plus what its own absent upstream propagates. */

@@ -462,12 +462,13 @@ int dl__ck_tokens(dl__ck_t *ck)
 }
 
 /* Whether candidate row t equals the exact combine without the slots in
- * mask, within the bound of that combine, each removed slot visible. The
- * combine's element, its M and the worst-case error the absent y_sorted,
- * weights and shared terms carry into the slots kept are the stage's own
- * (dl__out_*_elem beside the combine; v has the WARN tier's deltas). */
+ * mask, within the bound of that combine; *seen gets the removed slots that
+ * are visible. The combine's element, its M and the worst-case error the
+ * absent y_sorted, weights and shared terms carry into the slots kept are
+ * the stage's own (dl__out_*_elem beside the combine; v has the WARN
+ * tier's deltas). */
 static int row_matches(dl__ck_t *ck, const dl__vctx_t *v, const float *cand_row, int64_t t,
-                       uint64_t mask)
+                       uint64_t mask, uint64_t *seen_out)
 {
     const int64_t k = ck->k, d = ck->d, K = dl__out_terms(v);
     dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
@@ -487,16 +488,15 @@ static int row_matches(dl__ck_t *ck, const dl__vctx_t *v, const float *cand_row,
         const double B = dl__ck_bound(ck, &cmp, g, dl__out_mag_elem(v, t, i, mask), K, 1) + pr;
         if (fabs(c - g) > B)
             return 0;
-        /* a removed slot must be visible: its contribution beyond B
+        /* a removed slot is visible where its contribution exceeds B
          * somewhere in the row (the row without it fits there, the row with
-         * it cannot), else keeping it fits as well and naming it would be
-         * a guess (a wrong row that is no drop) */
+         * it cannot); only visible slots are named: naming one that is not
+         * would be a guess (a wrong row that is no drop) */
         for (int64_t j = 0; j < k && j < 64; j++)
             if (((mask >> j) & 1) && dl__out_slot(v, t, j, i) > B)
                 seen |= (uint64_t)1 << j;
     }
-    if ((seen & mask) != (mask & (k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0)))
-        return 0;
+    *seen_out = seen & mask;
     return 1;
 }
 
@@ -541,18 +541,40 @@ int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand
         free(masks);
         return DL_ENOMEM;
     }
-    int64_t nrows = 0, unexplained = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : nrows, unexplained)
+    /* the smallest drop set that fits the row with every member visible is
+     * named; where none does, a slot is named when it is a visible member
+     * of the smallest set that fits and belongs to every set that fits (the
+     * true one among them): a visible drop beside sub-floor ones is named
+     * (issue 24: it was once refused with them), and a present slot that
+     * some other fitting set happens to remove is not. The smallest set's
+     * other members are counted below the floor, not named. */
+    const uint64_t all = k < 64 ? ((uint64_t)1 << k) - 1 : ~(uint64_t)0;
+    int64_t nrows = 0, unexplained = 0, unnamed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : nrows, unexplained, unnamed)
     for (int64_t t = 0; t < T; t++) {
         if (!row_fail[t])
             continue;
         nrows++;
-        for (int64_t i = 0; i < nm; i++)
-            if (row_matches(ck, &v, cand_out + t * d, t, masks[i])) {
-                found[t] = masks[i];
+        uint64_t seen = 0, vis = 0, smallest = 0, every = all;
+        int fits = 0;
+        for (int64_t i = 0; i < nm; i++) {
+            if (!row_matches(ck, &v, cand_out + t * d, t, masks[i], &seen))
+                continue;
+            if (seen == (masks[i] & all)) { /* every member visible */
+                smallest = vis = every = seen;
+                fits = 1;
                 break;
             }
-        unexplained += !found[t];
+            if (!fits) {
+                smallest = masks[i] & all;
+                vis = seen;
+            }
+            every &= masks[i];
+            fits = 1;
+        }
+        found[t] = fits ? every & vis : 0;
+        unnamed += fits ? popcount64(smallest) - popcount64(found[t]) : 0;
+        unexplained += !fits;
     }
     int rc = 0;
     for (int64_t t = 0; t < T && !rc; t++)
@@ -561,6 +583,7 @@ int dl__ck_diagnose_out(dl__ck_t *ck, const uint8_t *row_fail, const float *cand
                 rc = dl__ck_add_drop(ck, t * k + j);
     ck->n_diag_rows += nrows;
     ck->n_unexplained += unexplained;
+    ck->n_unnamed += unnamed;
     free(found);
     free(masks);
     return rc;
@@ -585,10 +608,12 @@ static int drop_cmp(const void *a, const void *b)
  * the detection floor, at most 2B (c within B, else out FAILs) and about B
  * for a kernel close to the exact values. Without the candidate's out (not
  * finite) the floor is 2B. A slot whose contribution is exactly 0 in every
- * element (a zero weight, a zero expert output) cannot be seen and needs no
- * proof: dropping it leaves out unchanged; such slots are counted in *zero.
- * Finds the slot with the smallest ratio of its largest contribution to the
- * floor (*weak, as t*k+j, -1 if none) and counts the slots below it. */
+ * element (a zero token, weight or expert output) cannot be seen: dropping
+ * it leaves out unchanged, so out cannot prove it present; it is below the
+ * floor like any other (issue 24: a zero token was once "proven present"),
+ * and counted in *zero too. Finds the slot of nonzero contribution with the
+ * smallest ratio of its largest contribution to the floor (*weak, as
+ * t*k+j, -1 if none) and counts the slots below the floor. */
 static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
                            double *floor_min, int64_t *zero)
 {
@@ -630,8 +655,9 @@ static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, doub
                     best = cj / fl;
                 seen = fmax(seen, cj);
             }
-            if (seen == 0.0) { /* nothing a drop could change */
+            if (seen == 0.0) { /* nothing a drop could change: no proof either */
                 ++*zero;
+                ++n;
                 continue;
             }
             n += !(best > 1.0);
@@ -707,9 +733,15 @@ int dl__ck_zero_drops(dl__ck_t *ck)
             dl__ck_msg(r, "cannot prove zero drops: %lld of %lld (token, slot) pairs contribute "
                        "less to out than the detection floor (the bound out FAILs beyond plus "
                        "out's own error there: %.3g to %.3g per element; the smallest contribution "
-                       "seen for certain is %.3g); weakest (%lld,%lld) at %.3g x the floor; no "
-                       "dispatch provided", (long long)nb, (long long)M, fmin, fmax, fmin,
-                       (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
+                       "seen for certain is %.3g)", (long long)nb, (long long)M, fmin, fmax, fmin);
+            if (zero)
+                dl__ck_msg_append(r, "; %lld of them contribute exactly 0 (a zero token, weight or "
+                                  "expert output): their drop would change nothing in out",
+                                  (long long)zero);
+            if (weak >= 0)
+                dl__ck_msg_append(r, "; weakest nonzero (%lld,%lld) at %.3g x the floor",
+                                  (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
+            dl__ck_msg_append(r, "; no dispatch provided");
         } else {
             r->verdict = DL_VERDICT_PASS;
             dl__ck_msg(r, "all %lld assignments proven present in out: each slot's contribution "
@@ -719,14 +751,15 @@ int dl__ck_zero_drops(dl__ck_t *ck)
                 dl__ck_msg_append(r, "; weakest (%lld,%lld) at %.3g x the floor",
                                   (long long)(wf / ck->k), (long long)(wf % ck->k), ratio);
         }
-        if (zero)
-            dl__ck_msg_append(r, "; %lld slots contribute exactly 0 to out (a zero weight or expert "
-                              "output): dropping them changes nothing there", (long long)zero);
     } else {
         r->verdict = DL_VERDICT_PASS;
         dl__ck_msg(r, "all %lld assignments accounted for%s", (long long)M,
                    has_out ? ", every out row complete" : "");
     }
+    if (ck->n_unnamed)
+        dl__ck_msg_append(r, "; %lld more slots of those rows' drop sets lie below the detection "
+                          "floor (their absence shows only together): not named",
+                          (long long)ck->n_unnamed);
     if (ck->n_unexplained)
         dl__ck_msg_append(r, "; %lld wrong out rows not explained by missing slots",
                           (long long)ck->n_unexplained);

@@ -207,11 +207,16 @@ void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int 
      * |c - g| <= |c - x| + |x - g| with each <= u_out |x|, |x| <= |g|(1+2u) */
     /* (the statistical tier's scale of a hidden value's error has one
      * rounding: the hidden value against the exact one, no golden between) */
-    const double nround = warn == DL__TIER_STAT ? 1.0 : 2.0;
-    bc->nu = nround * uo;
+    /* (a stage stored coarser than the case's type, bf16 in an fp32
+     * container: the golden's rounding is the case type's, u_g < u_out) */
+    const double ug = fmin(uo, dl_dtype_unit_roundoff(dl__ck_case_type(ck, cmp->stage)));
+    bc->nu = warn == DL__TIER_STAT ? 0.0 : uo + ug;
     bc->f2 = 1.0 + 2.0 * uo;
     bc->eta = eta(cmp->t);
     bc->kt = (double)(K + 2) * 0x1p-150;
+    bc->stat = warn == DL__TIER_STAT;
+    bc->uo = uo;
+    bc->t = cmp->t;
     double ua = p->u_acc;
     if (cmp->short_sum && p->sums_in_storage && uo > ua)
         ua = uo;
@@ -230,6 +235,12 @@ void dl__ck_bound_coef(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t K, int 
      * the worst case (and the value propagates linearly, prop.c) */
     if (warn == DL__TIER_STAT && cmp->kappa_in == 0)
         kap = sqrt((double)K) * ua;
+    /* the statistical tier's one rounding: Hoeffding's bound b of this
+     * element's rounding error, half an ulp at the magnitude of the value
+     * rounded, which is at most |g|(1 + 2u) + kap_w M (its worst-case
+     * accumulation): between u|g|/2 and u|g| where M is not much above
+     * |g|, so sigma is no wider than the rounding can be (tolerances.md) */
+    bc->kw = kap_w; /* dl__ck_bound_at adds it per element */
     /* a profile whose short sums add stored parts (-acc) also lets a dot's
      * products be stored in the case's type before the fp32 sum (autograd's
      * VJP of a broadcast multiply): one rounding of each product, at most

@@ -30,3 +30,8 @@ void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v)
     for (int u = 0; tier == DL__TIER_STAT && u < DL_VALUE_COUNT; u++)
         v->rss |= (dl_valueset_t)!ck->st[u].coherent << u;
 }
+
+dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s)
+{
+    return dl_value_store(s) == DL_STORE_ACT ? ck->act : DL_F32;
+}

@@ -18,11 +18,13 @@ F32 = np.float32
 def bf16(a):
     """Round float32 values to the nearest bf16 (ties to even), as float32."""
     a = np.ascontiguousarray(a, dtype=F32)
-    u = a.view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    out = r.view(F32).copy()
+    u = a.view(np.uint32)
+    # in uint32: only NaNs (u >= 0xFFFF8000) wrap, and they are restored below
+    r = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    out = r.view(F32)
     nan = np.isnan(a)
-    out[nan] = a[nan]
+    if nan.any():
+        out[nan] = a[nan]
     return out
 
 
@@ -207,9 +209,12 @@ class Layer:
         dhg = r(dha * self.hu * sig * (1 + self.hg * (1 - sig)))
         dhu = r(dha * self.hg * sig)
         dxs = np.empty_like(self.xs)
-        self.d_w_gate = np.zeros_like(z["w_gate"])
-        self.d_w_up = np.zeros_like(z["w_up"])
-        self.d_w_down = np.zeros_like(z["w_down"])
+        # every expert's block is written below (an empty one by a product
+        # over zero rows, exactly 0): no zero fill first, a pass over
+        # E*d*f floats less
+        self.d_w_gate = np.empty_like(z["w_gate"])
+        self.d_w_up = np.empty_like(z["w_up"])
+        self.d_w_down = np.empty_like(z["w_down"])
         for e in range(self.E):
             a, b = self.off[e], self.off[e + 1]
             dxs[a:b] = r(self.mm(dhg[a:b], z["w_gate"][e].T) + self.mm(dhu[a:b], z["w_up"][e].T))

@@ -129,11 +129,14 @@ IMPLS = [
 ]
 
 
-def run(name, golden, seed=0):
+def run(name, golden, seed=0, cz=None):
     """The stages of implementation `name` on golden (a dict stage -> array,
-    what a candidate holds), or None when it does not apply to the case."""
+    what a candidate holds), or None when it does not apply to the case.
+    cz: inputs(golden), when the caller runs several implementations on one
+    golden (each call copies the weights otherwise; the kernels only read
+    them)."""
     _, cls, kw, applies = next(r for r in IMPLS if r[0] == name)
-    c, z = inputs(golden)
+    c, z = cz or inputs(golden)
     if not applies(c["dtype"]) or c["ffn_kind"] != "swiglu" or int(c["tokens"]) == 0:
         return None
     L = _make(cls, c, z, c["dtype"] == "bf16", seed, **kw)

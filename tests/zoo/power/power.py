@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """The runner's power and its false alarms, measured (doc/power.md).
 
-    power.py legit [--seeds N] [--cases A,B] [--kernel-cases A,B --kernel-seeds N]
+    power.py legit [--seeds N] [--cases A,B] [--kernel-cases A,B --kernel-seeds N] [--jobs N]
         the legitimate-implementations matrix (legit.py) in two modes
         (staged: every stage; fused: out and d_x): every run must be
         CONFORMANT; prints each false FAIL and the counts; exit 1 if any.
+        --jobs N: N worker processes (one case x seed each, OMP_NUM_THREADS=1).
     power.py kill [--seeds N] [--cases A,B]
         the kill rate of every mutation x stage x mode (dropless.mutate)
         and the detection floor of each handed-over stage per mode.
@@ -107,17 +108,25 @@ def check_staged(g, st, impl):
         os.remove(path)
 
 
-def legit_matrix(cases, seeds, out=sys.stdout, deadline=None):
-    """Every implementation x case x seed x mode; returns (counts, fails,
-    done): counts[(impl, mode)] = [runs, false FAILs], done[case] = the
-    seeds measured (no new seed is started after time.time() > deadline)."""
-    counts, fails, done = {}, [], {}
-    for name, seed, g in goldens(cases, seeds, seed_major=True):
-        if deadline is not None and time.time() > deadline:
-            log("legit: the time budget is spent before %s seed %d" % (name, seed))
-            break
+def legit_unit(name, seed, deadline=None):
+    """One case x seed of the legit matrix, every implementation x mode (a
+    worker's unit of work): (counts, fails, peak) with counts[(impl, mode)]
+    = [runs, false FAILs], fails the (impl, mode, case, seed, message) of
+    each false FAIL and peak the process's peak resident KiB; None when
+    time.time() > deadline at the start."""
+    if deadline is not None and time.time() > deadline:
+        return None
+    counts, fails = {}, []
+    g = dropless.generate(name, seed=seed)
+    try:
+        # the inputs copied once for every implementation, but not on the
+        # kernel tier's large cases: there the copy would stay resident
+        # beside each staged candidate (kernel-t33-bf16: 0.8 GiB more)
+        c = g.config
+        big = 3 * int(c["experts"]) * int(c["hidden"]) * int(c["ffn"]) > VIA_FILE // 4
+        cz = None if big else legit.inputs(g)
         for impl, *_ in legit.IMPLS:
-            st = legit.run(impl, g, seed)
+            st = legit.run(impl, g, seed, cz)
             if st is None:
                 continue
             for mode in ("fused", "staged"):
@@ -130,12 +139,54 @@ def legit_matrix(cases, seeds, out=sys.stdout, deadline=None):
                 c[0] += 1
                 if not rep.conformant:
                     c[1] += 1
-                    worst = rep.failures[:3]
-                    fails.append((impl, mode, name, seed, worst))
-                    print("false FAIL: %s %s %s seed %d: %s" % (impl, mode, name, seed, "; ".join(
+                    fails.append((impl, mode, name, seed, "; ".join(
                         "%s %s %s" % (f.get("stage"), f.get("check"), (f.get("message") or "")[:90])
-                        for f in worst)), file=out, flush=True)
-        done[name] = seed
+                        for f in rep.failures[:3])))
+            del st
+    finally:
+        g.close()
+    return counts, fails, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def worker_pool(jobs):
+    """A pool of `jobs` fresh processes (spawned: no libgomp state crosses a
+    fork), each with one OpenMP and BLAS thread (set before they load the
+    library); None for jobs <= 1 (everything in this process)."""
+    if jobs <= 1:
+        return None
+    import concurrent.futures
+    import multiprocessing
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    return concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+
+
+def legit_matrix(cases, seeds, out=sys.stdout, deadline=None, pool=None):
+    """Every implementation x case x seed x mode, seed-major (a cut-short
+    run covers every case); in pool's workers when given. Returns (counts,
+    fails, done): counts[(impl, mode)] = [runs, false FAILs], done[case] =
+    how many seeds were measured (no seed is started after time.time() >
+    deadline)."""
+    units = [(n, s) for s in range(1, seeds + 1) for n in cases]
+    if pool is None:
+        results = (legit_unit(n, s, deadline) for n, s in units)
+    else:
+        results = pool.map(legit_unit, [n for n, _ in units], [s for _, s in units],
+                           [deadline] * len(units))
+    counts, fails, done = {}, [], {}
+    for (name, seed), res in zip(units, results):
+        if res is None:
+            log("legit: the time budget is spent before %s seed %d" % (name, seed))
+            continue
+        for key, (n, f) in res[0].items():
+            c = counts.setdefault(key, [0, 0])
+            c[0] += n
+            c[1] += f
+        PEAK[0] = max(PEAK[0], res[2])
+        for impl, mode, case, sd, msg in res[1]:
+            fails.append((impl, mode, case, sd, msg))
+            print("false FAIL: %s %s %s seed %d: %s" % (impl, mode, case, sd, msg), file=out, flush=True)
+        done[name] = done.get(name, 0) + 1
         log("legit %s seed %d done: %d runs, %d false FAIL so far" % (
             name, seed, sum(n for n, _ in counts.values()), len(fails)))
     return counts, fails, done
@@ -297,14 +348,12 @@ def flag_of(rep, stage):
     kernel that consumed its upstream unrounded also shows, and a bf16
     accumulator's fp32 output lies on the bf16 grid, as a correct result
     stored in bf16 does (doc/power.md)."""
-    for c in rep["checks"]:
-        msg = c.get("message") or ""
-        if c.get("stage") != stage:
-            continue
-        if c.get("verdict") == "WARN" and "not with its own stored upstream" in msg:
-            return "second level WARN"
-        if c.get("check") == "storage" and "inferred" in msg:
-            return "storage inferred"
+    mine = [c for c in rep["checks"] if c.get("stage") == stage]
+    if any(c.get("verdict") == "WARN" and "not with its own stored upstream" in (c.get("message") or "")
+           for c in mine):
+        return "second level WARN"
+    if any(c.get("check") == "storage" and "inferred" in (c.get("message") or "") for c in mine):
+        return "storage inferred"
     return None
 
 
@@ -412,12 +461,18 @@ def fmt_u(x):
 
 # -------------------------------------------------------------------- doc
 
-def machine():
-    """Date, host and load: what the meta lines state beside the commit."""
-    return "%s UTC on %s (%s, %d CPUs, load %.1f at the end), peak %.1f GiB resident" % (
+def machine(workers=False):
+    """Date, host and load: what the meta lines state beside the commit (the
+    peak of this process, or with workers of its largest worker)."""
+    peak = max(PEAK[0] if workers else 0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return "%s UTC on %s (%s, %d CPUs, load %.1f at the end), peak %.1f GiB resident%s" % (
         datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), platform.node() or "?",
-        platform.machine(), os.cpu_count() or 0, os.getloadavg()[0],
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2.0 ** 20)
+        platform.machine(), os.cpu_count() or 0, os.getloadavg()[0], peak / 2.0 ** 20,
+        " per process, %d worker processes" % JOBS[0] if workers and JOBS[0] > 1 else "")
+
+
+JOBS = [1]  # --jobs, for the meta lines
+PEAK = [0]  # the largest worker's peak resident KiB
 
 
 def runner_commit():
@@ -460,12 +515,13 @@ def do_legit(a, cases, kcases):
     parts = [("power-legit", cases, a.seeds, None)] + [
         ("power-legit-kernel", [k], a.kernel_seeds, a.kernel_budget_s) for k in kcases]
     counts_by, said = {}, {}
+    pool = worker_pool(a.jobs)
     for tag, cs, seeds, budget in parts:
         if not cs or seeds <= 0:
             continue
         log("legit: %s x %d seeds" % (",".join(cs), seeds))
         t0 = time.time()
-        counts, fails, done = legit_matrix(cs, seeds, deadline=t0 + budget if budget else None)
+        counts, fails, done = legit_matrix(cs, seeds, deadline=t0 + budget if budget else None, pool=pool)
         bad += len(fails)
         tot = counts_by.setdefault(tag, {})
         for key, (n, f) in counts.items():
@@ -481,9 +537,11 @@ def do_legit(a, cases, kcases):
         said.setdefault(tag, []).append("%s (%.0f s)" % (what, time.time() - t0))
         blocks[tag] = legit_table(counts_by[tag], "; ".join(said[tag])) + "\n\n" + (
             "Measured by `tests/zoo/power/power.py legit` on runner commit `%s`, %s." % (
-                runner_commit(), machine()))
+                runner_commit(), machine(workers=True)))
         if a.write:  # after each part: a run stopped later keeps what it measured
             write_blocks(a.write, {tag: blocks[tag]})
+    if pool is not None:
+        pool.shutdown()
     return blocks, bad
 
 
@@ -532,11 +590,15 @@ def main():
     ap.add_argument("--kernel-budget-s", type=float, default=None,
                     help="no new seed of a kernel case after this many seconds on it")
     ap.add_argument("--wide-cases", default=",".join(WIDE), help="case files here, for the GEMM mutations")
-    ap.add_argument("--parts", default="kill,wide,drops,named,floor", help="kill: which tables")
+    ap.add_argument("--parts", default="kill,wide,drops,named,survivors,floor", help="kill: which tables")
     ap.add_argument("--drops-kernel-cases", default="kernel-sizes-bf16",
                     help="kernel-tier cases of the out-only zero-drops table")
     ap.add_argument("--write", default=None, help="the doc whose tables to replace (doc/power.md)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes for the legit matrix (one case x seed each, one thread "
+                         "each); a kernel-tier worker takes up to 3.1 GiB")
     a = ap.parse_args()
+    JOBS[0] = a.jobs
     cases = [c + d for c in a.cases.split(",") if c for d in DTYPES]
     kcases = [c for c in a.kernel_cases.split(",") if c]
     t0 = time.time()
