@@ -3,6 +3,7 @@
 # DL, a temporary directory T (removed on exit), n and fails.
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
+. "$top_srcdir/tests/py_with.sh"
 DL="$top_builddir/dropless"
 T=$(mktemp -d "${TMPDIR:-/tmp}/dl_${NAME:-cli}.XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT
@@ -41,3 +42,13 @@ skip() {
 }
 # 0 when this build's library carries AddressSanitizer (tools/check_sanitizers.sh)
 sanitized() { ldd "$top_builddir/.libs/libdropless.so" 2>/dev/null | grep -q libasan; }
+# fails_alone GOLDEN STAGE,...: each stage's sign mutant (dropless mutate,
+# staged) FAILs at that stage and at no other
+fails_alone() {
+    fa_m="$T/mut.$(basename "$1" .h5)"
+    run 0 mutate "$1" -o "$fa_m" --mutations sign --stages "$2" --modes staged || return 1
+    for s in $(echo "$2" | tr , " "); do
+        run 1 check "$1" "$fa_m/sign.$s.staged.h5" && grep -q "^$s .*FAIL" "$T/out" &&
+            [ "$(grep -c " FAIL " "$T/out")" -eq 1 ] || return 1
+    done
+}

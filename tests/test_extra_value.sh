@@ -27,10 +27,7 @@ check "extra build: the golden, its own candidate, has y_half checked (PASS)" \
     'run 0 gen -q -o "$T/tiny.h5" tiny && run 0 check --all "$T/tiny.h5" "$T/tiny.h5" && grep -q "^CONFORMANT" "$T/out" && grep -q "^y_half .*PASS" "$T/out"'
 check "extra build: --stream writes the same bytes (the per-expert placement)" \
     'run 0 gen -q --stream -o "$T/s.h5" tiny && cmp "$T/tiny.h5" "$T/s.h5"'
-PY=
-for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}/bin/python3" /usr/bin/python3; do
-    if [ -x "$p" ] && "$p" -c 'import h5py, numpy' 2>/dev/null; then PY=$p; break; fi
-done
+PY=$(py_with "h5py, numpy") || PY=
 if [ -n "$PY" ]; then
     check "extra build: a candidate with a wrong y_half fails on y_half" \
         'cp "$T/tiny.h5" "$T/bad.h5" && "$PY" -c "

@@ -13,10 +13,7 @@ for c in $cases; do
         'run 0 gen "$c" --stream -q -o "$T/$c.s.h5" && cmp "$T/$c.h5" "$T/$c.s.h5"'
 done
 # A slice holds its experts' rows of the expert biases and their gradients
-PY=
-for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}/bin/python3" /usr/bin/python3; do
-    if [ -x "$p" ] && "$p" -c 'import h5py, numpy' 2>/dev/null; then PY=$p; break; fi
-done
+PY=$(py_with "h5py, numpy") || PY=
 rows() { # FULL SLICE A B: each per-expert dataset of the slice = rows A..B-1 of the file
     "$PY" - "$@" <<'PYEOF'
 import sys, h5py, numpy as np

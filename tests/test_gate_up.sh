@@ -7,10 +7,7 @@
 # shape is set aside (FAIL shape), never guessed. Speaks TAP.
 NAME=gate_up
 . "${top_srcdir:-.}/tests/cli_lib.sh"
-PY=
-for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}/bin/python3" /usr/bin/python3; do
-    if [ -x "$p" ] && "$p" -c 'import h5py, numpy' 2>/dev/null; then PY=$p; break; fi
-done
+PY=$(py_with "h5py, numpy") || PY=
 G="$top_srcdir/vectors/gpt-oss-full.h5"
 cand() { "$PY" "$top_srcdir/tests/gate_up/candidate.py" "$G" "$T/$1.h5" "$1"; }
 if [ -z "$PY" ]; then

@@ -8,10 +8,7 @@
 # Speaks TAP.
 NAME=shared_check
 . "${top_srcdir:-.}/tests/cli_lib.sh"
-PY=
-for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}/bin/python3" /usr/bin/python3; do
-    if [ -x "$p" ] && "$p" -c 'import h5py, numpy' 2>/dev/null; then PY=$p; break; fi
-done
+PY=$(py_with "h5py, numpy") || PY=
 cand() { "$PY" "$top_srcdir/tests/shared/candidate.py" "$T/$1.h5" "$T/$1.$2.h5" "$2"; }
 for c in qwen2-moe-like deepseek-v3-shared nemotron-shared; do
     "$DL" gen -q -o "$T/$c.h5" "$c"

@@ -7,10 +7,7 @@
 # FAILs under the strict bf16 profile; 32 u M more FAILs under bf16-acc. Speaks TAP.
 NAME=stored_vjp
 . "${top_srcdir:-.}/tests/cli_lib.sh"
-PY=
-for p in "${DROPLESS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dropless/adapters-venv}/bin/python3" /usr/bin/python3; do
-    if [ -x "$p" ] && "$p" -c 'import h5py, numpy, ml_dtypes' 2>/dev/null; then PY=$p; break; fi
-done
+PY=$(py_with "h5py, numpy, ml_dtypes") || PY=
 c=gpt-oss-full-bf16
 "$DL" gen -q -o "$T/$c.h5" "$c"
 cand() { "$PY" "$top_srcdir/tests/stored_vjp/candidate.py" "$T/$c.h5" "$T/$c.$1.h5" "$1"; }
