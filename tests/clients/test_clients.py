@@ -244,6 +244,50 @@ def test_nemotron_h_mapping_against_its_formula():
         raise AssertionError("nemotron-h accepted %s" % bad)
 
 
+LLAMA4 = dict(SOFTMAX_PLAIN, experts=4, top_k=1, score_function="sigmoid", weight_on_input=1,
+              shared_experts=1, shared_ffn=4, shared_gate=0)
+
+
+def test_llama4_hooks_against_its_formula():
+    # the llama4 rows are driven by their hooks (llama4.py) through the
+    # generic build / load_inputs / run_block: out = shared(x) + sum over
+    # the top-1 expert of E(x sigmoid(l)); the control, E(x) sigmoid(l),
+    # must differ (both directions of the mapping)
+    import numpy as np
+    T, d, f, E = 6, 8, 4, 4
+    cfg = dict(LLAMA4, tokens=T, hidden=d, ffn=f, experts=E)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "w_gate": (E, d, f), "w_up": (E, d, f),
+               "w_down": (E, f, d), "shared_w_gate": (d, f), "shared_w_up": (d, f),
+               "shared_w_down": (f, d), "d_out": (T, d)}, seed=5)
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    swiglu = lambda z, g, u, dn: (g(z) / (1 + np.exp(-g(z))) * u(z)) @ dn
+    lg = A["x"] @ A["router_weight"]
+    e = lg.argmax(1)
+    s = 1 / (1 + np.exp(-lg[np.arange(T), e]))
+    shared = swiglu(A["x"], lambda z: z @ A["shared_w_gate"], lambda z: z @ A["shared_w_up"],
+                    A["shared_w_down"])
+    ex = lambda t, z: swiglu(z, lambda v: v @ A["w_gate"][e[t]], lambda v: v @ A["w_up"][e[t]],
+                             A["w_down"][e[t]])
+    on_in = shared + np.stack([ex(t, A["x"][t] * s[t]) for t in range(T)])
+    on_out = shared + np.stack([ex(t, A["x"][t]) * s[t] for t in range(T)])
+    for name, want, other in (("llama4", on_in, on_out),
+                              ("llama4[defect:weight-on-output]", on_out, on_in)):
+        c = C.by_name(name)
+        assert c.hooks is not None
+        block = C.build(c, cfg, torch)
+        C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+        got = C.run_block(c, block, FakeGolden(cfg, a), torch)["out"].double().numpy()
+        assert np.allclose(got, want, atol=1e-5), name
+        assert not np.allclose(got, other, atol=1e-3), name
+    for bad in (dict(cfg, weight_on_input=0), dict(cfg, top_k=2), dict(cfg, shared_gate=1),
+                dict(cfg, shared_experts=0)):
+        try:
+            C.by_name("llama4").configure(bad)
+        except C.NotExpressible:
+            continue
+        raise AssertionError("llama4 accepted %s" % bad)
+
+
 def test_batched_mm_memory_guard():
     # batched_mm copies the expert weights per (token, slot): refused where
     # that passes the budget (kernel-sizes-bf16: 3.0 GiB), built where not

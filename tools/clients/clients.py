@@ -205,11 +205,6 @@ def cfg_gpt_oss(cfg):
                  router_aux_loss_coef=0.0, layer_types=["full_attention"])
 
 
-def cfg_llama4(cfg):
-    raise NotExpressible("needs sigmoid top-1 with the weight on the expert's input (route) and "
-                         "a shared expert (shared)")
-
-
 def _need_shared(cfg, gated):
     S, fs, g = shared_of(cfg)
     _need(S >= 1, "needs shared experts (the branch shared): the case has none")
@@ -262,8 +257,11 @@ def cfg_nemotron_h(cfg):
 
 # --------------------------------------------------------------- table
 
+import llama4 as L4  # noqa: E402  (its hooks; it imports this module's helpers)
+
+
 Client = collections.namedtuple("Client", "name module block config configure impl defect note "
-                                 "router_dtype layout")
+                                 "router_dtype layout hooks")
 Client.__doc__ = """name: the row's name (model[implementation]); module and block:
 where transformers keeps the MoE block; config: its config class (in
 transformers); configure(cfg) -> config kwargs or NotExpressible; impl: the
@@ -274,13 +272,23 @@ for the table; router_dtype: "fp32" (the router kept in fp32, holding the
 golden's fp32 router weight exactly) or "case" (transformers' default: the
 router weight in the model's dtype, so rounded from the golden's);
 layout: "gate_up" (transformers' 3-D gate_up_proj / down_proj experts) or
-"dbrx" (w1, v1, w2 [E*f, d])."""
+"dbrx" (w1, v1, w2 [E*f, d]); hooks: None, or an object (a module) whose
+build(client, cfg, torch), load_inputs(client, block, golden, torch) and
+run_block(client, block, golden, torch, device), where present, replace
+this module's for the row: a block these generic functions cannot drive
+(Llama-4: tools/clients/llama4.py) is driven by its own, through the same
+harness."""
 
 
 def _c(name, module, block, config, configure, impl="eager", defect=None, note="",
-       router_dtype="fp32", layout="gate_up"):
+       router_dtype="fp32", layout="gate_up", hooks=None):
     return Client(name, "transformers.models.%s.modeling_%s" % (module, module), block, config,
-                  configure, impl, defect, note, router_dtype, layout)
+                  configure, impl, defect, note, router_dtype, layout, hooks)
+
+
+def _hook(client, name):
+    """The row's own `name` function (Client.hooks), or None."""
+    return getattr(client.hooks, name, None) if client.hooks is not None else None
 
 
 CLIENTS = [
@@ -330,7 +338,11 @@ CLIENTS = [
     _c("phimoe", "phimoe", "PhimoeSparseMoeBlock", "PhimoeConfig", cfg_phimoe),
     _c("gpt-oss", "gpt_oss", "GptOssMLP", "GptOssConfig", cfg_gpt_oss, layout="gpt_oss",
        note="router bias, softmax over the top-k logits, clamped SwiGLU, expert biases"),
-    _c("llama4", "llama4", "Llama4TextMoe", "Llama4TextConfig", cfg_llama4),
+    _c("llama4", "llama4", "Llama4TextMoe", "Llama4TextConfig", lambda c: L4.configure(c),
+       hooks=L4, note="sigmoid top-1 on the expert's input, a shared expert (llama4.py)"),
+    _c("llama4[defect:weight-on-output]", "llama4", "Llama4TextMoe", "Llama4TextConfig",
+       lambda c: L4.configure(c), hooks=L4, defect="weight-on-output",
+       note="negative control: the score on the expert's output, the Mixtral way"),
     _c("qwen2-moe[shared]", "qwen2_moe", "Qwen2MoeSparseMoeBlock", "Qwen2MoeConfig",
        cfg_qwen2_shared, note="gated shared expert on"),
     _c("deepseek-v3[shared]", "deepseek_v3", "DeepseekV3MoE", "DeepseekV3Config",
@@ -356,6 +368,8 @@ def build(client, cfg, torch):
     """The client's block for case configuration cfg, in the case's dtype
     (the router in fp32: the golden's router weight is fp32), in eval mode;
     NotExpressible when the case does not fit the block."""
+    if _hook(client, "build"):
+        return _hook(client, "build")(client, cfg, torch)
     kwargs = client.configure(cfg)
     if client.impl == "batched_mm":
         # batched_mm gathers every (token, slot)'s expert weights (gate_up
@@ -408,6 +422,8 @@ def load_inputs(client, block, golden, torch):
     """Copies the golden's inputs into the block's parameters, in place:
     router weight (fp32, [E, d] = router_weightᵀ), selection bias,
     gate_up_proj and down_proj (the case's dtype)."""
+    if _hook(client, "load_inputs"):
+        return _hook(client, "load_inputs")(client, block, golden, torch)
     dt = TORCH_DTYPES(torch)[golden.config["dtype"]]
     T = lambda name, dtype=dt: torch.from_numpy(golden.array(name)).to(dtype)
     router = router_of(block)
@@ -562,6 +578,8 @@ def run_block(client, block, golden, torch, device="cpu"):
     """Forward and backward of the block (its parameters on `device`) on
     the golden's x and d_out: {stage: array on the CPU} of what the block
     exposes."""
+    if _hook(client, "run_block"):
+        return _hook(client, "run_block")(client, block, golden, torch, device)
     dt = TORCH_DTYPES(torch)[golden.config["dtype"]]
     T, d = golden.dims["T"], golden.dims["d"]
     f = golden.dims["f"]
