@@ -31,6 +31,10 @@ GPT_OSS = dict(SOFTMAX_RENORM, score_function="softmax_topk", router_bias=1,
 # the branch shared's /config keys
 QWEN2_SHARED = dict(SOFTMAX_PLAIN, shared_experts=1, shared_ffn=16, shared_gate=1)
 DSV3_SHARED = dict(DSV3, shared_experts=2, shared_ffn=4, shared_gate=0)
+# DeepSeek-V4's scoring, its hash layer (the branch route's hash_vocab)
+DSV4 = dict(DSV3, score_function="sqrtsoftplus", n_group=1, topk_group=1, scaling=1.5)
+DSV4_HASH = dict(DSV4, has_bias=0, hash_vocab=32)
+SOFTMAX_TOPK = dict(SOFTMAX_PLAIN, score_function="softmax_topk")
 
 
 class Experts:  # the layout attributes transformers' experts carry
@@ -93,7 +97,12 @@ def test_filters_accept_their_cases():
                       ("granite-moe", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_PLAIN),
                       ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3),
                       ("qwen2-moe[shared]", QWEN2_SHARED), ("deepseek-v3[shared]", DSV3_SHARED),
-                      ("gpt-oss", GPT_OSS)):
+                      ("gpt-oss", GPT_OSS), ("deepseek-v4", DSV4), ("deepseek-v4[hash]", DSV4_HASH),
+                      ("glm4-moe[shared]", DSV3_SHARED), ("dots1[shared]", DSV3_SHARED),
+                      ("deepseek-v32", DSV3), ("deepseek-v32", DSV3_SHARED),
+                      ("exaone-moe", DSV3_SHARED), ("hunyuan-v1-moe", SOFTMAX_RENORM),
+                      ("qwen3-next", QWEN2_SHARED), ("qwen3-next", SOFTMAX_PLAIN),
+                      ("qwen3.5-moe", SOFTMAX_RENORM), ("cohere2-moe", SOFTMAX_TOPK)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -107,7 +116,18 @@ def test_filters_refuse_other_routing():
                       ("qwen2-moe", QWEN2_SHARED), ("deepseek-v3", DSV3_SHARED),
                       ("qwen2-moe[shared]", dict(QWEN2_SHARED, shared_gate=0)),
                       ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_gate=1)),
-                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_ffn=8))):
+                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_ffn=8)),
+                      # issue 26's further blocks: each refuses its neighbours' routing
+                      ("deepseek-v4", DSV4_HASH), ("deepseek-v4[hash]", DSV4),
+                      ("deepseek-v4", DSV3), ("deepseek-v4", dict(DSV4, renormalize=0)),
+                      ("glm4-moe[shared]", DSV3), ("deepseek-v32", dict(DSV3_SHARED, shared_ffn=8)),
+                      ("deepseek-v32", dict(DSV3_SHARED, shared_gate=1)),
+                      ("hunyuan-v1-moe", SOFTMAX_PLAIN), ("hunyuan-v1-moe", QWEN2_SHARED),
+                      ("qwen3-next", DSV3_SHARED), ("qwen3.5-moe", QWEN2_SHARED),
+                      ("qwen3-next", dict(QWEN2_SHARED, shared_gate=0)),
+                      ("cohere2-moe", SOFTMAX_RENORM), ("cohere2-moe", dict(SOFTMAX_TOPK, router_bias=1)),
+                      ("minimax-m2", SOFTMAX_RENORM), ("afmoe", DSV3), ("ernie4.5-moe", SOFTMAX_RENORM),
+                      ("jetmoe", SOFTMAX_TOPK)):
         try:
             C.by_name(name).configure(cfg)
         except C.NotExpressible as e:
@@ -286,6 +306,28 @@ def test_llama4_hooks_against_its_formula():
         except C.NotExpressible:
             continue
         raise AssertionError("llama4 accepted %s" % bad)
+
+
+def test_deepseek_v4_hash_reads_the_table():
+    # the hash layer selects table[token_id] whatever the scores; a table
+    # left unloaded (all expert 0) would select expert 0 everywhere
+    import numpy as np
+    T, d, f, E, k, V = 6, 8, 4, 16, 4, 32
+    cfg = dict(DSV4_HASH, tokens=T, hidden=d, ffn=f, experts=E, top_k=k, renormalize=1)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "w_gate": (E, d, f), "w_up": (E, d, f),
+               "w_down": (E, f, d), "d_out": (T, d)})
+    rng = np.random.default_rng(7)
+    a["hash_table"] = np.stack([rng.permutation(E)[:k] for _ in range(V)]).astype(np.int32)
+    a["token_ids"] = rng.integers(0, V, T).astype(np.int32)
+    c = C.by_name("deepseek-v4[hash]")
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    assert np.array_equal(got["topk_ids"], a["hash_table"][a["token_ids"]])
+    s = np.sqrt(np.log1p(np.exp(a["x"].astype(np.float64) @ a["router_weight"])))
+    w = np.take_along_axis(s, a["hash_table"][a["token_ids"]], 1)
+    want = 1.5 * w / w.sum(1, keepdims=True)
+    assert np.allclose(got["topk_weights"].double().numpy(), want, atol=1e-5)
 
 
 def test_batched_mm_memory_guard():

@@ -21,6 +21,7 @@ sort (the eager loop never sorts), so a candidate holds none of those.
 
 import collections
 import importlib
+import types
 
 import numpy as np
 
@@ -255,6 +256,145 @@ def cfg_nemotron_h(cfg):
                  routed_scaling_factor=float(cfg["scaling"]))
 
 
+def _shared_as(cfg, width, gated=False):
+    """S for a block whose shared experts are S side by side of width
+    `width` each (one MLP of width S * width), ungated unless `gated`; 0
+    where the case has none (the block's own then built empty or zeroed)."""
+    S, fs, g = shared_of(cfg)
+    _need(not S or g == gated, "the block's shared expert is %s; the case's is %s" % (
+        "gated" if gated else "ungated", "gated" if g else "ungated"))
+    _need(not S or fs == width, "the block's shared experts are %d wide (f); the case's are %d"
+          % (width, fs))
+    return S
+
+
+def cfg_v3_kin(cfg, experts_key="n_routed_experts", shared_key="n_shared_experts", **extra):
+    """DeepSeek-V3's MoE as GLM-4-MoE-Lite, DeepSeek-V3.2, GLM-MoE-DSA,
+    EXAONE-MoE, Bailing-hybrid and Sarvam-MoE copy it: its router and its S
+    ungated shared experts of the routed width (S = 0 without)."""
+    S = _shared_as(cfg, cfg["ffn"])
+    _swiglu(cfg, shared_ok=True)
+    d = cfg_deepseek_v3(cfg, experts_key=experts_key, shared_ok=True, **extra)
+    d.pop("n_shared_experts")
+    d[shared_key] = S
+    return d
+
+
+# (row, module, block, config class, (experts key, shared key))
+V3_KIN = (("glm4-moe-lite", "glm4_moe_lite", "Glm4MoeLiteMoE", "Glm4MoeLiteConfig", ()),
+          ("deepseek-v32", "deepseek_v32", "DeepseekV32MoE", "DeepseekV32Config", ()),
+          ("glm-moe-dsa", "glm_moe_dsa", "GlmMoeDsaMoE", "GlmMoeDsaConfig", ()),
+          ("exaone-moe", "exaone_moe", "ExaoneMoeSparseMoEBlock", "ExaoneMoeConfig",
+           ("num_experts", "num_shared_experts")),
+          ("bailing-hybrid", "bailing_hybrid", "BailingHybridMoE", "BailingHybridConfig",
+           ("num_experts", "num_shared_experts")),
+          # Sarvam-MoE: transformers maps it to GLM-4-MoE's model
+          ("sarvam-moe", "glm4_moe", "Glm4MoeMoE", "SarvamMoEConfig", ()))
+
+
+def cfg_deepseek_v4(cfg, hashed):
+    """DeepSeek-V4's DeepseekV4SparseMoeBlock: sqrtsoftplus scores (a
+    selection bias in its top-k layers, a token-id table in its hash
+    layers), always renormalised (+ 1e-20), scaled, one ungated shared
+    expert of width f (zeroed for a case without). Its SwiGLU clamps gate
+    and up at swiglu_limit without gpt-oss's (up + 1) and alpha, a form the
+    catalogue lacks: the limit is set to infinity, which is the case's
+    plain SwiGLU."""
+    _need(cfg["score_function"] == "sqrtsoftplus", "the block scores with sqrtsoftplus; the "
+          "case with %s" % cfg["score_function"])
+    _need(bool(int(cfg.get("hash_vocab", 0) or 0)) == hashed, "the %s layer %s" % (
+        ("hash", "routes by its token-id table (hash_vocab > 0)") if hashed else
+        ("top-k", "routes by the scores (the case has a hash table: the row deepseek-v4[hash])")))
+    _need(cfg["renormalize"], "the block always renormalises the top-k weights")
+    _need(cfg["n_group"] <= 1, "the block has no group-limited routing")
+    _need(cfg["ffn_kind"] == "swiglu", "the block's experts are SwiGLU (clamped at "
+          "swiglu_limit, set to infinity); the case's FFN is %s" % cfg["ffn_kind"])
+    _need(_shared_as(cfg, cfg["ffn"]) <= 1, "the block has one shared expert")
+    return _dims(cfg, scoring_func="sqrtsoftplus", routed_scaling_factor=float(cfg["scaling"]),
+                 swiglu_limit=float("inf"), mlp_layer_types=["hash_moe" if hashed else "moe"],
+                 vocab_size=int(cfg.get("hash_vocab", 0) or 0) or 32)
+
+
+def _v4_load_extra(block, golden, torch):
+    if hasattr(block.gate, "tid2eid"):  # the hash layer's token-id -> expert table
+        block.gate.tid2eid.copy_(torch.from_numpy(golden.array("hash_table")).long())
+
+
+def _v4_forward_kwargs(golden, torch, device):
+    if not int(golden.config.get("hash_vocab", 0) or 0):
+        return {}
+    ids = torch.from_numpy(golden.array("token_ids")).long()
+    return {"input_ids": ids.reshape(1, -1).to(device)}
+
+
+DEEPSEEK_V4 = types.SimpleNamespace(block_args=(0,), load_extra=_v4_load_extra,
+                                    forward_kwargs=_v4_forward_kwargs)
+
+
+def cfg_hunyuan(cfg):
+    # HunYuan-MoE-V1: softmax top-k, always renormalised, router `wg` in
+    # fp32; its shared MLP (ungated, of the experts' width) always built:
+    # zeroed for a case without shared experts
+    S = _shared_as(cfg, cfg["ffn"])
+    _need(S <= 1, "the block has one shared MLP")
+    _swiglu(cfg, shared_ok=True)
+    _softmax_topk(cfg, renorm=True)
+    return _dims(cfg, experts_key="num_experts", moe_topk=cfg["top_k"])
+
+
+def cfg_qwen3_next(cfg, renorm=None):
+    """Qwen3-Next (norm_topk_prob) and Qwen3.5-MoE (always renormalised):
+    Qwen2-MoE's gated shared expert of width S f_s, always built (width 0,
+    its gate multiplying zeros, for a case without)."""
+    S, fs, gated = shared_of(cfg)
+    _need(not S or gated, "the block's shared expert is gated by sigmoid(x w_sg); the case's "
+          "is ungated")
+    _swiglu(cfg, shared_ok=True)
+    _softmax_topk(cfg, renorm=renorm)
+    return _dims(cfg, experts_key="num_experts", ffn_key="moe_intermediate_size",
+                 norm_topk_prob=bool(cfg["renormalize"]), shared_expert_intermediate_size=S * fs,
+                 layer_types=["full_attention"], mlp_only_layers=[], decoder_sparse_step=1)
+
+
+def cfg_cohere2(cfg):
+    # Cohere2-MoE: the top-k of the logits, a softmax over those k
+    # (expert_selection_fn softmax: the catalogue's softmax_topk, no
+    # router-logit bias); shared experts off (num_shared_experts 0)
+    _need(cfg["score_function"] == "softmax_topk", "the block takes a softmax over the top-k "
+          "logits (softmax_topk); the case scores with %s" % cfg["score_function"])
+    _need(not (cfg.get("router_bias") or cfg.get("has_router_bias")),
+          "the block has no router-logit bias")
+    _need(not cfg["has_bias"] and cfg["n_group"] <= 1 and cfg["scaling"] == 1.0,
+          "the block has no selection bias, groups or scaling")
+    _swiglu(cfg)
+    return _dims(cfg, experts_key="num_experts", expert_selection_fn="softmax",
+                 num_shared_experts=0, layer_types=["full_attention"])
+
+
+def cfg_sigmoid_nogroups(cfg, why):
+    """MiniMax-M2, AFMoE, LFM2-MoE: sigmoid scores with a selection bias
+    and no groups, SwiGLU experts: no catalogue family (nemotron-like's
+    experts are relu², deepseek-v3-*'s routing is grouped)."""
+    _need(cfg["score_function"] == "sigmoid" and cfg["n_group"] <= 1 and cfg["has_bias"]
+          and cfg["ffn_kind"] == "swiglu" and not cfg.get("weight_on_input"),
+          "needs sigmoid scores with a selection bias, no groups and SwiGLU experts: no "
+          "catalogue family has them (nemotron-like's experts are relu^2, deepseek-v3-small's "
+          "and deepseek-v3-shared's routing is grouped)" + why)
+    raise NotExpressible("no mapping written for this case" + why)
+
+
+def cfg_ernie(cfg):
+    raise NotExpressible("needs a selection bias added to softmax scores (Ernie4_5_MoeStatics; "
+                         "the weights renormalised with the sum clamped at moe_norm_min): no "
+                         "catalogue family has softmax with a selection bias")
+
+
+def cfg_jetmoe(cfg):
+    raise NotExpressible("JetMoeMoE adds a bias [d] to the layer's output (no catalogue stage; "
+                         "zeroed it would be softmax_topk) and has no experts module taking "
+                         "(x, ids, weights): no hooks written for it")
+
+
 # --------------------------------------------------------------- table
 
 import llama4 as L4  # noqa: E402  (its hooks; it imports this module's helpers)
@@ -277,7 +417,11 @@ build(client, cfg, torch), load_inputs(client, block, golden, torch) and
 run_block(client, block, golden, torch, device), where present, replace
 this module's for the row: a block these generic functions cannot drive
 (Llama-4: tools/clients/llama4.py) is driven by its own, through the same
-harness."""
+harness; and where the generic functions serve with an addition,
+block_args (the block's further constructor arguments: DeepSeek-V4's
+layer index), load_extra(block, golden, torch) (inputs beyond the weights:
+its hash table) and forward_kwargs(golden, torch, device) (the block's
+further forward arguments: its token ids)."""
 
 
 def _c(name, module, block, config, configure, impl="eager", defect=None, note="",
@@ -328,6 +472,41 @@ CLIENTS = [
     _c("qwen3-moe[router-in-dtype]", "qwen3_moe", "Qwen3MoeSparseMoeBlock", "Qwen3MoeConfig",
        lambda c: cfg_qwen(c, ffn_key="moe_intermediate_size"), router_dtype="case",
        note="the router weight in the case's dtype"),
+    # issue 26's other transformers 5.24 blocks
+    _c("glm4-moe[shared]", "glm4_moe", "Glm4MoeMoE", "Glm4MoeConfig", cfg_deepseek_v3_shared,
+       note="shared experts on"),
+    _c("dots1[shared]", "dots1", "Dots1MoE", "Dots1Config", cfg_deepseek_v3_shared,
+       note="shared experts on"),
+    # DeepSeek-V3's MoE copied (its router, its S ungated shared experts)
+    *[_c(name, module, block, config, lambda c, k=keys: cfg_v3_kin(c, *k),
+         note="DeepSeek-V3's MoE; its shared experts as the case's") for
+      name, module, block, config, keys in V3_KIN],
+    _c("deepseek-v4", "deepseek_v4", "DeepseekV4SparseMoeBlock", "DeepseekV4Config",
+       lambda c: cfg_deepseek_v4(c, hashed=False), hooks=DEEPSEEK_V4,
+       note="sqrtsoftplus + selection bias; swiglu_limit infinite; its shared expert zeroed"),
+    _c("deepseek-v4[hash]", "deepseek_v4", "DeepseekV4SparseMoeBlock", "DeepseekV4Config",
+       lambda c: cfg_deepseek_v4(c, hashed=True), hooks=DEEPSEEK_V4,
+       note="the hash layer: tid2eid = hash_table, input_ids = token_ids"),
+    _c("hunyuan-v1-moe", "hunyuan_v1_moe", "HunYuanMoEV1Moe", "HunYuanMoEV1Config", cfg_hunyuan,
+       note="its shared MLP zeroed"),
+    _c("qwen3-next", "qwen3_next", "Qwen3NextSparseMoeBlock", "Qwen3NextConfig", cfg_qwen3_next,
+       note="gated shared expert as the case's (width 0 without)"),
+    _c("qwen3.5-moe", "qwen3_5_moe", "Qwen3_5MoeSparseMoeBlock", "Qwen3_5MoeTextConfig",
+       lambda c: cfg_qwen3_next(c, renorm=True), note="gated shared expert (width 0 without)"),
+    _c("granite-moe-shared", "granitemoeshared", "GraniteMoeSharedMoE", "GraniteMoeSharedConfig",
+       cfg_granite, note="the block; its shared MLP is the decoder layer's, not the block's"),
+    _c("cohere2-moe", "cohere2_moe", "Cohere2MoeSparseMoeBlock", "Cohere2MoeConfig", cfg_cohere2,
+       note="softmax over the top-k logits; shared experts off"),
+    _c("minimax-m2", "minimax_m2", "MiniMaxM2SparseMoeBlock", "MiniMaxM2Config",
+       lambda c: cfg_sigmoid_nogroups(c, "")),
+    _c("afmoe", "afmoe", "AfmoeSparseMoeBlock", "AfmoeConfig",
+       lambda c: cfg_sigmoid_nogroups(c, "")),
+    _c("lfm2-moe", "lfm2_moe", "Lfm2MoeSparseMoeBlock", "Lfm2MoeConfig",
+       lambda c: cfg_sigmoid_nogroups(c, "; and it renormalises by sum + 1e-6 (8 fp32 ulp of a "
+                                         "sum near 1)")),
+    _c("ernie4.5-moe", "ernie4_5_moe", "Ernie4_5_MoeSparseMoeBlock", "Ernie4_5_MoeConfig",
+       cfg_ernie),
+    _c("jetmoe", "jetmoe", "JetMoeMoE", "JetMoeConfig", cfg_jetmoe),
     # negative controls: a mapping with a deliberate error must be refused
     _c("mixtral[defect:gate-up-swapped]", "mixtral", "MixtralSparseMoeBlock", "MixtralConfig",
        cfg_mixtral, defect="gate-up-swapped", note="negative control: w_gate and w_up swapped"),
@@ -383,19 +562,34 @@ def build(client, cfg, torch):
     config = getattr(tf, client.config)(**kwargs)
     config._experts_implementation = client.impl
     mod = importlib.import_module(client.module)
-    block = getattr(mod, client.block)(config).eval()
+    block = getattr(mod, client.block)(config, *(getattr(client.hooks, "block_args", ()))).eval()
     return block
 
 
 def router_of(block):
-    """The module whose weight [E, d] gives the router logits."""
+    """The module whose weight [E, d] gives the router logits: the block's
+    gate or router, or its linear layer (DBRX, JetMoE: layer; HunYuan: wg;
+    AFMoE: gate)."""
     for name in ("gate", "router"):
         r = getattr(block, name, None)
         if r is not None and hasattr(r, "weight"):
             return r
-        if r is not None and hasattr(getattr(r, "layer", None), "weight"):  # DBRX
-            return r.layer
+        for inner in ("layer", "wg", "gate"):
+            if r is not None and hasattr(getattr(r, inner, None), "weight"):
+                return getattr(r, inner)
     raise NotExpressible("the block has no router module with a weight (gate / router)")
+
+
+def selection_bias(block):
+    """The selection bias [E] the block adds to the scores before its top-k:
+    the router's e_score_correction_bias (DeepSeek-V3 and its kin), or the
+    block's own (MiniMax-M2: e_score_correction_bias; AFMoE, LFM2-MoE:
+    expert_bias)."""
+    for owner in (router_of(block), getattr(block, "gate", None), block):
+        for name in ("e_score_correction_bias", "expert_bias"):
+            if owner is not None and getattr(owner, name, None) is not None:
+                return getattr(owner, name)
+    raise NotExpressible("the block has no selection bias to hold the case's expert_bias")
 
 
 def _gate_up(experts, wg, wu, torch):
@@ -435,16 +629,19 @@ def load_inputs(client, block, golden, torch):
         # copy_ rounds to the parameter's dtype: exact for an fp32 router
         router.weight.copy_(T("router_weight", torch.float32).t())
         if golden.config["has_bias"]:
-            router.e_score_correction_bias.copy_(T("expert_bias", torch.float32))
+            selection_bias(block).copy_(T("expert_bias", torch.float32).reshape(
+                selection_bias(block).shape))
         wg = T("w_gate") if golden.config["ffn_kind"] != "relu2" else None  # relu2: no gate
         wu = T("w_up")
         if client.defect == "gate-up-swapped":
             wg, wu = wu, wg
         LAYOUTS[client.layout][0](block, wg, wu, T("w_down"), T, torch)
+        if _hook(client, "load_extra"):
+            _hook(client, "load_extra")(block, golden, torch)
         if shared_of(golden.config)[0]:
             _load_shared(block, golden, T)
-        elif client.layout == "nemotron":  # its shared expert, always built: zeroed
-            for p in shared_mlp(block).parameters():
+        elif shared_mlp(block) is not None:  # a shared expert always built: zeroed
+            for p in shared_mlp(block).parameters():  # (its output and gradients exactly 0)
                 p.zero_()
     if fp32_router:
         # the router runs on the fp32 weight: its input is cast to fp32 first
@@ -462,8 +659,11 @@ def router_fp32(client, cfg):
 
 def shared_mlp(block):
     """The block's shared expert MLP (Qwen2-MoE: shared_expert, DeepSeek:
-    shared_experts), or None."""
-    return getattr(block, "shared_expert", None) or getattr(block, "shared_experts", None)
+    shared_experts, HunYuan: shared_mlp), or None."""
+    for name in ("shared_expert", "shared_experts", "shared_mlp"):
+        if getattr(block, name, None) is not None:
+            return getattr(block, name)
+    return None
 
 
 def _load_shared(block, golden, T):
@@ -615,7 +815,8 @@ def run_block(client, block, golden, torch, device="cpu"):
                 lambda m, a, out: seen.update(shared_gate_logit=keep(out)))
     x = torch.from_numpy(golden.array("x")).to(device=device, dtype=dt)
     x = x.reshape(1, T, d).requires_grad_()
-    out = block(x)
+    kw = _hook(client, "forward_kwargs")
+    out = block(x, **(kw(golden, torch, device) if kw else {}))
     if isinstance(out, tuple):  # gpt-oss, Llama-4 return (out, router output)
         out = out[0]
     out = out.reshape(T, d)
