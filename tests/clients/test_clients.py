@@ -102,7 +102,8 @@ def test_filters_accept_their_cases():
                       ("deepseek-v32", DSV3), ("deepseek-v32", DSV3_SHARED),
                       ("exaone-moe", DSV3_SHARED), ("hunyuan-v1-moe", SOFTMAX_RENORM),
                       ("qwen3-next", QWEN2_SHARED), ("qwen3-next", SOFTMAX_PLAIN),
-                      ("qwen3.5-moe", SOFTMAX_RENORM), ("cohere2-moe", SOFTMAX_TOPK)):
+                      ("qwen3.5-moe", SOFTMAX_RENORM), ("cohere2-moe", SOFTMAX_TOPK),
+                      ("jetmoe", SOFTMAX_TOPK)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -127,7 +128,7 @@ def test_filters_refuse_other_routing():
                       ("qwen3-next", dict(QWEN2_SHARED, shared_gate=0)),
                       ("cohere2-moe", SOFTMAX_RENORM), ("cohere2-moe", dict(SOFTMAX_TOPK, router_bias=1)),
                       ("minimax-m2", SOFTMAX_RENORM), ("afmoe", DSV3), ("ernie4.5-moe", SOFTMAX_RENORM),
-                      ("jetmoe", SOFTMAX_TOPK)):
+                      ("jetmoe", SOFTMAX_RENORM), ("jetmoe", dict(SOFTMAX_TOPK, router_bias=1))):
         try:
             C.by_name(name).configure(cfg)
         except C.NotExpressible as e:
@@ -328,6 +329,44 @@ def test_deepseek_v4_hash_reads_the_table():
     w = np.take_along_axis(s, a["hash_table"][a["token_ids"]], 1)
     want = 1.5 * w / w.sum(1, keepdims=True)
     assert np.allclose(got["topk_weights"].double().numpy(), want, atol=1e-5)
+
+
+def test_jetmoe_hooks_against_its_formula():
+    # JetMoE's router hands the weights over in the experts' sorted order:
+    # the hooks put topk_ids / topk_weights back in token order (checked
+    # against softmax over the top-k logits written out), and out is the
+    # layer's with the block's output bias zeroed
+    import numpy as np
+    T, d, f, E, k = 6, 8, 4, 4, 2
+    cfg = dict(SOFTMAX_TOPK, tokens=T, hidden=d, ffn=f, experts=E, top_k=k)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "w_gate": (E, d, f), "w_up": (E, d, f),
+               "w_down": (E, f, d), "d_out": (T, d)}, seed=9)
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    lg = A["x"] @ A["router_weight"]
+    ids = np.argsort(-lg, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(lg, ids, 1)
+    w = np.exp(top - top.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    out, dw = np.zeros((T, d)), np.zeros((T, k))
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            g = A["x"][t] @ A["w_gate"][e]
+            y = (g / (1 + np.exp(-g)) * (A["x"][t] @ A["w_up"][e])) @ A["w_down"][e]
+            out[t] += w[t, j] * y
+            dw[t, j] = y @ A["d_out"][t]  # d_topk_weights: <d_out, the expert's output>
+    c = C.by_name("jetmoe")
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    gi = np.asarray(got["topk_ids"])
+    order = np.argsort(gi, axis=1)  # torch.topk's slot order may differ; compare as sets
+    assert np.array_equal(np.take_along_axis(gi, order, 1), np.sort(ids, axis=1))
+    gw = np.take_along_axis(got["topk_weights"].double().numpy(), order, 1)
+    assert np.allclose(gw, np.take_along_axis(w, np.argsort(ids, axis=1), 1), atol=1e-6)
+    assert np.allclose(got["out"].double().numpy(), out, atol=1e-5)
+    gd = np.take_along_axis(got["d_topk_weights"].double().numpy(), order, 1)
+    assert np.allclose(gd, np.take_along_axis(dw, np.argsort(ids, axis=1), 1), atol=1e-5)
 
 
 def test_batched_mm_memory_guard():

@@ -356,10 +356,10 @@ def cfg_qwen3_next(cfg, renorm=None):
                  layer_types=["full_attention"], mlp_only_layers=[], decoder_sparse_step=1)
 
 
-def cfg_cohere2(cfg):
-    # Cohere2-MoE: the top-k of the logits, a softmax over those k
-    # (expert_selection_fn softmax: the catalogue's softmax_topk, no
-    # router-logit bias); shared experts off (num_shared_experts 0)
+def softmax_topk_plain(cfg):
+    """Checks a case for a block whose weights are a softmax over the top-k
+    logits (the catalogue's softmax_topk) with no router-logit bias, no
+    selection bias, groups or scaling, and SwiGLU experts."""
     _need(cfg["score_function"] == "softmax_topk", "the block takes a softmax over the top-k "
           "logits (softmax_topk); the case scores with %s" % cfg["score_function"])
     _need(not (cfg.get("router_bias") or cfg.get("has_router_bias")),
@@ -367,6 +367,12 @@ def cfg_cohere2(cfg):
     _need(not cfg["has_bias"] and cfg["n_group"] <= 1 and cfg["scaling"] == 1.0,
           "the block has no selection bias, groups or scaling")
     _swiglu(cfg)
+
+
+def cfg_cohere2(cfg):
+    # Cohere2-MoE: the top-k of the logits, a softmax over those k
+    # (expert_selection_fn softmax); shared experts off (num_shared_experts 0)
+    softmax_topk_plain(cfg)
     return _dims(cfg, experts_key="num_experts", expert_selection_fn="softmax",
                  num_shared_experts=0, layer_types=["full_attention"])
 
@@ -389,15 +395,10 @@ def cfg_ernie(cfg):
                          "catalogue family has softmax with a selection bias")
 
 
-def cfg_jetmoe(cfg):
-    raise NotExpressible("JetMoeMoE adds a bias [d] to the layer's output (no catalogue stage; "
-                         "zeroed it would be softmax_topk) and has no experts module taking "
-                         "(x, ids, weights): no hooks written for it")
-
-
 # --------------------------------------------------------------- table
 
-import llama4 as L4  # noqa: E402  (its hooks; it imports this module's helpers)
+import jetmoe as JET  # noqa: E402  (the hooks of rows these functions cannot drive;
+import llama4 as L4  # noqa: E402   they import this module's helpers)
 
 
 Client = collections.namedtuple("Client", "name module block config configure impl defect note "
@@ -506,7 +507,8 @@ CLIENTS = [
                                          "sum near 1)")),
     _c("ernie4.5-moe", "ernie4_5_moe", "Ernie4_5_MoeSparseMoeBlock", "Ernie4_5_MoeConfig",
        cfg_ernie),
-    _c("jetmoe", "jetmoe", "JetMoeMoE", "JetMoeConfig", cfg_jetmoe),
+    _c("jetmoe", "jetmoe", "JetMoeMoE", "JetMoeConfig", lambda c: JET.configure(c), hooks=JET,
+       note="softmax over the top-k logits, experts sorted; its output bias zeroed (jetmoe.py)"),
     # negative controls: a mapping with a deliberate error must be refused
     _c("mixtral[defect:gate-up-swapped]", "mixtral", "MixtralSparseMoeBlock", "MixtralConfig",
        cfg_mixtral, defect="gate-up-swapped", note="negative control: w_gate and w_up swapped"),
