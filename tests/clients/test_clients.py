@@ -103,7 +103,10 @@ def test_filters_accept_their_cases():
                       ("exaone-moe", DSV3_SHARED), ("hunyuan-v1-moe", SOFTMAX_RENORM),
                       ("qwen3-next", QWEN2_SHARED), ("qwen3-next", SOFTMAX_PLAIN),
                       ("qwen3.5-moe", SOFTMAX_RENORM), ("cohere2-moe", SOFTMAX_TOPK),
-                      ("jetmoe", SOFTMAX_TOPK)):
+                      ("jetmoe", SOFTMAX_TOPK), ("aria", SOFTMAX_TOPK), ("granite-moe", SOFTMAX_TOPK),
+                      ("granite-moe-hybrid", SOFTMAX_RENORM), ("qwen3-omni-moe", SOFTMAX_PLAIN),
+                      ("qwen3-omni-moe[talker]", QWEN2_SHARED), ("dots3-note", DSV3),
+                      ("kimi-linear", DSV3_SHARED)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -128,7 +131,10 @@ def test_filters_refuse_other_routing():
                       ("qwen3-next", dict(QWEN2_SHARED, shared_gate=0)),
                       ("cohere2-moe", SOFTMAX_RENORM), ("cohere2-moe", dict(SOFTMAX_TOPK, router_bias=1)),
                       ("minimax-m2", SOFTMAX_RENORM), ("afmoe", DSV3), ("ernie4.5-moe", SOFTMAX_RENORM),
-                      ("jetmoe", SOFTMAX_RENORM), ("jetmoe", dict(SOFTMAX_TOPK, router_bias=1))):
+                      ("jetmoe", SOFTMAX_RENORM), ("jetmoe", dict(SOFTMAX_TOPK, router_bias=1)),
+                      ("aria", SOFTMAX_RENORM), ("granite-moe", dict(SOFTMAX_TOPK, router_bias=1)),
+                      ("qwen3-omni-moe", QWEN2_SHARED), ("mistral4", GROUPED_MAX),
+                      ("laguna", DSV3), ("step3p7", DSV4), ("zaya", SOFTMAX_RENORM)):
         try:
             C.by_name(name).configure(cfg)
         except C.NotExpressible as e:

@@ -110,8 +110,13 @@ def cfg_granite(cfg):
     # softmax over all experts restricted to the top k (the common
     # denominator cancels), so the catalogue's softmax + renormalize
     # expresses it; its rounding differs, which the tolerances cover
-    _swiglu(cfg)
-    _softmax_topk(cfg, renorm=True)
+    # (the branch route's softmax_topk without a router-logit bias is the
+    # block's rule itself: softmax-topk-ties)
+    if cfg["score_function"] == "softmax_topk":
+        softmax_topk_plain(cfg)
+    else:
+        _swiglu(cfg)
+        _softmax_topk(cfg, renorm=True)
     # the mapping reads GraniteMoeTopKRouter's (router_logits, top_k_weights,
     # top_k_index); transformers 5.17's router (on the H200 machine) hands
     # the block another tuple, which the hooks misread as [T, k] logits
@@ -268,28 +273,39 @@ def _shared_as(cfg, width, gated=False):
     return S
 
 
-def cfg_v3_kin(cfg, experts_key="n_routed_experts", shared_key="n_shared_experts", **extra):
+def cfg_v3_kin(cfg, experts_key="n_routed_experts", shared_key="n_shared_experts",
+               shared_width_key=None, min_shared=0):
     """DeepSeek-V3's MoE as GLM-4-MoE-Lite, DeepSeek-V3.2, GLM-MoE-DSA,
-    EXAONE-MoE, Bailing-hybrid and Sarvam-MoE copy it: its router and its S
-    ungated shared experts of the routed width (S = 0 without)."""
+    EXAONE-MoE, Bailing-hybrid, Sarvam-MoE, GLM-4.5V, Solar-Open,
+    Kimi-Linear and dots.3 note copy it: its router and its S ungated shared
+    experts of the routed width (S = 0 without, or min_shared, zeroed: the
+    loader zeroes a shared expert the case lacks) as one MLP."""
     S = _shared_as(cfg, cfg["ffn"])
     _swiglu(cfg, shared_ok=True)
-    d = cfg_deepseek_v3(cfg, experts_key=experts_key, shared_ok=True, **extra)
+    d = cfg_deepseek_v3(cfg, experts_key=experts_key, shared_ok=True)
     d.pop("n_shared_experts")
-    d[shared_key] = S
+    d[shared_key] = max(S, min_shared)
+    if shared_width_key:
+        d[shared_width_key] = cfg["ffn"]
     return d
 
 
-# (row, module, block, config class, (experts key, shared key))
-V3_KIN = (("glm4-moe-lite", "glm4_moe_lite", "Glm4MoeLiteMoE", "Glm4MoeLiteConfig", ()),
-          ("deepseek-v32", "deepseek_v32", "DeepseekV32MoE", "DeepseekV32Config", ()),
-          ("glm-moe-dsa", "glm_moe_dsa", "GlmMoeDsaMoE", "GlmMoeDsaConfig", ()),
-          ("exaone-moe", "exaone_moe", "ExaoneMoeSparseMoEBlock", "ExaoneMoeConfig",
-           ("num_experts", "num_shared_experts")),
-          ("bailing-hybrid", "bailing_hybrid", "BailingHybridMoE", "BailingHybridConfig",
-           ("num_experts", "num_shared_experts")),
+# (row, module, block, config class, cfg_v3_kin's keyword arguments)
+_NUM = {"experts_key": "num_experts", "shared_key": "num_shared_experts"}
+V3_KIN = (("glm4-moe-lite", "glm4_moe_lite", "Glm4MoeLiteMoE", "Glm4MoeLiteConfig", {}),
+          ("deepseek-v32", "deepseek_v32", "DeepseekV32MoE", "DeepseekV32Config", {}),
+          ("glm-moe-dsa", "glm_moe_dsa", "GlmMoeDsaMoE", "GlmMoeDsaConfig", {}),
+          ("exaone-moe", "exaone_moe", "ExaoneMoeSparseMoEBlock", "ExaoneMoeConfig", _NUM),
+          ("bailing-hybrid", "bailing_hybrid", "BailingHybridMoE", "BailingHybridConfig", _NUM),
           # Sarvam-MoE: transformers maps it to GLM-4-MoE's model
-          ("sarvam-moe", "glm4_moe", "Glm4MoeMoE", "SarvamMoEConfig", ()))
+          ("sarvam-moe", "glm4_moe", "Glm4MoeMoE", "SarvamMoEConfig", {}),
+          ("glm4v-moe", "glm4v_moe", "Glm4vMoeTextMoE", "Glm4vMoeTextConfig", {}),
+          ("solar-open", "solar_open", "SolarOpenMoE", "SolarOpenConfig", {}),
+          ("kimi-linear", "kimi_linear", "KimiLinearMoE", "KimiLinearConfig", {}),
+          # dots.3 note's text MoE: its shared experts' width a key of its own,
+          # and at least one of them (zeroed for a case without)
+          ("dots3-note", "dots3_note", "Dots3NoteTextMoE", "Dots3NoteTextConfig",
+           {"shared_width_key": "shared_experts_intermediate_size", "min_shared": 1}))
 
 
 def cfg_deepseek_v4(cfg, hashed):
@@ -375,6 +391,27 @@ def cfg_cohere2(cfg):
     softmax_topk_plain(cfg)
     return _dims(cfg, experts_key="num_experts", expert_selection_fn="softmax",
                  num_shared_experts=0, layer_types=["full_attention"])
+
+
+def cfg_aria(cfg):
+    # Aria: the top-k of the logits and a softmax over those k, and S
+    # ungated shared experts of the routed width: no softmax_topk family has
+    # shared experts, so theirs are built of width 0
+    softmax_topk_plain(cfg)
+    return _dims(cfg, experts_key="moe_num_experts", moe_topk=cfg["top_k"],
+                 moe_num_shared_experts=0)
+
+
+def cfg_mistral4(cfg):
+    raise NotExpressible("needs softmax scores with groups scored by the sum of their best two "
+                         "(Mistral4TopkRouter): the catalogue's grouped softmax family "
+                         "(grouped-max) scores a group by its max")
+
+
+def cfg_zaya(cfg):
+    raise NotExpressible("needs a router that is an MLP (down_proj to router_hidden_size, "
+                         "then router_mlp to E + 1 classes, the last a 'skip' class whose "
+                         "slots get weight 0): the catalogue's router is one linear map [d, E]")
 
 
 def cfg_sigmoid_nogroups(cfg, why):
@@ -479,7 +516,7 @@ CLIENTS = [
     _c("dots1[shared]", "dots1", "Dots1MoE", "Dots1Config", cfg_deepseek_v3_shared,
        note="shared experts on"),
     # DeepSeek-V3's MoE copied (its router, its S ungated shared experts)
-    *[_c(name, module, block, config, lambda c, k=keys: cfg_v3_kin(c, *k),
+    *[_c(name, module, block, config, lambda c, k=keys: cfg_v3_kin(c, **k),
          note="DeepSeek-V3's MoE; its shared experts as the case's") for
       name, module, block, config, keys in V3_KIN],
     _c("deepseek-v4", "deepseek_v4", "DeepseekV4SparseMoeBlock", "DeepseekV4Config",
@@ -496,6 +533,23 @@ CLIENTS = [
        lambda c: cfg_qwen3_next(c, renorm=True), note="gated shared expert (width 0 without)"),
     _c("granite-moe-shared", "granitemoeshared", "GraniteMoeSharedMoE", "GraniteMoeSharedConfig",
        cfg_granite, note="the block; its shared MLP is the decoder layer's, not the block's"),
+    _c("granite-moe-hybrid", "granitemoehybrid", "GraniteMoeHybridMoE", "GraniteMoeHybridConfig",
+       lambda c: dict(cfg_granite(c), mamba_n_heads=1),  # (its config checks its Mamba heads)
+       note="Granite-MoE's block in the hybrid model"),
+    _c("qwen3-omni-moe", "qwen3_omni_moe", "Qwen3OmniMoeThinkerTextSparseMoeBlock",
+       "Qwen3OmniMoeTextConfig", lambda c: cfg_qwen(c, ffn_key="moe_intermediate_size"),
+       note="the thinker's MoE (Qwen3-MoE's)"),
+    _c("qwen3-omni-moe[talker]", "qwen3_omni_moe", "Qwen3OmniMoeTalkerTextSparseMoeBlock",
+       "Qwen3OmniMoeTalkerTextConfig", cfg_qwen3_next,
+       note="the talker's MoE: Qwen2-MoE's gated shared expert (width 0 without)"),
+    _c("aria", "aria", "AriaTextMoELayer", "AriaTextConfig", cfg_aria,
+       note="softmax over the top-k logits; its shared experts of width 0"),
+    _c("mistral4", "mistral4", "Mistral4MoE", "Mistral4Config", cfg_mistral4),
+    _c("laguna", "laguna", "LagunaSparseMoeBlock", "LagunaConfig",
+       lambda c: cfg_sigmoid_nogroups(c, "")),
+    _c("step3p7", "step3p7", "Step3p7SparseMoeBlock", "Step3p7TextConfig",
+       lambda c: cfg_sigmoid_nogroups(c, "")),
+    _c("zaya", "zaya", "ZayaSparseMoeBlock", "ZayaConfig", cfg_zaya),
     _c("cohere2-moe", "cohere2_moe", "Cohere2MoeSparseMoeBlock", "Cohere2MoeConfig", cfg_cohere2,
        note="softmax over the top-k logits; shared experts off"),
     _c("minimax-m2", "minimax_m2", "MiniMaxM2SparseMoeBlock", "MiniMaxM2Config",
