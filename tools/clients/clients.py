@@ -301,7 +301,7 @@ V3_KIN = (("glm4-moe-lite", "glm4_moe_lite", "Glm4MoeLiteMoE", "Glm4MoeLiteConfi
           ("sarvam-moe", "glm4_moe", "Glm4MoeMoE", "SarvamMoEConfig", {}),
           ("glm4v-moe", "glm4v_moe", "Glm4vMoeTextMoE", "Glm4vMoeTextConfig", {}),
           ("solar-open", "solar_open", "SolarOpenMoE", "SolarOpenConfig", {}),
-          ("kimi-linear", "kimi_linear", "KimiLinearMoE", "KimiLinearConfig", {}),
+          ("kimi-linear", "kimi_linear", "KimiLinearMoE", "KimiLinearConfig", _NUM),
           # dots.3 note's text MoE: its shared experts' width a key of its own,
           # and at least one of them (zeroed for a case without)
           ("dots3-note", "dots3_note", "Dots3NoteTextMoE", "Dots3NoteTextConfig",
