@@ -106,7 +106,8 @@ def test_filters_accept_their_cases():
                       ("jetmoe", SOFTMAX_TOPK), ("aria", SOFTMAX_TOPK), ("granite-moe", SOFTMAX_TOPK),
                       ("granite-moe-hybrid", SOFTMAX_RENORM), ("qwen3-omni-moe", SOFTMAX_PLAIN),
                       ("qwen3-omni-moe[talker]", QWEN2_SHARED), ("dots3-note", DSV3),
-                      ("kimi-linear", DSV3_SHARED)):
+                      ("kimi-linear", DSV3_SHARED), ("beam", DSV3), ("hy-v4", DSV3_SHARED),
+                      ("qwen4-exp", QWEN2_SHARED), ("deepseek-ocr2", GROUPED_MAX)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -134,7 +135,9 @@ def test_filters_refuse_other_routing():
                       ("jetmoe", SOFTMAX_RENORM), ("jetmoe", dict(SOFTMAX_TOPK, router_bias=1)),
                       ("aria", SOFTMAX_RENORM), ("granite-moe", dict(SOFTMAX_TOPK, router_bias=1)),
                       ("qwen3-omni-moe", QWEN2_SHARED), ("mistral4", GROUPED_MAX),
-                      ("laguna", DSV3), ("step3p7", DSV4), ("zaya", SOFTMAX_RENORM)):
+                      ("laguna", DSV3), ("step3p7", DSV4), ("zaya", SOFTMAX_RENORM),
+                      ("beam", DSV3_SHARED), ("qwen4-exp", SOFTMAX_PLAIN), ("axk1", DSV3),
+                      ("doge", SOFTMAX_RENORM), ("mistral-large4", GROUPED_MAX)):
         try:
             C.by_name(name).configure(cfg)
         except C.NotExpressible as e:
@@ -373,6 +376,13 @@ def test_jetmoe_hooks_against_its_formula():
     assert np.allclose(got["out"].double().numpy(), out, atol=1e-5)
     gd = np.take_along_axis(got["d_topk_weights"].double().numpy(), order, 1)
     assert np.allclose(gd, np.take_along_axis(dw, np.argsort(ids, axis=1), 1), atol=1e-5)
+
+
+def test_clamped_kin_run_unclamped():
+    # GLM-5-next's and HY-V4's SwiGLU clamps at swiglu_limit (10 by default)
+    # without (up + 1): their rows set it to infinity, the catalogue's SwiGLU
+    for name in ("hy-v4", "glm5-next"):
+        assert C.by_name(name).configure(DSV3_SHARED)["swiglu_limit"] == float("inf"), name
 
 
 def test_batched_mm_memory_guard():

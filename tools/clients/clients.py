@@ -274,24 +274,28 @@ def _shared_as(cfg, width, gated=False):
 
 
 def cfg_v3_kin(cfg, experts_key="n_routed_experts", shared_key="n_shared_experts",
-               shared_width_key=None, min_shared=0):
+               shared_width_key=None, min_shared=0, **extra):
     """DeepSeek-V3's MoE as GLM-4-MoE-Lite, DeepSeek-V3.2, GLM-MoE-DSA,
     EXAONE-MoE, Bailing-hybrid, Sarvam-MoE, GLM-4.5V, Solar-Open,
     Kimi-Linear and dots.3 note copy it: its router and its S ungated shared
     experts of the routed width (S = 0 without, or min_shared, zeroed: the
     loader zeroes a shared expert the case lacks) as one MLP."""
     S = _shared_as(cfg, cfg["ffn"])
+    _need(shared_key or not S, "the block has no shared experts; the case has %d" % S)
     _swiglu(cfg, shared_ok=True)
     d = cfg_deepseek_v3(cfg, experts_key=experts_key, shared_ok=True)
     d.pop("n_shared_experts")
-    d[shared_key] = max(S, min_shared)
+    if shared_key:  # (None: a block without shared experts)
+        d[shared_key] = max(S, min_shared)
     if shared_width_key:
         d[shared_width_key] = cfg["ffn"]
+    d.update(extra)
     return d
 
 
 # (row, module, block, config class, cfg_v3_kin's keyword arguments)
 _NUM = {"experts_key": "num_experts", "shared_key": "num_shared_experts"}
+_NOCLAMP = {"swiglu_limit": float("inf")}
 V3_KIN = (("glm4-moe-lite", "glm4_moe_lite", "Glm4MoeLiteMoE", "Glm4MoeLiteConfig", {}),
           ("deepseek-v32", "deepseek_v32", "DeepseekV32MoE", "DeepseekV32Config", {}),
           ("glm-moe-dsa", "glm_moe_dsa", "GlmMoeDsaMoE", "GlmMoeDsaConfig", {}),
@@ -305,7 +309,48 @@ V3_KIN = (("glm4-moe-lite", "glm4_moe_lite", "Glm4MoeLiteMoE", "Glm4MoeLiteConfi
           # dots.3 note's text MoE: its shared experts' width a key of its own,
           # and at least one of them (zeroed for a case without)
           ("dots3-note", "dots3_note", "Dots3NoteTextMoE", "Dots3NoteTextConfig",
-           {"shared_width_key": "shared_experts_intermediate_size", "min_shared": 1}))
+           {"shared_width_key": "shared_experts_intermediate_size", "min_shared": 1}),
+          ("axk2", "axk2", "AXK2MoE", "AXK2Config", {}),
+          # these clamp their SwiGLU at swiglu_limit (10) without gpt-oss's
+          # (up + 1): the limit set to infinity is the case's SwiGLU
+          ("glm5-next", "glm5_next", "Glm5NextTextMoE", "Glm5NextTextConfig", _NOCLAMP),
+          ("hy-v4", "hy_v4", "HYV4MoE", "HYV4Config", _NOCLAMP),
+          ("hy-v4-vl", "hy_v4_vl", "HYV4VLMoE", "HYV4VLTextConfig", _NOCLAMP),
+          ("beam", "beam", "BeamMoE", "BeamConfig", {"shared_key": None,
+                                                     "experts_key": "num_experts"}),
+          ("mimo-v2-flash", "mimo_v2_flash", "MiMoV2FlashMoE", "MiMoV2FlashConfig",
+           {"shared_key": None}))
+
+
+# blocks refused, each with what the catalogue or the block lacks: (row,
+# module, block, config class, reason)
+_SIGMOID_NOGROUPS = ("needs sigmoid scores with a selection bias and no groups, SwiGLU experts: "
+                     "no catalogue family has them (nemotron-like's experts are relu^2, "
+                     "deepseek-v3-small's and deepseek-v3-shared's routing is grouped)")
+REFUSED = (("axk1", "axk1", "AXK1MoE", "AXK1Config", "DeepSeek-V3's MoE with an RMSNorm on "
+            "its output (post_mlp_layernorm): no catalogue stage normalises the layer's out"),
+           ("mistral-large4", "mistral_large4", "MistralLarge4TextMoE", "MistralLarge4TextConfig",
+            "needs softmax scores with groups scored by the sum of their best two: the "
+            "catalogue's grouped softmax family (grouped-max) scores a group by its max"),
+           ("flint", "flint", "FlintSparseMoeBlock", "FlintConfig", "needs sigmoid scores "
+            "without a selection bias or groups and k > 1: no catalogue family (llama4-like "
+            "is top-1 on the input)"),
+           ("minimax-m3-vl", "minimax_m3_vl", "MiniMaxM3VLSparseMoeBlock", "MiniMaxM3VLTextConfig",
+            _SIGMOID_NOGROUPS),
+           ("kolibri1", "kolibri1", "Kolibri1SparseMoeBlock", "Kolibri1Config", _SIGMOID_NOGROUPS),
+           ("inkling", "inkling", "InklingMoE", "InklingTextConfig", _SIGMOID_NOGROUPS),
+           ("hy-v3", "hy_v3", "HYV3MoE", "HYV3Config", _SIGMOID_NOGROUPS),
+           ("muse-spark", "muse_spark", "MuseSparkMoE", "MuseSparkTextConfig", _SIGMOID_NOGROUPS +
+            "; and a centred RMSNorm on the experts' input (pre_expert_norm)"),
+           ("inkling2", "inkling2", "Inkling2SparseMoeBlock", "Inkling2TextConfig",
+            "needs a softcapped SwiGLU (Inkling2SoftcappedSwiGLU): no catalogue FFN"),
+           ("inkling2-loop", "inkling2_loop", "Inkling2LoopSparseMoeBlock",
+            "Inkling2LoopTextConfig", "needs a softcapped SwiGLU: no catalogue FFN"),
+           ("ernie4.5-vl-moe", "ernie4_5_vl_moe", "Ernie4_5_VLMoeMoeBlock",
+            "Ernie4_5_VLMoeTextConfig", "ERNIE-4.5-MoE's routing (a selection bias on softmax "
+            "scores), a text and a vision MoE: no catalogue family"),
+           ("doge", "doge", "DogeCDMoE", "DogeConfig", "needs product-key experts (rank-one "
+            "experts from two key tables, Doge's CDMoE) beside a dense MLP: no catalogue FFN"))
 
 
 def cfg_deepseek_v4(cfg, hashed):
@@ -406,6 +451,10 @@ def cfg_mistral4(cfg):
     raise NotExpressible("needs softmax scores with groups scored by the sum of their best two "
                          "(Mistral4TopkRouter): the catalogue's grouped softmax family "
                          "(grouped-max) scores a group by its max")
+
+
+def _refuse(why):
+    raise NotExpressible(why)
 
 
 def cfg_zaya(cfg):
@@ -550,6 +599,22 @@ CLIENTS = [
     _c("step3p7", "step3p7", "Step3p7SparseMoeBlock", "Step3p7TextConfig",
        lambda c: cfg_sigmoid_nogroups(c, "")),
     _c("zaya", "zaya", "ZayaSparseMoeBlock", "ZayaConfig", cfg_zaya),
+    _c("deepseek-ocr2", "deepseek_ocr2", "DeepseekOcr2TextMoe", "DeepseekOcr2TextConfig",
+       cfg_deepseek_v2, note="DeepSeek-V2's MoE; shared experts off"),
+    _c("unlimited-ocr", "unlimited_ocr", "UnlimitedOcrTextMoe", "UnlimitedOcrTextConfig",
+       cfg_deepseek_v2, note="DeepSeek-V2's MoE; shared experts off"),
+    _c("lara-mini", "lara_mini", "LaraMiniSparseMoeBlock", "LaraMiniConfig",
+       lambda c: cfg_qwen(c, ffn_key="moe_intermediate_size", shared_expert_intermediate_size=0),
+       note="its ungated shared expert at width 0"),
+    _c("mellum", "mellum", "MellumSparseMoeBlock", "MellumConfig",
+       lambda c: cfg_qwen(c, ffn_key="moe_intermediate_size")),
+    _c("qwen4-exp", "qwen4_exp", "Qwen4ExpTextSparseMoeBlock", "Qwen4ExpTextConfig",
+       lambda c: (_need_shared(c, gated=True), cfg_qwen3_next(c))[1],  # (its config wants one)
+       note="Qwen2-MoE's gated shared expert"),
+    _c("granite-moe-swa", "granitemoe_swa", "GraniteMoeSWAMoE", "GraniteMoeSWAConfig",
+       cfg_granite),
+    *[_c(name, module, block, config, lambda c, why=why: _refuse(why))
+      for name, module, block, config, why in REFUSED],
     _c("cohere2-moe", "cohere2_moe", "Cohere2MoeSparseMoeBlock", "Cohere2MoeConfig", cfg_cohere2,
        note="softmax over the top-k logits; shared experts off"),
     _c("minimax-m2", "minimax_m2", "MiniMaxM2SparseMoeBlock", "MiniMaxM2Config",
