@@ -350,7 +350,17 @@ REFUSED = (("axk1", "axk1", "AXK1MoE", "AXK1Config", "DeepSeek-V3's MoE with an 
             "Ernie4_5_VLMoeTextConfig", "ERNIE-4.5-MoE's routing (a selection bias on softmax "
             "scores), a text and a vision MoE: no catalogue family"),
            ("doge", "doge", "DogeCDMoE", "DogeConfig", "needs product-key experts (rank-one "
-            "experts from two key tables, Doge's CDMoE) beside a dense MLP: no catalogue FFN"))
+            "experts from two key tables, Doge's CDMoE) beside a dense MLP: no catalogue FFN"),
+           ("gemma4", "gemma4", "Gemma4TextMLP", "Gemma4TextConfig", "needs a router that "
+            "RMS-normalises and scales its input and multiplies each weight by a per-expert "
+            "scale, the MoE inside the decoder's MLP beside a dense MLP: no catalogue routing"),
+           ("diffusion-gemma", "diffusion_gemma", "DiffusionGemmaTextMLP",
+            "DiffusionGemmaTextConfig", "Gemma-4's router (a normalised, scaled input, "
+            "per-expert scales on the weights): no catalogue routing"),
+           ("openai-privacy-filter", "openai_privacy_filter", "OpenAIPrivacyFilterMLP",
+            "OpenAIPrivacyFilterConfig", "gpt-oss's routing with the softmax over the top-k "
+            "logits divided by k: no catalogue family has softmax_topk with a scale (gpt-oss-full "
+            "and softmax-topk have scale 1)"))
 
 
 def cfg_deepseek_v4(cfg, hashed):
