@@ -202,7 +202,7 @@ static const dl_case_t catalogue[] = {
     KFAM("nemotron-kernel-bf16", "Nemotron's non-gated relu(x Wu)^2 Wd experts at d = 2688, f = 1856; sigmoid top-4 of 8 with the selection bias, renormalised, scale 2.5",
          256, 2688, 1856, (8, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 215, .ffn_bias = 0),
     KFAM("longcat-kernel-bf16", "LongCat-Flash routing (softmax over 16 experts and 8 zero experts, top-6 on the scores plus the selection-only bias, no renormalisation, scale 6; a zero expert's output is its input); d = 2048, f = 1024",
-         256, 2048, 1024, (16, 6, SM, 1, 1, GMAX, 0, 6.0, 1, 0, 0, 0, 8), SWI, 216, .ffn_bias = 0),
+         256, 2048, 1024, (16, 6, SM, 1, 1, GMAX, 0, 6.0, 1, 0, 0, 0, 8), SWI, 217, .ffn_bias = 0),
 
     /* The layer recipes (doc/lowprecision.md, "The layer recipes"): small,
      * and the kernel tier's planted sizes in the twin of kernel-sizes-bf16. */
