@@ -93,3 +93,22 @@ def test_both_ways(goldens, name):
         fused["out"].dtype)
     r = dropless.check(g, fused)
     assert not r.conformant and (t, j) in r.dropped
+
+
+@pytest.mark.parametrize("fill", [np.nan, 1e30])
+def test_hidden_tail_ignored(goldens, fill):
+    """A kernel never writes the hidden arrays' rows of the identity tail
+    (its GEMMs run over the real experts' rows): garbage there is no
+    finding, while y_sorted's tail (a real output) stays judged."""
+    g = goldens("longcat-like-bf16")
+    ident, _ = identity_rows(g)
+    outs = full(g)
+    for n in ("h_gate", "h_up", "h_act", "d_h_act", "d_h_gate", "d_h_up"):
+        outs[n] = outs[n].copy()
+        outs[n][ident] = fill
+    r = dropless.check(g, outs)
+    assert r.conformant, r.failures
+    outs["y_sorted"] = outs["y_sorted"].copy()
+    outs["y_sorted"][ident] = fill
+    r = dropless.check(g, outs)
+    assert not r.conformant and "y_sorted" in [c.stage for c in r.failures]

@@ -468,17 +468,25 @@ static int check_identity(dl__ck_t *ck, dl_value_t s, const float *cand, const f
     if (!r)
         return DL_ENOMEM;
     int64_t bad = 0, first = -1, n = 0;
+    float *fixed = NULL; /* downstream sees the FAILed rows' defined values */
     for (int64_t q = off_o[ck->E]; q < M; q++) {
         const int64_t p = ck->row_map ? ck->row_map[q] : q;
         if (p < 0)
             continue; /* not dispatched: the token accounting names it */
         const float *want = dy ? dy + p * d : ck->in->x + (sort_o[q] / k) * d;
         n++;
-        if (memcmp(cand + p * d, want, (size_t)d * sizeof *want)) {
-            bad++;
-            first = first < 0 ? cand_flat(ck, sort_o[q]) : first;
-        }
+        if (!memcmp(cand + p * d, want, (size_t)d * sizeof *want))
+            continue;
+        bad++;
+        first = first < 0 ? cand_flat(ck, sort_o[q]) : first;
+        if (!fixed && (fixed = dl__ck_alloc(ck, M * d, sizeof *fixed)))
+            memcpy(fixed, cand, (size_t)(M * d) * sizeof *fixed);
+        if (!fixed)
+            return DL_ENOMEM;
+        memcpy(fixed + p * d, want, (size_t)d * sizeof *want);
     }
+    if (fixed) /* as a FAILed stage's exact value is: its defect stays its own */
+        ck->st[s].cand = fixed;
     r->n_checked = n * d;
     r->n_over_pass = r->n_over_warn = bad;
     r->worst_index = first;
@@ -493,12 +501,44 @@ static int check_identity(dl__ck_t *ck, dl_value_t s, const float *cand, const f
     return 0;
 }
 
+/* A hidden array's rows of the identity tail are no expert's: a kernel
+ * runs its GEMMs over the real experts' rows only and never writes them.
+ * A candidate's copy is judged with those rows at their defined +0,
+ * whatever it left there (garbage, NaN, uninitialised bits). */
+static int ignore_hidden_tail(dl__ck_t *ck)
+{
+    static const dl_value_t hidden[] = {DL_VALUE_H_GATE, DL_VALUE_H_UP, DL_VALUE_H_ACT,
+                                        DL_VALUE_D_H_ACT, DL_VALUE_D_H_GATE, DL_VALUE_D_H_UP};
+    const int64_t M = ck->M, f = ck->f;
+    const int64_t *off_o = ck->st[DL_VALUE_GROUP_OFFSETS].exact;
+    for (size_t h = 0; h < sizeof hidden / sizeof *hidden; h++) {
+        const float *c = ck->st[hidden[h]].cand;
+        if (!c || ck->st[hidden[h]].numel != M * f)
+            continue;
+        float *z = dl__ck_alloc(ck, M * f, sizeof *z);
+        if (!z)
+            return DL_ENOMEM;
+        memcpy(z, c, (size_t)(M * f) * sizeof *z);
+        for (int64_t q = off_o[ck->E]; q < M; q++) {
+            const int64_t p = ck->row_map ? ck->row_map[q] : q;
+            if (p >= 0)
+                memset(z + p * f, 0, (size_t)f * sizeof *z);
+        }
+        ck->st[hidden[h]].cand = z;
+    }
+    return 0;
+}
+
 /* The zero experts' rows of y_sorted and (with the candidate's d_y_sorted)
- * of d_x_sorted; nothing without zero experts. */
+ * of d_x_sorted; the hidden arrays' tail ignored; nothing without zero
+ * experts. */
 static int check_identities(dl__ck_t *ck)
 {
     if (ck->c->route.zero_experts <= 0)
         return 0;
+    int rh = ignore_hidden_tail(ck);
+    if (rh)
+        return rh;
     const float *y = ck->st[DL_VALUE_Y_SORTED].cand, *dxs = ck->st[DL_VALUE_D_X_SORTED].cand;
     const float *dy = ck->st[DL_VALUE_D_Y_SORTED].cand;
     int rc = y ? check_identity(ck, DL_VALUE_Y_SORTED, y, NULL) : 0;
