@@ -85,7 +85,7 @@ fi
 check "info --layout --json lists every array of the format (python/tests checks it equals dropless.layout())" \
     'run 0 info --layout --json && [ "$(grep -c "\"group\": " "$T/out")" -eq "$rows" ] && grep -q "\"name\": \"d_router_weight\", \"path\": \"/backward/d_router_weight\"" "$T/out"'
 check "info --layout lists every array of the format, d_router_weight included" \
-    'run 0 info --layout && [ "$(grep -c -E "^(inputs|forward|backward) " "$T/out")" -eq "$rows" ] && grep -q "^backward  d_router_weight  f32   dE " "$T/out"'
+    'run 0 info --layout && [ "$(grep -c -E "^(inputs|forward|backward) " "$T/out")" -eq "$rows" ] && grep -q "^backward  d_router_weight  f32   dR " "$T/out"'
 check "info --layout: an unexpected argument is a usage error" 'run 2 info --layout extra && one_line_err'
 
 # --- nothing checked is not conformance (issue 11, item 7)

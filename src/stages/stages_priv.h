@@ -90,6 +90,21 @@ int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *i
 /* n floats of 1.0f (malloc'ed; NULL when out of memory): the bias terms' column. */
 float *dl__ones(int64_t n);
 
+/* dl_sort_assignments with Z zero (identity) experts, ids in [E, E + Z)
+ * (LongCat-Flash): their rows are the sorted array's tail
+ * [group_offsets[E], M), by zero expert then flat index; group_sizes [E]
+ * and group_offsets [E + 1] are the real experts'. Z = 0 is
+ * dl_sort_assignments. Errors as dl_sort_assignments. */
+int dl__sort_assignments_z(const int32_t *ids, int64_t T, int64_t k, int64_t E, int64_t Z,
+                           int32_t *sort_perm, int32_t *inv_perm, int64_t *group_sizes,
+                           int64_t *group_offsets);
+/* The identity tail of a window of `rows` sorted rows whose groups are
+ * off[0..ne] (the rows past its last group, [off[ne] - off[0], rows): the
+ * zero experts' rows): dst's tail rows (n floats each) = src's (an exact
+ * copy), or +0 with src NULL; nothing without zero experts. Returns 0. */
+int dl__identity_tail(const dl_moe_config_t *c, int64_t rows, const int64_t *off, int64_t ne,
+                      const float *src, int64_t n, float *dst);
+
 /* x_sorted rows [r0, r1) of dl_permute into out (row r0 first). sort_perm
  * is checked by the caller (dl_permute) or comes from dl_sort_assignments. */
 int dl__permute_rows(const float *x, int64_t d, int64_t k, const int32_t *sort_perm, int64_t r0,
@@ -283,6 +298,9 @@ void dl__mag_grouped(const dl__vctx_t *v, dl__mag_t *m, const float *lhs, int64_
 double *dl__mag_array(const dl__vctx_t *v, dl__mag_t *m, int64_t n);
 /* The effective value of stage s as floats. */
 #define DL__EF(v, s) ((const float *)(v)->v[DL_VALUE_##s])
+/* The router's width E + Z (the logits' and scores' columns; E without
+ * zero experts), and the first sorted row of the identity tail. */
+#define DL__RW(v) DL_ROUTE_WIDTH(&(v)->c->route)
 /* The error bound of absent upstream s (NULL: none), whether its terms add
  * as a root sum of squares, and first-order sums of such terms. */
 #define DL__DL(v, s) ((v)->delta[DL_VALUE_##s])

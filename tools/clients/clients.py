@@ -491,6 +491,21 @@ def cfg_ernie(cfg):
                          "catalogue family has softmax with a selection bias")
 
 
+def cfg_longcat(cfg):
+    # LongCat-Flash: a softmax over E experts and Z zero (identity) experts,
+    # the top-k on scores + e_score_correction_bias, weights the scores times
+    # routed_scaling_factor; an id >= E is the identity (zero_experts). Its
+    # router (a classifier module the forward never calls) and its E + Z
+    # gate_up rows need their own functions: tools/clients/longcat.py's hooks
+    if "hooks" not in Client._fields:
+        raise NotExpressible("needs Client.hooks (per-client hooks) to drive LongcatFlashMoE; "
+                             "tools/clients/longcat.py runs it alone")
+    return LC.configure(cfg, error=NotExpressible)
+
+
+import longcat as LC  # noqa: E402  (the hooks of the longcat-flash row)
+
+
 # --------------------------------------------------------------- table
 
 import jetmoe as JET  # noqa: E402  (the hooks of rows these functions cannot drive;
@@ -659,6 +674,9 @@ CLIENTS = [
        cfg_deepseek_v3_shared, note="shared experts on"),
     _c("nemotron-h", "nemotron_h", "NemotronHMoE", "NemotronHConfig", cfg_nemotron_h,
        layout="nemotron", note="relu^2 experts, an ungated relu^2 shared expert"),
+    _c("longcat-flash", "longcat_flash", "LongcatFlashMoE", "LongcatFlashConfig", cfg_longcat,
+       note="zero (identity) experts in the softmax, the bias for selection only (longcat.py)",
+       **({"hooks": LC} if "hooks" in Client._fields else {})),
 ]
 
 

@@ -48,7 +48,7 @@ OPTIONAL_CASES = ("qwen2-moe-like", "deepseek-v3-shared", "gpt-oss-like", "softm
 OPTIONAL_CASES += ("swiglu-clamp-tight", "geglu-tanh", "nemotron-like", "deepseek-v4-like",
                    "gpt-oss-full", "nemotron-shared")
 # the routing variants of issue 26: Llama-4's score on the input, hash routing
-OPTIONAL_CASES += ("llama4-like", "deepseek-v4-hash")
+OPTIONAL_CASES += ("llama4-like", "deepseek-v4-hash", "longcat-like")
 DTYPES = ("fp32", "bf16", "fp16")
 CANDIDATES = ("chained", "fused")
 # one thread for dropless check: the cases are small, and OpenMP's waiting

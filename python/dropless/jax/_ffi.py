@@ -70,7 +70,8 @@ def _sizes(spec):
     T, E, k = int(c["tokens"]), int(c["experts"]), int(c["top_k"])
     S = int(c.get("shared_experts", 0)) * int(c.get("shared_ffn", 0))  # the shared experts' width
     return {"T": T, "d": int(c["hidden"]), "f": int(c["ffn"]), "E": E, "k": k, "M": T * k, "P": E + 1,
-            "S": S, "V": int(c.get("hash_vocab", 0))}
+            "S": S, "V": int(c.get("hash_vocab", 0)),
+            "R": E + int(c.get("zero_experts", 0))}  # R: the router's width E + Z
 
 
 _GATED = ("swiglu", "swiglu-clamp", "geglu-tanh")  # dl_cond_applies' GATE: a gated FFN
