@@ -201,6 +201,8 @@ static const dl_case_t catalogue[] = {
          256, 2048, 1024, (16, 6, DL_SCORE_SQRTSOFTPLUS, 1, 1, GMAX, 1, 1.5, 1), SWI, 214, .ffn_bias = 0),
     KFAM("nemotron-kernel-bf16", "Nemotron's non-gated relu(x Wu)^2 Wd experts at d = 2688, f = 1856; sigmoid top-4 of 8 with the selection bias, renormalised, scale 2.5",
          256, 2688, 1856, (8, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 215, .ffn_bias = 0),
+    KFAM("llama4-kernel-bf16", "Llama-4's MoE at its d = 5120: sigmoid top-1 of 8 on the expert's input (x sigmoid(l) into the expert, outputs summed unweighted), one shared expert of width f = 1024",
+         256, 5120, 1024, (8, 1, SG, 1, 1, GMAX, 0, 1.0, 0, 0, 1), SWI, 216, .shared_experts = 1, .shared_ffn = 1024),
     KFAM("longcat-kernel-bf16", "LongCat-Flash routing (softmax over 16 experts and 8 zero experts, top-6 on the scores plus the selection-only bias, no renormalisation, scale 6; a zero expert's output is its input); d = 2048, f = 1024",
          256, 2048, 1024, (16, 6, SM, 1, 1, GMAX, 0, 6.0, 1, 0, 0, 0, 8), SWI, 217, .ffn_bias = 0),
 

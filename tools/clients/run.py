@@ -47,6 +47,8 @@ OPTIONAL_CASES = ("qwen2-moe-like", "deepseek-v3-shared", "gpt-oss-like", "softm
 # the FFN variants' families and gpt-oss with every feature on
 OPTIONAL_CASES += ("swiglu-clamp-tight", "geglu-tanh", "nemotron-like", "deepseek-v4-like",
                    "gpt-oss-full", "nemotron-shared")
+# the routing variants of issue 26: Llama-4's score on the input, hash routing
+OPTIONAL_CASES += ("llama4-like", "deepseek-v4-hash", "longcat-like")
 DTYPES = ("fp32", "bf16", "fp16")
 CANDIDATES = ("chained", "fused")
 # one thread for dropless check: the cases are small, and OpenMP's waiting
@@ -280,6 +282,20 @@ def judge(r, expected, bad):
             flush=True)
 
 
+def golden_files(a):
+    """The golden files a run takes: --cases (default: the vector tier and
+    the optional cases present) in each of --dtypes, then --golden."""
+    cases = CASES if a.cases is None else [c for c in a.cases.split(",") if c]
+    goldens = [case_file(a.vectors, c, dt) for c in cases for dt in a.dtypes.split(",")]
+    if a.cases is None:
+        absent = [c for c in OPTIONAL_CASES if not os.path.isfile(case_file(a.vectors, c, "fp32"))]
+        if absent:
+            print("clients: not in this catalogue (yet): %s" % " ".join(absent))
+        goldens += [case_file(a.vectors, c, dt) for c in OPTIONAL_CASES if c not in absent
+                    for dt in a.dtypes.split(",")]
+    return goldens + a.golden
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dropless", required=True, help="the dropless command")
@@ -304,15 +320,7 @@ def main(argv=None):
     except KeyError as e:
         print("clients: %s" % e.args[0], file=sys.stderr)
         return 2
-    cases = CASES if a.cases is None else [c for c in a.cases.split(",") if c]
-    goldens = [case_file(a.vectors, c, dt) for c in cases for dt in a.dtypes.split(",")]
-    if a.cases is None:
-        absent = [c for c in OPTIONAL_CASES if not os.path.isfile(case_file(a.vectors, c, "fp32"))]
-        if absent:
-            print("clients: not in this catalogue (yet): %s" % " ".join(absent))
-        goldens += [case_file(a.vectors, c, dt) for c in OPTIONAL_CASES if c not in absent
-                    for dt in a.dtypes.split(",")]
-    goldens += a.golden
+    goldens = golden_files(a)
     missing = [p for p in goldens if not os.path.isfile(p)]
     if missing:
         print("clients: %s: no such golden file" % missing[0], file=sys.stderr)
