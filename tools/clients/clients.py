@@ -31,6 +31,26 @@ class NotExpressible(Exception):
     catalogue); str(e) says why."""
 
 
+class NotAvailable(Exception):
+    """The installed transformers lacks the row's block, its config class
+    or the version its mapping reads (the H200 machine's 5.17 has no
+    Sarvam-MoE, ...); str(e) says what. Not a verdict on the mapping."""
+
+
+def require_available(client):
+    """NotAvailable unless the installed transformers has the row's module,
+    block class and config class."""
+    tf = importlib.import_module("transformers")
+    try:
+        mod = importlib.import_module(client.module)
+    except ImportError:
+        raise NotAvailable("transformers %s has no %s" % (tf.__version__, client.module))
+    missing = [n for n, where in ((client.config, tf), (client.block, mod))
+               if not hasattr(where, n)]
+    if missing:
+        raise NotAvailable("transformers %s has no %s" % (tf.__version__, " or ".join(missing)))
+
+
 def _need(cond, why):
     if not cond:
         raise NotExpressible(why)
@@ -121,9 +141,9 @@ def cfg_granite(cfg):
     # top_k_index); transformers 5.17's router (on the H200 machine) hands
     # the block another tuple, which the hooks misread as [T, k] logits
     import transformers
-    _need(_version(transformers.__version__) >= (5, 24),
-          "the mapping reads transformers >= 5.24's GraniteMoeTopKRouter; %s's router "
-          "returns another tuple" % transformers.__version__)
+    if _version(transformers.__version__) < (5, 24):
+        raise NotAvailable("the mapping reads transformers >= 5.24's GraniteMoeTopKRouter; "
+                           "%s's router returns another tuple" % transformers.__version__)
     return _dims(cfg)
 
 
@@ -497,9 +517,6 @@ def cfg_longcat(cfg):
     # routed_scaling_factor; an id >= E is the identity (zero_experts). Its
     # router (a classifier module the forward never calls) and its E + Z
     # gate_up rows need their own functions: tools/clients/longcat.py's hooks
-    if "hooks" not in Client._fields:
-        raise NotExpressible("needs Client.hooks (per-client hooks) to drive LongcatFlashMoE; "
-                             "tools/clients/longcat.py runs it alone")
     return LC.configure(cfg, error=NotExpressible)
 
 
@@ -676,7 +693,10 @@ CLIENTS = [
        layout="nemotron", note="relu^2 experts, an ungated relu^2 shared expert"),
     _c("longcat-flash", "longcat_flash", "LongcatFlashMoE", "LongcatFlashConfig", cfg_longcat,
        note="zero (identity) experts in the softmax, the bias for selection only (longcat.py)",
-       **({"hooks": LC} if "hooks" in Client._fields else {})),
+       hooks=LC),
+    _c("longcat-flash[defect:identity-dropped]", "longcat_flash", "LongcatFlashMoE",
+       "LongcatFlashConfig", cfg_longcat, hooks=LC, defect="identity-dropped",
+       note="negative control: every zero expert's slot weighted 0 (its w x term dropped)"),
 ]
 
 
@@ -695,7 +715,9 @@ BATCHED_MM_BUDGET = 2**30  # bytes: each run stays well under 3 GiB
 def build(client, cfg, torch):
     """The client's block for case configuration cfg, in the case's dtype
     (the router in fp32: the golden's router weight is fp32), in eval mode;
-    NotExpressible when the case does not fit the block."""
+    NotExpressible when the case does not fit the block, NotAvailable
+    when the installed transformers lacks it."""
+    require_available(client)
     if _hook(client, "build"):
         return _hook(client, "build")(client, cfg, torch)
     kwargs = client.configure(cfg)

@@ -65,13 +65,14 @@ def run_block(client, block, golden, torch, device="cpu"):
     x = x.reshape(1, T, d).requires_grad_()
     out = block(x).reshape(T, d)
     out.backward(torch.from_numpy(golden.array("d_out")).to(device=device, dtype=dt))
-    order, gates = seen["order"], seen["gates"]
+    # the routing's bookkeeping on the CPU (the block's tensors may be on a GPU)
+    order, gates, grad = seen["order"].cpu(), seen["gates"].detach().cpu(), seen["gates"].grad.cpu()
     experts = torch.repeat_interleave(torch.arange(len(seen["sizes"])),
                                       torch.tensor(seen["sizes"]))
     ids = torch.empty(T * k, dtype=torch.int32)
     ids[order] = experts.to(torch.int32)
     w, dw = torch.empty(T * k, dtype=gates.dtype), torch.empty(T * k, dtype=gates.dtype)
-    w[order], dw[order] = gates.detach(), gates.grad
+    w[order], dw[order] = gates, grad
     gu, dn = block.input_linear.weight.grad, block.output_linear.weight.grad
     res = {"router_logits": seen["logits"], "topk_ids": ids.reshape(T, k),
            "topk_weights": w.reshape(T, k), "out": out, "d_x": x.grad.reshape(T, d),

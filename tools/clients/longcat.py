@@ -12,7 +12,7 @@ here, their gradient exactly 0) and down_proj E.
 
 The block is built from its config alone (no weights from any hub), the
 golden's inputs are copied into it (the router kept in fp32: the golden's
-router weight and bias are fp32), it runs forward and backward on the CPU
+router weight and bias are fp32), it runs forward and backward (CPU or GPU)
 and what it exposes becomes two candidates: `chained` (the router's
 logits, the ids and weights it hands the experts, out, d_x, the gradients
 of the logits, the weights, the router weight and the real experts'
@@ -21,20 +21,11 @@ weights) and `fused` (out and d_x only). The negative control
 the experts: every identity slot dropped) must be NOT CONFORMANT.
 
 The functions are clients.py's hooks (Client.hooks: build, load_inputs,
-run_block); `python3 tools/clients/longcat.py --dropless PATH --vectors
-DIR -o OUTDIR` runs the client alone (exit 1 when a verdict is not the
-expected one).
+run_block) of the rows longcat-flash and its negative control; run.py
+drives them (`make check-clients`, or `run.py --clients 'longcat-flash*'`).
 """
 
-import argparse
-import os
-import subprocess
-import sys
-
 import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = ("longcat-like", "longcat-like-bf16", "longcat-like-fp16")
 
 
 class NotExpressible(Exception):
@@ -115,12 +106,13 @@ def run_block(client, block, golden, torch, device="cpu"):
 
     block.router.register_forward_hook(grab_router)
     block.experts.register_forward_pre_hook(grab_routing)
-    x = torch.from_numpy(np.asarray(golden.array("x"), dtype=np.float32)).to(device=device,
-                                                                              dtype=dt)
-    x = x.reshape(1, -1, golden.dims["d"]).requires_grad_()
+    def arr(name):  # a golden array as a tensor on the block's device
+        a = np.asarray(golden.array(name), dtype=np.float32)
+        return torch.from_numpy(a).to(device=device, dtype=dt)
+
+    x = arr("x").reshape(1, -1, golden.dims["d"]).requires_grad_()
     out = block(x)
-    out.backward(torch.from_numpy(np.asarray(golden.array("d_out"),
-                                             dtype=np.float32)).to(dt).reshape(out.shape))
+    out.backward(arr("d_out").reshape(out.shape))
     ex = block.experts
     gu = ex.gate_up_proj.grad[:E].transpose(1, 2)  # [E, d, 2f]; the zero experts' rows unused
     res = {"router_logits": seen["logits"], "topk_ids": seen["ids"].to(torch.int32),
@@ -132,59 +124,3 @@ def run_block(client, block, golden, torch, device="cpu"):
            "d_w_down": ex.down_proj.grad.transpose(1, 2)}
     return {k: v.detach().cpu().numpy() if v.dtype == torch.int32
             else v.detach().cpu().float().numpy() for k, v in res.items()}
-
-
-def _verdict(dropless, golden, cand):
-    p = subprocess.run([dropless, "check", golden, cand], capture_output=True, text=True,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    rows = [l for l in p.stdout.splitlines() if "CONFORMANT" in l or "FAIL " in l]
-    last = [l for l in p.stdout.splitlines() if "CONFORMANT" in l]
-    return (last[-1] if last else p.stderr.strip()), rows
-
-
-class _Row:
-    defect = None
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dropless", required=True)
-    ap.add_argument("--vectors", required=True)
-    ap.add_argument("-o", dest="out", required=True)
-    a = ap.parse_args(argv)
-    import torch
-    import dropless
-    os.makedirs(a.out, exist_ok=True)
-    bad = 0
-    runs = [("chained", None), ("fused", None), ("fused", "identity-dropped")]
-    for case in CASES:
-        gpath = os.path.join(a.vectors, case + ".h5")
-        for mode, defect in runs:
-            row = _Row()
-            row.defect = defect
-            g = dropless.load(gpath)
-            block = build(row, dict(g.config), torch)
-            load_inputs(row, block, g, torch)
-            res = run_block(row, block, g, torch)
-            if mode == "fused":
-                res = {k: res[k] for k in ("out", "d_x")}
-            cand = os.path.join(a.out, "%s--longcat-flash%s--%s.h5" % (
-                case, "-" + defect if defect else "", mode))
-            prof = "fp32" if g.config["dtype"] == "fp32" else g.config["dtype"] + "-acc"
-            dropless.write_candidate(cand, res, g, backend="transformers:longcat-flash",
-                                     compute_mode=prof, force=True)
-            g.close()
-            v, rows = _verdict(a.dropless, gpath, cand)
-            want = "NOT CONFORMANT" if defect else "CONFORMANT"
-            ok = v.startswith(want)
-            bad += not ok
-            print("%s %-18s %-28s %-8s %s" % ("ok" if ok else "UNEXPECTED", case,
-                                              "longcat-flash" + ("[%s]" % defect if defect else ""),
-                                              mode, v))
-            for r in rows[:-1] if not ok or defect else []:
-                print("    " + r)
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -55,6 +55,10 @@ CANDIDATES = ("chained", "fused")
 # threads on a loaded machine made a 0.03 s check take 11 s of wall time
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 FUSED_STAGES = ("out", "d_x")
+# rows whose block the installed transformers lacks: no candidate, no
+# verdict on the mapping (said once per client, never UNEXPECTED)
+NOT_AVAILABLE = "NOT AVAILABLE"
+NO_RUN = ("NOT EXPRESSIBLE", NOT_AVAILABLE)
 
 
 def case_file(vectors, case, dtype):
@@ -127,6 +131,8 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
         secs = time.time() - t0
     except C.NotExpressible as e:
         return [dict(base, candidate=m, verdict="NOT EXPRESSIBLE", why=str(e)) for m in CANDIDATES]
+    except C.NotAvailable as e:
+        return [dict(base, candidate=m, verdict=NOT_AVAILABLE, why=str(e)) for m in CANDIDATES]
     except Exception as e:  # the client itself failed: no candidate
         why = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1] if str(e) else "")
         return [dict(base, candidate=m, verdict="ERROR", why=why, worst=None, worst_stage="-",
@@ -219,7 +225,7 @@ def table(rows):
     short = {"CONFORMANT": "C", "NOT CONFORMANT": "**NC**", "ERROR": "**ERROR**",
              "NOTHING CHECKED": "nothing checked"}
     for (client, case), by_dt in cell.items():
-        if all(r["verdict"] == "NOT EXPRESSIBLE" for m in by_dt.values() for r in m.values()):
+        if all(r["verdict"] in NO_RUN for m in by_dt.values() for r in m.values()):
             continue
         cols = []
         for dt in DTYPES:
@@ -232,8 +238,8 @@ def table(rows):
                 r = m.get(mode)
                 if r is None:
                     continue
-                if r["verdict"] == "NOT EXPRESSIBLE":
-                    parts.append("n/e")
+                if r["verdict"] in NO_RUN:
+                    parts.append("n/e" if r["verdict"] == "NOT EXPRESSIBLE" else "n/a")
                     continue
                 flag = "" if r.get("as_expected", True) else " (UNEXPECTED)"
                 parts.append("%s %s (%s)%s" % (short.get(r["verdict"], r["verdict"]),
@@ -245,13 +251,17 @@ def table(rows):
 
 
 def not_expressible(rows):
-    """One line per client that expresses no case: why (its first reason)."""
+    """One line per client that expresses no case (why: its first reason)
+    and per client the installed transformers lacks."""
     by = {}
     for r in rows:
         by.setdefault(r["client"], []).append(r)
     out = []
     for client, rs in by.items():
-        if all(r["verdict"] == "NOT EXPRESSIBLE" for r in rs):
+        na = [r for r in rs if r["verdict"] == NOT_AVAILABLE]
+        if na:
+            out.append("- `%s`: not available here: %s" % (client, na[0]["why"]))
+        elif all(r["verdict"] == "NOT EXPRESSIBLE" for r in rs):
             out.append("- `%s`: not expressible on this branch: %s" % (client, rs[0]["why"]))
     return out
 
@@ -261,7 +271,9 @@ def judge(r, expected, bad):
     to bad if not), and prints it when it ran."""
     want, why = expected_for(expected, r["client"], r["case"], r["dtype"],
                              r["candidate"])
-    if r["verdict"] == "NOT EXPRESSIBLE" and want != "NOT EXPRESSIBLE":
+    if r["verdict"] == NOT_AVAILABLE:
+        want = NOT_AVAILABLE  # the installed transformers, not the mapping
+    elif r["verdict"] == "NOT EXPRESSIBLE" and want != "NOT EXPRESSIBLE":
         # the case filter refused this case: expected, as long as
         # the client expresses some case (checked below)
         want = "NOT EXPRESSIBLE"
@@ -273,7 +285,7 @@ def judge(r, expected, bad):
     r["as_expected"] = r["verdict"] == want
     if not r["as_expected"]:
         bad.append(r)
-    if r["verdict"] != "NOT EXPRESSIBLE":
+    if r["verdict"] not in NO_RUN:
         print("%-34s %-22s %-5s %-8s %-15s worst %7s x PASS (%s)%s%s" % (
             r["client"], r["case"], r["dtype"], r["candidate"], r["verdict"],
             fmt(r.get("worst")), r.get("worst_stage", "-"),
@@ -366,7 +378,8 @@ def main(argv=None):
         mine = [r for r in rows if r["client"] == client.name]
         waiting = expected_for(expected, client.name, "*", "*", "*")[0] == "NOT EXPRESSIBLE"
         if a.cases is None and mine and not waiting and \
-                all(r["verdict"] == "NOT EXPRESSIBLE" for r in mine):
+                all(r["verdict"] in NO_RUN for r in mine) and \
+                not any(r["verdict"] == NOT_AVAILABLE for r in mine):
             r = dict(mine[0], verdict="NOTHING EXPRESSED", expected="CONFORMANT somewhere",
                      as_expected=False)
             bad.append(r)  # a mapping that refuses every case tests nothing
@@ -379,13 +392,15 @@ def main(argv=None):
             fh.write(table(rows))
             fh.write("\n" + "\n".join(not_expressible(rows)) + "\n")
         os.replace(a.table + ".tmp", a.table)
-    ran = [r for r in rows if r["verdict"] != "NOT EXPRESSIBLE"]
+    ran = [r for r in rows if r["verdict"] not in NO_RUN]
     counts = {}
     for r in ran:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    print("clients: %d candidates checked (%s); %d runs not expressible; %d unexpected" % (
+    na = sum(r["verdict"] == NOT_AVAILABLE for r in rows)
+    print("clients: %d candidates checked (%s); %d runs not expressible; %s%d unexpected" % (
         len(ran), ", ".join("%d %s" % (n, v) for v, n in sorted(counts.items())),
-        len(rows) - len(ran), len(bad)))
+        len(rows) - len(ran) - na, "%d runs not available in %s; " % (na, version) if na else "",
+        len(bad)))
     for line in not_expressible(rows):
         print(line)
     for r in bad:
