@@ -146,6 +146,8 @@ struct dl__ck {
     int64_t scr_len[DL__CK_SCRATCH];
     dl__spare_t spare; /* a two-output exact function's other output (vctx.c) */
     dl__memo_t memo;   /* logistic values of the gates (vctx.c) */
+    dl_valueset_t up[DL_VALUE_COUNT]; /* dl__ck_upstream of each value, once have_up */
+    int have_up;
     /* arrays of the run (dl__ck_alloc'd) that no later stage reads, for
      * dl__ck_take to hand out again: reused pages instead of fresh ones */
     void *pool[DL__CK_POOL];
@@ -325,8 +327,11 @@ dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
 /* Sets up cmp's M provider (mp, owned by the caller) and constants for s. */
 int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
-/* The upstream mask of s for the case's FFN kind. */
+/* The upstream mask of s for the case's FFN kind (from ck->up once
+ * dl__ck_upstream_init has filled it: the masks are looked up by value
+ * name, too slow for the stage walk's every call). */
 dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
+void dl__ck_upstream_init(dl__ck_t *ck);
 /* The storage type of stage s in this case (the candidate's own where it
  * stores the stage coarser). */
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);

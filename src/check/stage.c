@@ -124,7 +124,7 @@ static const float *gather(dl__ck_t *ck, dl_value_t s, const float *exact)
     float *g = dl__ck_alloc(ck, ck->M * cols, sizeof *g);
     if (!g)
         return NULL;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ck->M * cols > DL__PAR_MIN)
     for (int64_t q = 0; q < ck->M; q++) {
         const int64_t p = ck->row_map[q];
         memcpy(g + q * cols, p >= 0 ? c + p * cols : exact + q * cols, (size_t)cols * sizeof *g);
@@ -214,7 +214,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
             rc = rc ? rc : DL_ENOMEM;
             break;
         }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t r = 0; r < cmp.rows; r++) {
             const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
             dl__ck_bc_t bc;
@@ -515,8 +515,16 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
     return 0;
 }
 
+/* The absent stages whose deltas the propagation into s reads: its
+ * upstream. A propagation that reads another one's delta must name it
+ * here, or the delta is handed back before it (release_deltas). */
+static dl_valueset_t delta_reads(const dl__ck_t *ck, dl_value_t s)
+{
+    return dl__ck_upstream(ck, s);
+}
+
 /* The deltas of the absent stages that no stage from s on reads (last[u]:
- * the last stage with u upstream) are handed back for reuse. */
+ * the last stage that reads it, delta_reads) are handed back for reuse. */
 static void release_deltas(dl__ck_t *ck, const int *last, int s)
 {
     for (int u = 0; u < s; u++)
@@ -586,7 +594,7 @@ int dl__ck_stages(dl__ck_t *ck)
         total += ck->st[s].numel > 0 ? ck->st[s].numel : 0;
         last[s] = s;
         for (int d = s + 1; d < DL_VALUE_COUNT; d++)
-            if (DL_VALUE_HAS(dl__ck_upstream(ck, (dl_value_t)d), s))
+            if (DL_VALUE_HAS(delta_reads(ck, (dl_value_t)d), s))
                 last[s] = d;
     }
     for (int si = 0; si < DL_VALUE_COUNT; si++) {

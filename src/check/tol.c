@@ -354,15 +354,15 @@ static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const d
         return NULL;
     ck->scr_src[slot] = NULL;
     if (!dsrc && !sq) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             d[i] = fabs((double)src[i]);
     } else if (!dsrc) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             d[i] = up32((double)src[i] * (double)src[i]);
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
     }
@@ -620,7 +620,7 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
                          rowstat_t *st)
 {
     const int64_t C = cmp->cols;
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if ((r1 - r0) * C > DL__PAR_MIN)
     for (int64_t r = r0; r < r1; r++) {
         if (cmp->row_skip && cmp->row_skip[r]) {
             row_stat_init(&st[r - r0]);

@@ -38,7 +38,7 @@ static const double *sig_all(const dl__vctx_t *v, const float *hg, int64_t n)
     double *s = v->alloc(v->actx, n, sizeof *s);
     if (!s)
         return NULL;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         s[i] = sig(hg[i]);
     m->slot[m->next].key = hg;
@@ -81,7 +81,7 @@ static int variant_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int6
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad; /* relu2 has no gate (hg NULL) */
         dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
@@ -101,7 +101,7 @@ static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int
     if (!dg && !du && !dd)
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u), rd = which ? VRSS(o.dh) : 0;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad;
         dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
@@ -134,7 +134,7 @@ int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_
     if (!a)
         return DL_ENOMEM;
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++)
         a[i] = fabs((double)hg[i] * SIG(i) * (double)hu[i]); /* silu(g) u */
     m->elem = 1;
@@ -151,7 +151,7 @@ int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double 
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u);
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const double sg = SIG(i), gi = hg[i];
         /* h = silu(g) u: |silu'(g) u| dg + |silu(g)| du */
@@ -209,7 +209,7 @@ int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t
     if (!a)
         return DL_ENOMEM;
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const double sg = SIG(i);
         if (gate) /* dh u s (1 + g (1 - s)): the two terms' magnitudes */
@@ -232,7 +232,7 @@ int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u), rd = VRSS(o.dh);
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         const double sg = SIG(i), gi = hg[i], ui = hu[i], hi = dh[i];
         const double d1 = dsilu(gi, sg);                                 /* silu' */

@@ -188,6 +188,11 @@ typedef struct {
  * run, NULL on no memory). For dl__prop_<name>: delta[s] the per-element
  * bound (or statistical scale) on the error of absent value s, NULL where
  * none; bit s of rss: s's terms add as a root sum of squares. */
+/* Elements below which a checking loop runs on one thread: a parallel
+ * region costs more than such a loop (and far more on a loaded machine,
+ * where the second thread waits for a core); results do not depend on it. */
+#define DL__PAR_MIN 16384
+
 /* The second output of a two-output exact function (the SwiGLU backward
  * gives d_h_gate and d_h_up in one pass), kept by the runner for the call
  * that asks for it: the gate flag of that call, the producer's first
