@@ -175,10 +175,11 @@ else
 fi
 if command -v script >/dev/null 2>&1; then
     # a terminal gets a progress bar naming the stage; -q and a pipe get none
-    check "check on a terminal: a progress bar with the stage and an ETA; with -q or piped none" \
+    check "check on a terminal: a progress bar with the stage, an ETA, elements and their rate; with -q or piped none" \
         'export DROPLESS_PROGRESS_AFTER_S=0 &&
          script -qec "\"$DL\" check \"$V/tiny.h5\" \"$V/tiny.h5\"" /dev/null >"$T/tty" 2>&1 &&
          grep -q "ETA" "$T/tty" && grep -q "tiny: d_x" "$T/tty" && grep -q " PASS, 0 WARN, 0 FAIL" "$T/tty" &&
+         grep -Eq "[0-9.]+k?/[0-9.]+k? elements, [0-9.]+[kMG]?/s" "$T/tty" &&
          script -qec "\"$DL\" check -q \"$V/tiny.h5\" \"$V/tiny.h5\"" /dev/null >"$T/tty" 2>&1 &&
          ! grep -q "ETA" "$T/tty" &&
          "$DL" check "$V/tiny.h5" "$V/tiny.h5" >"$T/out" 2>"$T/err" && ! grep -q "ETA" "$T/err"'

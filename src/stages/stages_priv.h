@@ -203,6 +203,35 @@ typedef struct {
  * run, NULL on no memory). For dl__prop_<name>: delta[s] the per-element
  * bound (or statistical scale) on the error of absent value s, NULL where
  * none; bit s of rss: s's terms add as a root sum of squares. */
+/* Elements below which a checking loop runs on one thread: a parallel
+ * region costs more than such a loop (and far more on a loaded machine,
+ * where the second thread waits for a core); results do not depend on it. */
+#define DL__PAR_MIN 16384
+
+/* The second output of a two-output exact function (the SwiGLU backward
+ * gives d_h_gate and d_h_up in one pass), kept by the runner for the call
+ * that asks for it: the gate flag of that call, the producer's first
+ * operand (key), the effective operands it was computed on, n elements. */
+typedef struct {
+    float *v; /* NULL: nothing kept */
+    int key, gate;
+    const void *on[3];
+    int64_t n;
+} dl__spare_t;
+
+/* The logistic function of a whole array of gate values, kept by the
+ * runner: M and every tier's propagation of SwiGLU values need it again
+ * (activation_check.c). Two slots (the routed experts' gate, the shared
+ * ones'), replaced in turn. */
+typedef struct {
+    struct {
+        const float *key; /* the effective gate values */
+        int64_t n;
+        double *v;
+    } slot[2];
+    int next;
+} dl__memo_t;
+
 typedef struct {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
@@ -216,6 +245,8 @@ typedef struct {
     void *actx;
     const double *delta[DL_VALUE_COUNT];
     uint64_t rss;
+    dl__spare_t *spare; /* the runner's keep of a second output, or NULL */
+    dl__memo_t *memo;   /* the runner's logistic values, or NULL */
 } dl__vctx_t;
 
 /* What dl__mag_<name> sets up for the comparison of a value: mp (preset,
@@ -321,7 +352,9 @@ const float *dl__route_input_w(const dl__vctx_t *v);
  * d_h_act) or the shared experts' (shared_check.c). dl__swiglu_mag and
  * dl__swiglu_prop are h_act's M and propagation, the _d ones those of
  * d_h_gate (gate 1) or d_h_up (gate 0); dl__swiglu_exact_d the exact
- * gradient, n elements. */
+ * gradient, n elements (both come out of one pass: the other is kept in
+ * v->spare, where set, for the call that asks for it on the same
+ * operands). */
 typedef struct {
     dl_value_t g, u, dh;
 } dl__swiglu_vals_t;
