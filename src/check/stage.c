@@ -520,7 +520,14 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
  * here, or the delta is handed back before it (release_deltas). */
 static dl_valueset_t delta_reads(const dl__ck_t *ck, dl_value_t s)
 {
-    return dl__ck_upstream(ck, s);
+    dl_valueset_t r = dl__ck_upstream(ck, s);
+    /* zero experts: prop.c's identity_tail gives the tail rows of y_sorted
+     * and d_x_sorted their source's delta (x_sorted's, d_y_sorted's) */
+    if (ck->c->route.zero_experts > 0 && s == DL_VALUE_Y_SORTED)
+        r |= DL_VALUE_BIT(DL_VALUE_X_SORTED);
+    if (ck->c->route.zero_experts > 0 && s == DL_VALUE_D_X_SORTED)
+        r |= DL_VALUE_BIT(DL_VALUE_D_Y_SORTED);
+    return r;
 }
 
 /* The deltas of the absent stages that no stage from s on reads (last[u]:
