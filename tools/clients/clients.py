@@ -140,11 +140,17 @@ def cfg_granite(cfg):
     # the mapping reads GraniteMoeTopKRouter's (router_logits, top_k_weights,
     # top_k_index); transformers 5.17's router (on the H200 machine) hands
     # the block another tuple, which the hooks misread as [T, k] logits
-    import transformers
-    if _version(transformers.__version__) < (5, 24):
-        raise NotAvailable("the mapping reads transformers >= 5.24's GraniteMoeTopKRouter; "
-                           "%s's router returns another tuple" % transformers.__version__)
+    since((5, 24), "GraniteMoeTopKRouter's (router_logits, top_k_weights, top_k_index)")
     return _dims(cfg)
+
+
+def since(version, what):
+    """NotAvailable when the installed transformers is older than `version`
+    (major, minor), the one whose module structure `what` a mapping reads."""
+    import transformers
+    if _version(transformers.__version__) < version:
+        raise NotAvailable("the mapping reads transformers >= %d.%d's %s; %s has another"
+                           % (version + (what, transformers.__version__)))
 
 
 def _version(v):
@@ -473,6 +479,7 @@ def cfg_aria(cfg):
     # ungated shared experts of the routed width: no softmax_topk family has
     # shared experts, so theirs are built of width 0
     softmax_topk_plain(cfg)
+    since((5, 24), "AriaExperts.gate_up_proj")  # 5.17's experts are per-expert modules
     return _dims(cfg, experts_key="moe_num_experts", moe_topk=cfg["top_k"],
                  moe_num_shared_experts=0)
 
@@ -517,7 +524,10 @@ def cfg_longcat(cfg):
     # routed_scaling_factor; an id >= E is the identity (zero_experts). Its
     # router (a classifier module the forward never calls) and its E + Z
     # gate_up rows need their own functions: tools/clients/longcat.py's hooks
-    return LC.configure(cfg, error=NotExpressible)
+    cfg = LC.configure(cfg, error=NotExpressible)
+    # 5.17's LongcatFlashTopkRouter hands the experts another tuple
+    since((5, 24), "LongcatFlashTopkRouter's (router_logits, topk_weights, topk_indices)")
+    return cfg
 
 
 import longcat as LC  # noqa: E402  (the hooks of the longcat-flash row)
