@@ -2,7 +2,7 @@
  * sgemm on the same grouped shapes (their inputs already in double/float,
  * one call per non-empty group, conversion not timed).
  *
- *   bench_gemm [--quick] [--rounds N] [--case NAME]
+ *   bench_gemm [--quick] [--rounds N] [--case NAME] [--no-one-thread] [--ours-only]
  *
  * The three (ours, dgemm, sgemm) run interleaved for N rounds (default 3,
  * or DL_BENCH_PAIRS; bench_pairs.h): each ratio is the median of the
@@ -148,6 +148,7 @@ static double *to_double(const float *x, int64_t n, double *buf)
 }
 
 static int rounds = 5;
+static int ours_only = 0; /* --ours-only: no baselines (for profiling our call alone) */
 
 /* internal tuning knob of the library (src/stages/stages_priv.h), for experiments:
  * DL_GEMM_KC=<chunk length> in the environment */
@@ -341,7 +342,7 @@ static int run_case(const bench_case_t *c, int quick)
     bench_fn_t fns[3] = {run_ours, run_dgemm, run_sgemm};
     void *ctx[3] = {&g, &g, &g};
     bench_rounds_t r;
-    int fail = bench_interleave(fns, ctx, 3, rounds, &r);
+    int fail = bench_interleave(fns, ctx, ours_only ? 1 : 3, rounds, &r);
     double rss = bench_peak_rss_mb();
     if (fail) {
         fprintf(stderr, "%s: %s\n", c->name, dl_strerror(g.rc));
@@ -403,8 +404,11 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (strcmp(argv[i], "--no-one-thread") == 0)
             all_threads_only = 1;
+        else if (strcmp(argv[i], "--ours-only") == 0)
+            ours_only = 1;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--rounds N] [--case NAME] [--no-one-thread]\n"
+            fprintf(stderr, "usage: %s [--quick] [--rounds N] [--case NAME] [--no-one-thread] "
+                            "[--ours-only]\n"
                             "cases:", argv[0]);
             for (int c = 0; c < NCASES; c++)
                 fprintf(stderr, " %s", cases[c].name);
