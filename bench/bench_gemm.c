@@ -150,8 +150,8 @@ static double *to_double(const float *x, int64_t n, double *buf)
 static int rounds = 5;
 static int ours_only = 0; /* --ours-only: no baselines (for profiling our call alone) */
 
-/* internal tuning knob of the library (src/stages/stages_priv.h), for experiments:
- * DL_GEMM_KC=<chunk length> in the environment */
+/* internal tuning knobs of the library (src/stages/stages_priv.h), for experiments:
+ * DL_GEMM_KC=<chunk length>, DL_GEMM_BUDGET=<scratch bytes> in the environment */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
 
 /* One case's operands and the three computations timed on them. */
@@ -420,8 +420,9 @@ int main(int argc, char **argv)
     }
     if (rounds > BENCH_MAX_ROUNDS)
         rounds = BENCH_MAX_ROUNDS;
-    if (getenv("DL_GEMM_KC"))
-        dl__gemm_set_tuning(atoll(getenv("DL_GEMM_KC")), 0);
+    if (getenv("DL_GEMM_KC") || getenv("DL_GEMM_BUDGET"))
+        dl__gemm_set_tuning(getenv("DL_GEMM_KC") ? atoll(getenv("DL_GEMM_KC")) : 0,
+                            getenv("DL_GEMM_BUDGET") ? atoll(getenv("DL_GEMM_BUDGET")) : 0);
     if (only) {
         for (int c = 0; c < NCASES; c++)
             if (strcmp(cases[c].name, only) == 0)
