@@ -88,7 +88,8 @@ def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_
         weights, w_in = np.ones_like(weights), picked
     perm = np.argsort(ids.reshape(-1), kind="stable").astype(np.int32)
     inv = np.argsort(perm, kind="stable").astype(np.int32)
-    sizes = np.bincount(ids.reshape(-1), minlength=E).astype(np.int64)
+    # zero experts (ids >= E, LongCat-Flash) sort after the real ones: the identity tail
+    sizes = np.bincount(ids.reshape(-1), minlength=E)[:E].astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     xs = x[perm // k]
     if win:
@@ -113,6 +114,7 @@ def moe_forward(cfg, x, router_weight, w_down, expert_bias=None, w_gate=None, w_
         fw["h_act"] = (hg * _sigmoid(hg) * hu).astype(act)
         h = fw["h_act"].astype(f64)
     fw["y_sorted"] = grouped(h, w_down).astype(act)
+    fw["y_sorted"][offsets[E]:] = fw["x_sorted"][offsets[E]:]  # a zero expert's output: its input
     y = fw["y_sorted"].astype(f64)[inv].reshape(T, k, cfg["hidden"])
     out = np.einsum("tkd,tk->td", y, weights.astype(f64))
     if cfg.get("shared_experts"):  # always-on experts, added (scaled by their gate)
@@ -193,6 +195,7 @@ def moe_backward(cfg, inputs, fw):
     else:
         bw["d_x_sorted"] = rows_times_wT(dy, inputs["w_down"]).astype(act)
         bw["d_w_down"] = wgrad(D(fw["x_sorted"]), dy)
+    bw["d_x_sorted"][off[E]:] = bw["d_y_sorted"][off[E]:]  # the identity's VJP (zero experts)
     dtw = D(bw["d_topk_weights"])
     picked = np.take_along_axis(s, ids.astype(np.int64), axis=1)
     win = cfg.get("weight_on_input")
@@ -205,7 +208,7 @@ def moe_backward(cfg, inputs, fw):
         e = np.exp(picked - (picked.max(-1, keepdims=True) if T else 0))
         p = e / e.sum(-1, keepdims=True)
         dpick = cfg["scaling"] * p * (dtw - (p * dtw).sum(-1, keepdims=True))
-    ds = np.zeros((T, E))
+    ds = np.zeros(s.shape)  # [T, E + zero experts]
     np.put_along_axis(ds, ids.astype(np.int64), dpick, axis=1)
     bw["d_router_scores"] = ds.astype(np.float32)
     ds = D(bw["d_router_scores"])

@@ -82,20 +82,22 @@ def moe_layer(g):
         w_in, w = w, torch.ones_like(w.detach()).requires_grad_()  # the combine's weights
     w = store("topk_weights", w, torch.float32)
     perm = torch.argsort(ids.reshape(-1), stable=True)
-    sizes = torch.bincount(ids.reshape(-1), minlength=E)
+    # zero experts (ids >= E, LongCat-Flash) sort after the real ones: the identity tail
+    sizes = torch.bincount(ids.reshape(-1), minlength=E)[:E]
     off = [0] + torch.cumsum(sizes, 0).tolist()
     xs = inp["x"][perm // k]
     xs = store("x_sorted", xs * w_in.reshape(-1)[perm][:, None] if win else xs, act)
 
-    def grouped(a, wts):
-        return torch.cat([a[off[e]:off[e + 1]] @ wts[e] for e in range(E)], 0)
+    def grouped(a, wts, tail=None):  # the identity tail's rows: `tail`'s, else 0
+        rest = tail[off[E]:] if tail is not None else a.new_zeros(a.shape[0] - off[E], wts.shape[2])
+        return torch.cat([a[off[e]:off[e + 1]] @ wts[e] for e in range(E)] + [rest], 0)
 
     h = xs
     if cfg["ffn_kind"] == "swiglu":
         hg = store("h_gate", grouped(xs, inp["w_gate"]), act)
         hu = store("h_up", grouped(xs, inp["w_up"]), act)
         h = store("h_act", torch.nn.functional.silu(hg) * hu, act)
-    y = store("y_sorted", grouped(h, inp["w_down"]), act)
+    y = store("y_sorted", grouped(h, inp["w_down"], tail=xs), act)  # a zero expert: its input
     inv = torch.argsort(perm, stable=True)
     out = torch.einsum("tkd,tk->td", y[inv].reshape(T, k, cfg["hidden"]), w)
     if cfg.get("shared_experts"):  # always-on experts, added (scaled by their gate)

@@ -85,7 +85,7 @@ fi
 check "info --layout --json lists every array of the format (python/tests checks it equals dropless.layout())" \
     'run 0 info --layout --json && [ "$(grep -c "\"group\": " "$T/out")" -eq "$rows" ] && grep -q "\"name\": \"d_router_weight\", \"path\": \"/backward/d_router_weight\"" "$T/out"'
 check "info --layout lists every array of the format, d_router_weight included" \
-    'run 0 info --layout && [ "$(grep -c -E "^(inputs|forward|backward) " "$T/out")" -eq "$rows" ] && grep -q "^backward  d_router_weight  f32   dE " "$T/out"'
+    'run 0 info --layout && [ "$(grep -c -E "^(inputs|forward|backward) " "$T/out")" -eq "$rows" ] && grep -q "^backward  d_router_weight  f32   dR " "$T/out"'
 check "info --layout: an unexpected argument is a usage error" 'run 2 info --layout extra && one_line_err'
 
 # --- nothing checked is not conformance (issue 11, item 7)
@@ -175,10 +175,11 @@ else
 fi
 if command -v script >/dev/null 2>&1; then
     # a terminal gets a progress bar naming the stage; -q and a pipe get none
-    check "check on a terminal: a progress bar with the stage and an ETA; with -q or piped none" \
+    check "check on a terminal: a progress bar with the stage, an ETA, elements and their rate; with -q or piped none" \
         'export DROPLESS_PROGRESS_AFTER_S=0 &&
          script -qec "\"$DL\" check \"$V/tiny.h5\" \"$V/tiny.h5\"" /dev/null >"$T/tty" 2>&1 &&
          grep -q "ETA" "$T/tty" && grep -q "tiny: d_x" "$T/tty" && grep -q " PASS, 0 WARN, 0 FAIL" "$T/tty" &&
+         grep -Eq "[0-9.]+k?/[0-9.]+k? elements, [0-9.]+[kMG]?/s" "$T/tty" &&
          script -qec "\"$DL\" check -q \"$V/tiny.h5\" \"$V/tiny.h5\"" /dev/null >"$T/tty" 2>&1 &&
          ! grep -q "ETA" "$T/tty" &&
          "$DL" check "$V/tiny.h5" "$V/tiny.h5" >"$T/out" 2>"$T/err" && ! grep -q "ETA" "$T/err"'

@@ -25,6 +25,8 @@ check "gated shared experts (qwen2-moe-like)" 'refused "$V/qwen2-moe-like.h5" "s
 check "ungated shared experts (deepseek-v3-shared)" 'refused "$V/deepseek-v3-shared-fp16.h5" "shared experts"'
 check "a low-precision layer recipe (deepseek-v3-fp8-small)" \
     'refused "$T/fp8.h5" "low-precision layer recipe (lowp)"'
+check "zero (identity) experts (longcat-like)" \
+    'refused "$V/longcat-like.h5" "zero (identity) experts (zero_experts)"'
 # (plain.so computes softmax scores whatever score_fn says: judged, and FAILed,
 # on its scores, never refused)
 check "softmax over the top-k logits without a router bias is expressed: it runs and is judged" \

@@ -48,7 +48,16 @@ typedef struct {
                                     experts of token t are row token_ids[t] of a table
                                     [hash_vocab, k] in the inputs (dl_route_hash); the
                                     weights still from the scores; 0: top-k selection */
+    int64_t zero_experts;        /* Z > 0: LongCat-Flash's zero (identity) experts: the
+                                    router scores E + Z columns (DL_ROUTE_WIDTH), ids in
+                                    [E, E + Z) are experts whose output is their input
+                                    (no weights; sorted after the real experts, the
+                                    identity tail of the sorted rows); 0: none */
 } dl_route_config_t;
+
+/* The router's width, the columns of the logits and scores: the experts
+ * and the zero experts, E + Z (E without zero experts). */
+#define DL_ROUTE_WIDTH(c) ((c)->experts + (c)->zero_experts)
 
 /* The score function's name in case files and goldens ("softmax",
  * "sigmoid", "sqrtsoftplus", "softmax_topk"; NULL for no function), and

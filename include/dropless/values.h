@@ -27,7 +27,8 @@ extern "C" {
  *   dims   one symbol per dimension: T tokens, d hidden, f ffn, E experts,
  *          k top_k, M = T*k, P = E+1, S = shared_experts * shared_ffn (the
  *          shared experts' concatenated width), V = route.hash_vocab (the
- *          hash table's rows);
+ *          hash table's rows), R = E + route.zero_experts (the router's
+ *          width, DL_ROUTE_WIDTH: E without zero experts);
  *   cond   ALWAYS, BIAS (route.has_bias only), SWIGLU (an FFN with a hidden
  *          layer: the gated ones and relu2), GATE (a gated FFN only),
  *          SHARED (shared_experts > 0 only), SHARED_GATE (shared_gate only),
@@ -75,9 +76,9 @@ extern "C" {
 #endif
 #define DL_VALUE_MAP(X)                                             \
     X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_ROUTER_WEIGHT, router_weight, RT, "dE", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_EXPERT_BIAS, expert_bias, F32, "E", BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_ROUTER_BIAS, router_bias, F32, "E", ROUTER_BIAS, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_ROUTER_WEIGHT, router_weight, RT, "dR", ALWAYS, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_EXPERT_BIAS, expert_bias, F32, "R", BIAS, NONE, NONE, 0, 0, NONE) \
+    X(IN, IN_ROUTER_BIAS, router_bias, F32, "R", ROUTER_BIAS, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_W_GATE, w_gate, ACT, "Edf", GATE, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0, NONE) \
@@ -91,8 +92,8 @@ extern "C" {
     X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_TOKEN_IDS, token_ids, I32, "T", HASH, NONE, NONE, 0, 0, NONE) \
     X(IN, IN_HASH_TABLE, hash_table, I32, "Vk", HASH, NONE, NONE, 0, 0, NONE) \
-    X(FW, ROUTER_LOGITS, router_logits, F32, "TE", ALWAYS, NUM, GEMM, 0, 0, ROUTER) \
-    X(FW, ROUTER_SCORES, router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0, ROUTER) \
+    X(FW, ROUTER_LOGITS, router_logits, F32, "TR", ALWAYS, NUM, GEMM, 0, 0, ROUTER) \
+    X(FW, ROUTER_SCORES, router_scores, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0, ROUTER) \
     X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS, IDS, NONE, DL__UP(ROUTER_SCORES) | DL__UP(ROUTER_LOGITS), 0, NONE) \
     X(FW, TOPK_WEIGHTS, topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS), 0, ROUTER) \
     X(AUX, TIE_MARGIN, tie_margin, F32, "T", ALWAYS, NONE, NONE, 0, 0, NONE) \
@@ -125,10 +126,10 @@ extern "C" {
     X(BW, D_B_DOWN, d_b_down, F32, "Ed", FFN_BIAS, DW, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
     X(BW, D_B_GATE, d_b_gate, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0, EXPERTS) \
     X(BW, D_B_UP, d_b_up, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_UP) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS) | DL__UP(D_X_SORTED) | DL__UP_DISPATCH, 0, ROUTER) \
-    X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TE", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0, ROUTER) \
-    X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dE", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
-    X(BW, D_ROUTER_BIAS, d_router_bias, F32, "E", ROUTER_BIAS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
+    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS) | DL__UP(D_X_SORTED) | DL__UP_DISPATCH, 0, ROUTER) \
+    X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0, ROUTER) \
+    X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dR", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
+    X(BW, D_ROUTER_BIAS, d_router_bias, F32, "R", ROUTER_BIAS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
     X(BW, D_SHARED_GATE, d_shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0, COMBINE) \
     X(BW, D_SHARED_GATE_LOGIT, d_shared_gate_logit, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE) | DL__UP(D_SHARED_GATE), 0, ROUTER) \
     X(BW, D_SHARED_GATE_WEIGHT, d_shared_gate_weight, F32, "d", SHARED_GATE, NUM, GEMM, DL__UP(D_SHARED_GATE_LOGIT), 0, ROUTER) \

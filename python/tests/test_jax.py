@@ -20,14 +20,15 @@ from dropless import jax as djax  # noqa: E402
 jax.config.update("jax_default_device", jax.devices("cpu")[0])
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
-# dropless.jax's moe_forward/moe_backward take no shared-expert weights and
-# no hash table yet (doc/python.md): the small cases without either
-SMALL = [c.name for c in dropless.cases(large=False)
-         if "shared_experts" not in c.config and "hash_vocab" not in c.config]
+# dropless.jax's moe_forward/moe_backward take no shared-expert weights yet
+# (doc/python.md): the small cases without them (hash routing's included)
+SMALL = [c.name for c in dropless.cases(large=False) if "shared_experts" not in c.config]
+assert any("hash_vocab" in c.config for c in dropless.cases(large=False)
+           if c.name in SMALL), "no hash-routing case left to test"
 # one of each kind for the slower tests: fp32/bf16/fp16, bias and sigmoid,
 # plain FFN, no tokens, group-limited routing with ties
 KINDS = ["mixtral-small", "mixtral-small-bf16", "deepseek-v3-small-fp16", "plain-ffn-bf16",
-         "no-tokens-bf16", "ties-grouped"]
+         "no-tokens-bf16", "ties-grouped", "deepseek-v4-hash-bf16"]
 FLOAT_INPUTS = ("x", "router_weight", "w_gate", "w_up", "w_down")
 
 
@@ -205,6 +206,53 @@ def test_bad_inputs_raise(fwd):
     # still alive, still exact
     assert_same(fwd(kw, g), g.forward, "after errors")
     g.close()
+
+
+def test_hash_routing_inputs():
+    """Hash routing (deepseek-v4-hash): the table decides the experts, so a
+    changed table changes topk_ids and out (the oracle reads it); the
+    inputs are refused where missing, misshapen, mistyped or given to a
+    configuration without hash routing; an expert id out of range is the
+    library's error when the program runs, not a crash."""
+    with dropless.generate("deepseek-v4-hash") as g:
+        ins = jax_inputs(g)
+        kw = layer_args(ins)
+        assert kw["token_ids"].dtype == jnp.int32 and kw["hash_table"].shape == (32, 4)
+        tab = np.array(kw["hash_table"])
+        moved = jnp.asarray((tab + 1) % g.config["experts"])  # every row's experts moved by one
+        got = djax.moe_forward(**dict(kw, hash_table=moved), config=g)
+        assert np.array_equal(np.asarray(got["topk_ids"]), np.asarray(moved)[np.asarray(kw["token_ids"])])
+        assert not np.array_equal(bits(got["out"]), bits(g.forward["out"]))
+        # grad through out: no cotangent for the integer inputs, the rest the oracle's
+        names = ("x", "router_weight", "w_down")
+        loss = lambda *a: jnp.sum(djax.moe_forward(**dict(kw, **dict(zip(names, a))),
+                                                   config=g)["out"] * ins["d_out"])
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*[kw[n] for n in names])
+        for n, gr in zip(names, grads):
+            assert np.array_equal(bits(gr), bits(g.backward["d_" + n])), n
+        with pytest.raises(dropless.Error, match="the configuration needs hash_table"):
+            djax.moe_forward(**dict(kw, hash_table=None), config=g)
+        with pytest.raises(dropless.Error, match=r"hash_table: shape \[32, 3\]") as e:
+            djax.moe_forward(**dict(kw, hash_table=kw["hash_table"][:, :3]), config=g)
+        assert e.value.name == "DL_ESHAPE"
+        with pytest.raises(dropless.Error, match="token_ids: float32 array") as e:
+            djax.moe_forward(**dict(kw, token_ids=kw["token_ids"].astype(jnp.float32)), config=g)
+        assert e.value.name == "DL_EDTYPE"
+        bad = np.array(tab)
+        bad[int(np.asarray(kw["token_ids"])[0]), 0] = g.config["experts"]  # no such expert
+        with pytest.raises(Exception, match="DL_E"):
+            jax.block_until_ready(jax.jit(lambda kw: djax.moe_forward(**kw, config=g))(
+                dict(kw, hash_table=jnp.asarray(bad))))
+        ht = {n: kw[n] for n in ("token_ids", "hash_table")}
+    with dropless.generate("deepseek-v4-like") as g2:
+        kw2 = layer_args(jax_inputs(g2))
+        # a table given implies hash_vocab (as expert_bias implies has_bias):
+        # the library refuses it with this case's selection bias ...
+        with pytest.raises(dropless.Error, match="hash routing .* needs has_bias 0"):
+            djax.moe_forward(**kw2, **ht, config=g2)
+        # ... and a configuration that says hash_vocab = 0 takes none
+        with pytest.raises(dropless.Error, match="token_ids given, but .*hash_vocab = 0"):
+            djax.moe_forward(**kw2, **ht, config=dict(g2.config, hash_vocab=0))
 
 
 def test_handler_checks_raw_calls():

@@ -87,7 +87,7 @@ void dl__api_json_config(dl__api_text_t *t, const dl_moe_config_t *c)
 
 void dl__api_json_dims(dl__api_text_t *t, const dl_moe_config_t *c)
 {
-    static const char syms[] = "TdfEkMPSV"; /* S: the shared experts' width (0: none); V: the hash table's rows */
+    static const char syms[] = "TdfEkMPSVR"; /* S: the shared experts' width (0: none); V: the hash table's rows; R: the router's width E + Z */
     dl__api_printf(t, "{");
     for (int i = 0; syms[i]; i++)
         dl__api_printf(t, "%s\"%c\": %lld", i ? ", " : "", syms[i],

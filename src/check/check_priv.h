@@ -69,6 +69,7 @@ typedef struct {
     int need;       /* its value is needed: the candidate's, or upstream of one */
     int track;      /* absent and upstream of a provided stage: its error is bounded */
     int recomputed; /* exact was recomputed, not the golden's */
+    int exact_owned; /* exact is an array of the stage walk's (dl__ck_take) */
     int prop_used;  /* a provided stage's bound carries propagated error */
     /* the statistical tier: a hidden value whose error is coherent across
      * its elements (GEMM operands rounded to the profile's input grid, and
@@ -78,6 +79,7 @@ typedef struct {
 } dl__ck_stage_t;
 
 typedef struct dl__ck dl__ck_t;
+#define DL__CK_POOL 32 /* arrays a run keeps for reuse (dl__ck_give) */
 /* The runner's scratch arrays (doubles), reused by every stage of a run
  * (no fresh pages per call): a block of an operand's magnitudes (A), a
  * whole operand's (the rhs of a grouped provider's terms, B and B2; the
@@ -142,10 +144,27 @@ struct dl__ck {
     const float *scr_src[DL__CK_SCRATCH]; /* the operand a slot holds whole (NULL: none) */
     int scr_sq[DL__CK_SCRATCH];
     int64_t scr_len[DL__CK_SCRATCH];
+    dl__spare_t spare; /* a two-output exact function's other output (vctx.c) */
+    dl__memo_t memo;   /* logistic values of the gates (vctx.c) */
+    dl_valueset_t up[DL_VALUE_COUNT]; /* dl__ck_upstream of each value, once have_up */
+    int have_up;
+    /* arrays of the run (dl__ck_alloc'd) that no later stage reads, for
+     * dl__ck_take to hand out again: reused pages instead of fresh ones */
+    void *pool[DL__CK_POOL];
+    size_t pool_bytes[DL__CK_POOL];
+    int n_pool;
 };
 
 /* result.c */
 void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size);
+/* An array of n elements of size bytes owned by ck: one dl__ck_give
+ * handed back where one is large enough (zeroed when zero is set, else
+ * its contents undefined), else a fresh zeroed dl__ck_alloc; NULL on no
+ * memory. */
+void *dl__ck_take(dl__ck_t *ck, int64_t n, size_t size, int zero);
+/* Hands back array p (dl__ck_alloc'd, bytes long) that nothing reads any
+ * more, for dl__ck_take; a full pool keeps it until the run ends. */
+void dl__ck_give(dl__ck_t *ck, void *p, size_t bytes);
 dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check);
 void dl__ck_msg(dl_check_result_t *r, const char *fmt, ...)
 #ifdef __GNUC__
@@ -308,8 +327,11 @@ dl_dtype_t dl__ck_case_type(const dl__ck_t *ck, dl_value_t s);
 int dl__ck_exact(dl__ck_t *ck, dl_value_t s, float *out);
 /* Sets up cmp's M provider (mp, owned by the caller) and constants for s. */
 int dl__ck_mag(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp);
-/* The upstream mask of s for the case's FFN kind. */
+/* The upstream mask of s for the case's FFN kind (from ck->up once
+ * dl__ck_upstream_init has filled it: the masks are looked up by value
+ * name, too slow for the stage walk's every call). */
 dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s);
+void dl__ck_upstream_init(dl__ck_t *ck);
 /* The storage type of stage s in this case (the candidate's own where it
  * stores the stage coarser). */
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);

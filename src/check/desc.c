@@ -94,10 +94,20 @@ static dl_valueset_t existing(const dl__ck_t *ck, dl_valueset_t m)
 
 dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 {
+    if (ck->have_up && (int)s >= 0 && s < DL_VALUE_COUNT)
+        return ck->up[s];
     const dl__ck_desc_t *d = dl__ck_desc(s);
     if (!d)
         return 0;
     return existing(ck, !ck->swiglu && d->up_plain ? d->up_plain : d->up);
+}
+
+void dl__ck_upstream_init(dl__ck_t *ck)
+{
+    ck->have_up = 0;
+    for (int s = 0; s < DL_VALUE_COUNT; s++)
+        ck->up[s] = dl__ck_upstream(ck, (dl_value_t)s);
+    ck->have_up = 1;
 }
 
 dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s)

@@ -65,6 +65,22 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
     return 0;
 }
 
+/* Zero experts (LongCat-Flash): a tail row of y_sorted is its x_sorted row
+ * and of d_x_sorted its d_y_sorted row (dispatch.c's identity tail), so
+ * that upstream's delta passes into those rows unchanged; 1 if it did. */
+static int identity_tail(const dl__ck_t *ck, dl_value_t s, int warn, double *p)
+{
+    const dl_value_t src = s == DL_VALUE_Y_SORTED     ? DL_VALUE_X_SORTED
+                           : s == DL_VALUE_D_X_SORTED ? DL_VALUE_D_Y_SORTED
+                                                      : DL_VALUE_NONE;
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    if (ck->c->route.zero_experts <= 0 || src == DL_VALUE_NONE || !off || !ck->st[src].delta[warn])
+        return 0;
+    for (int64_t i = off[ck->E] * ck->d; i < ck->M * ck->d; i++)
+        p[i] += ck->st[src].delta[warn][i];
+    return 1;
+}
+
 /* ------------------------------------------------------------ the entry */
 
 /* An elementwise stage's propagation: its derivative magnitudes, beside the
@@ -84,6 +100,9 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     int has = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         has |= ((up >> u) & 1) && ck->st[u].delta[warn] != NULL;
+    if (!has && ck->c->route.zero_experts > 0) /* the identity tail's own upstream */
+        has = (s == DL_VALUE_D_X_SORTED && ck->st[DL_VALUE_D_Y_SORTED].delta[warn]) ||
+              (s == DL_VALUE_Y_SORTED && ck->st[DL_VALUE_X_SORTED].delta[warn]);
     if (!has)
         return 0;
     const int64_t n = ck->st[s].numel;
@@ -101,6 +120,7 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
         rc = prop_mp(ck, cmp, cmp->mp, warn, p, &any);
     if (rc < 0)
         return rc;
+    any |= identity_tail(ck, s, warn, p);
     /* first order: the neglected terms are O(delta^2); a relative 2^-20
      * covers them and the binary64 evaluation of the sums */
     for (int64_t i = 0; any && i < n; i++)

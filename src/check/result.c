@@ -50,6 +50,32 @@ void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size)
     return p;
 }
 
+void *dl__ck_take(dl__ck_t *ck, int64_t n, size_t size, int zero)
+{
+    const size_t want = (n > 0 ? (size_t)n : 1) * size;
+    int best = -1; /* the smallest that fits */
+    for (int i = 0; i < ck->n_pool; i++)
+        if (ck->pool_bytes[i] >= want && (best < 0 || ck->pool_bytes[i] < ck->pool_bytes[best]))
+            best = i;
+    if (best < 0)
+        return dl__ck_alloc(ck, n, size);
+    void *p = ck->pool[best];
+    ck->n_pool--;
+    ck->pool[best] = ck->pool[ck->n_pool];
+    ck->pool_bytes[best] = ck->pool_bytes[ck->n_pool];
+    if (zero)
+        memset(p, 0, want);
+    return p;
+}
+
+void dl__ck_give(dl__ck_t *ck, void *p, size_t bytes)
+{
+    if (p && ck->n_pool < DL__CK_POOL) {
+        ck->pool[ck->n_pool] = p;
+        ck->pool_bytes[ck->n_pool++] = bytes;
+    }
+}
+
 dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check)
 {
     dl_check_report_t *r = ck->rep;

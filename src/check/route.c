@@ -118,7 +118,7 @@ static void ids_verdict(const dl__ck_t *ck, dl_check_result_t *r, const ids_tall
         r->verdict = DL_VERDICT_FAIL;
         if (y->n_range || y->n_dup)
             dl__ck_msg(r, "%lld tokens with ids out of [0,%lld), %lld with repeated ids; ",
-                       (long long)y->n_range, (long long)ck->E, (long long)y->n_dup);
+                       (long long)y->n_range, (long long)DL_ROUTE_WIDTH(&ck->c->route), (long long)y->n_dup);
         dl__ck_msg_append(r, "%lld of %lld tokens select other experts outside the tie margin "
                              "(first: token %lld)",
                           (long long)(y->n_fail - y->n_range - y->n_dup), (long long)T,
@@ -159,7 +159,7 @@ static int check_ids(dl__ck_t *ck, const int32_t *cid)
         return rc;
     for (int64_t t = 0; t < ck->T; t++) {
         const int32_t *c = cid + t * k, *x = ck->exact_ids + t * k;
-        if (bad_ids(c, k, ck->E, &y)) {
+        if (bad_ids(c, k, DL_ROUTE_WIDTH(&ck->c->route), &y)) {
             y.n_fail++;
             if (y.n_listed < IDS_LISTED)
                 y.listed[y.n_listed++] = t;

@@ -168,6 +168,7 @@ int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
     ck.swiglu = DL_FFN_HIDDEN(g->config->ffn_kind); /* a hidden layer (h_act) */
     ck.act = g->config->dtype;
     ck.have_bwd = g->bwd && g->inputs->d_out;
+    dl__ck_upstream_init(&ck);
 
     snprintf(r->case_name, sizeof r->case_name, "%s", g->case_name ? g->case_name : "unnamed");
     snprintf(r->backend, sizeof r->backend, "%s", cand->backend ? cand->backend : "unknown");

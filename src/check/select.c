@@ -45,14 +45,14 @@ static double score_bound_at(const dl__ck_t *ck, const float *l, const float *s,
     const int soft = ck->c->route.score_fn == DL_SCORE_SOFTMAX;
     const double M = dl__route_score_m(&ck->c->route, l, s, e, mx, zs);
     dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
-                     .K = soft ? ck->E : 0};
+                     .K = soft ? DL_ROUTE_WIDTH(&ck->c->route) : 0};
     return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
 }
 
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
                           int64_t e, int warn)
 {
-    const int64_t E = ck->E;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route);
     const float *l = logits + t * E, *s = scores + t * E;
     double mx, zs;
     dl__route_score_m_row(&ck->c->route, E, l, s, &mx, &zs);
@@ -66,7 +66,7 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
  * was then made on values the runner sees). */
 static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
 {
-    const int64_t E = ck->E;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route);
     if (ck->st[DL_VALUE_ROUTER_LOGITS].cand || ck->st[DL_VALUE_ROUTER_SCORES].cand ||
         !ck->in->router_weight) {
         memset(dl, 0, (size_t)E * sizeof *dl);
@@ -86,7 +86,7 @@ static int hidden_logit_err(const dl__ck_t *ck, int64_t t, double *dl)
 
 void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
 {
-    const int64_t E = ck->E;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route);
     const float *scores = ck->st[DL_VALUE_ROUTER_SCORES].eff;
     const float *logits = ck->st[DL_VALUE_ROUTER_LOGITS].eff;
     const float *s = scores + t * E;
@@ -105,7 +105,7 @@ void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
 
 int dl__ck_sel_init(dl__ck_t *ck, dl__ck_sel_t *w)
 {
-    const int64_t E = ck->E, k = ck->k;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), k = ck->k;
     w->srow = dl__ck_alloc(ck, E, sizeof *w->srow);
     w->tol = dl__ck_alloc(ck, E, sizeof *w->tol);
     w->ids = dl__ck_alloc(ck, k, sizeof *w->ids);
@@ -119,7 +119,7 @@ int dl__ck_sel_init(dl__ck_t *ck, dl__ck_sel_t *w)
 static int select_moved(const dl__ck_t *ck, int64_t t, const int32_t *c, double sign,
                         dl__ck_sel_t *w)
 {
-    const int64_t E = ck->E, k = ck->k;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), k = ck->k;
     const float *s = (const float *)ck->st[DL_VALUE_ROUTER_SCORES].eff + t * E;
     memset(w->in, 0, (size_t)E);
     for (int64_t j = 0; j < k; j++)

@@ -124,7 +124,7 @@ static const float *gather(dl__ck_t *ck, dl_value_t s, const float *exact)
     float *g = dl__ck_alloc(ck, ck->M * cols, sizeof *g);
     if (!g)
         return NULL;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (ck->M * cols > DL__PAR_MIN)
     for (int64_t q = 0; q < ck->M; q++) {
         const int64_t p = ck->row_map[q];
         memcpy(g + q * cols, p >= 0 ? c + p * cols : exact + q * cols, (size_t)cols * sizeof *g);
@@ -210,11 +210,11 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     for (int warn = 0; warn < tiers && !rc; warn++) {
         double *p, *dl = NULL;
         if ((rc = dl__ck_propagate(ck, s, &cmp, warn, 0, &p)) ||
-            !(dl = dl__ck_alloc(ck, n, sizeof *dl))) {
+            !(dl = dl__ck_take(ck, n, sizeof *dl, cmp.rows * cmp.cols != n))) {
             rc = rc ? rc : DL_ENOMEM;
             break;
         }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t r = 0; r < cmp.rows; r++) {
             const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
             dl__ck_bc_t bc;
@@ -397,14 +397,14 @@ static int exact_value(dl__ck_t *ck, dl_value_t s)
         ck->st[s].exact = ck->st[s].gold;
         ck->st[s].exact_golden = 1;
     } else {
-        float *x = dl__ck_alloc(ck, n, sizeof *x);
+        float *x = dl__ck_take(ck, n, sizeof *x, 1);
         if (!x)
             return DL_ENOMEM;
         int rc = dl__ck_exact(ck, s, x);
         if (rc)
             return rc;
         ck->st[s].exact = x;
-        ck->st[s].recomputed = 1;
+        ck->st[s].recomputed = ck->st[s].exact_owned = 1;
     }
     if (!ck->st[s].exact_golden)
         ck->st[s].exact_golden = ck->st[s].gold &&
@@ -505,8 +505,42 @@ static int float_stage(dl__ck_t *ck, dl_value_t s)
         if (ck->st[s].track && !(dl__ck_desc(s)->flags & DL__CK_COPY) &&
             (rc = absent_delta(ck, s)))
             return rc;
+    } else if (ck->st[s].exact_owned && s != DL_VALUE_OUT) {
+        /* the candidate's value goes downstream: the recomputed one is read
+         * no more (the token accounting reads out's) */
+        dl__ck_give(ck, (void *)ck->st[s].exact, (size_t)ck->st[s].numel * sizeof(float));
+        ck->st[s].exact = NULL;
+        ck->st[s].exact_owned = 0;
     }
     return 0;
+}
+
+/* The absent stages whose deltas the propagation into s reads: its
+ * upstream. A propagation that reads another one's delta must name it
+ * here, or the delta is handed back before it (release_deltas). */
+static dl_valueset_t delta_reads(const dl__ck_t *ck, dl_value_t s)
+{
+    dl_valueset_t r = dl__ck_upstream(ck, s);
+    /* zero experts: prop.c's identity_tail gives the tail rows of y_sorted
+     * and d_x_sorted their source's delta (x_sorted's, d_y_sorted's) */
+    if (ck->c->route.zero_experts > 0 && s == DL_VALUE_Y_SORTED)
+        r |= DL_VALUE_BIT(DL_VALUE_X_SORTED);
+    if (ck->c->route.zero_experts > 0 && s == DL_VALUE_D_X_SORTED)
+        r |= DL_VALUE_BIT(DL_VALUE_D_Y_SORTED);
+    return r;
+}
+
+/* The deltas of the absent stages that no stage from s on reads (last[u]:
+ * the last stage that reads it, delta_reads) are handed back for reuse. */
+static void release_deltas(dl__ck_t *ck, const int *last, int s)
+{
+    for (int u = 0; u < s; u++)
+        if (last[u] < s)
+            for (int w = 0; w < DL__TIERS; w++)
+                if (ck->st[u].delta[w]) {
+                    dl__ck_give(ck, ck->st[u].delta[w], (size_t)ck->st[u].numel * sizeof(double));
+                    ck->st[u].delta[w] = NULL;
+                }
 }
 
 static int drift(dl__ck_t *ck, dl_value_t s)
@@ -562,10 +596,17 @@ int dl__ck_stages(dl__ck_t *ck)
         ck->st[s].need = 1;
 
     int64_t total = 0, done = 0;
-    for (int s = 0; s < DL_VALUE_COUNT; s++)
+    int last[DL_VALUE_COUNT];
+    for (int s = 0; s < DL_VALUE_COUNT; s++) {
         total += ck->st[s].numel > 0 ? ck->st[s].numel : 0;
+        last[s] = s;
+        for (int d = s + 1; d < DL_VALUE_COUNT; d++)
+            if (DL_VALUE_HAS(delta_reads(ck, (dl_value_t)d), s))
+                last[s] = d;
+    }
     for (int si = 0; si < DL_VALUE_COUNT; si++) {
         const dl_value_t s = (dl_value_t)si;
+        release_deltas(ck, last, si);
         if (ck->opt.progress)
             ck->opt.progress(ck->opt.progress_ctx, dl_value_name(s),
                              total > 0 ? (double)done / (double)total : 0.0);

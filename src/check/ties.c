@@ -37,7 +37,7 @@ static double group_score(const dl__ck_t *ck, const float *s, int64_t g)
 static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, const double *tol,
                       uint8_t *in, int *units)
 {
-    const int64_t E = ck->E, k = ck->k;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), k = ck->k;
     const dl_route_config_t *rc = &ck->c->route;
     double lo = INFINITY, hi = -INFINITY;
     memset(in, 0, (size_t)E);
@@ -85,7 +85,7 @@ static int near_units(const dl__ck_t *ck, const float *s, const int32_t *x, cons
 static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *sel,
                      int32_t *sets, int cap, float *srow)
 {
-    const int64_t E = ck->E, k = ck->k;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), k = ck->k;
     const dl_route_config_t *rc = &ck->c->route;
     const double *tol = sel->tol;
     const float *s = (const float *)ck->st[DL_VALUE_ROUTER_SCORES].eff + t * E;
@@ -127,7 +127,7 @@ static int plausible(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel
 static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float *ys,
                        int64_t *off, float *xr, float *hg, float *hu)
 {
-    const int64_t E = ck->E, d = ck->d;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), d = ck->d;
     int64_t m = 0;
     for (int64_t e = 0; e < E; e++) {
         off[e] = m;
@@ -145,7 +145,14 @@ static int expert_rows(const dl__ck_t *ck, int64_t t, const uint8_t *used, float
         }
     }
     off[E] = m;
-    return dl__experts_forward_rows(ck->c, ck->in, xr, off, hg, hu, ys);
+    /* the real experts' rows (the first off[E_real]); a zero expert's row
+     * is its input (LongCat-Flash's identity) */
+    const int64_t Er = ck->c->route.experts;
+    int rc = dl__experts_forward_rows(ck->c, ck->in, xr, off, hg, hu, ys);
+    for (int64_t e = Er; !rc && e < E; e++)
+        if (used[e])
+            memcpy(ys + off[e] * d, xr + off[e] * d, (size_t)d * sizeof *ys);
+    return rc;
 }
 
 typedef struct {
@@ -160,7 +167,7 @@ typedef struct {
  * draw), or a negative error. */
 static int nearest(const dl__ck_t *ck, int64_t t, const scratch_t *w, int n, const float *cand)
 {
-    const int64_t E = ck->E, k = ck->k, d = ck->d;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), k = ck->k, d = ck->d;
     memset(w->used, 0, (size_t)E);
     for (int i = 0; i < n * k; i++)
         w->used[w->sets[i]] = 1;
@@ -227,7 +234,7 @@ static void place(int32_t *dst, const int32_t *x, const int32_t *c, int64_t k)
 
 static int scratch_init(dl__ck_t *ck, scratch_t *w)
 {
-    const int64_t E = ck->E, k = ck->k, d = ck->d, f = ck->f ? ck->f : 1;
+    const int64_t E = DL_ROUTE_WIDTH(&ck->c->route), k = ck->k, d = ck->d, f = ck->f ? ck->f : 1;
     w->cap = MAX_SETS;
     w->sets = dl__ck_alloc(ck, (int64_t)w->cap * k, sizeof *w->sets);
     w->srow = dl__ck_alloc(ck, E, sizeof *w->srow);

@@ -13,7 +13,7 @@
  * golden values can be reused downstream; elsewhere its own order stays. */
 int dl__ck_canonicalise(dl__ck_t *ck)
 {
-    const int64_t T = ck->T, k = ck->k, E = ck->E, M = ck->M;
+    const int64_t T = ck->T, k = ck->k, E = DL_ROUTE_WIDTH(&ck->c->route), M = ck->M;
     const int32_t *cid = ck->st[DL_VALUE_TOPK_IDS].cand;
     ck->ids_cand_valid = 1;
     if (!cid)
@@ -175,8 +175,8 @@ static int exact_dispatch(dl__ck_t *ck)
         off_o = dl__ck_alloc(ck, E + 1, sizeof *off_o);
         if (!sort_o || !inv_o || !size_o || !off_o)
             return DL_ENOMEM;
-        int rc = dl_sort_assignments(ck->st[DL_VALUE_TOPK_IDS].eff, T, k, E, sort_o, inv_o, size_o,
-                                     off_o);
+        int rc = dl__sort_assignments_z(ck->st[DL_VALUE_TOPK_IDS].eff, T, k, E,
+                                        ck->c->route.zero_experts, sort_o, inv_o, size_o, off_o);
         if (rc)
             return rc;
     }
@@ -233,7 +233,8 @@ static int scan_perm(dl__ck_t *ck, const int32_t *cp, const int64_t *lay, int32_
         const int64_t fl = cp[p];
         if (fl < 0 || fl >= M) {
             /* padding past the candidate's last group is no finding by
-             * itself: the missing assignment is */
+             * itself: the missing assignment is (and so is a zero expert's
+             * row missing from the identity tail) */
             if (p < lay[E]) {
                 sc->n_range++;
                 if (sc->first < 0)
@@ -248,7 +249,9 @@ static int scan_perm(dl__ck_t *ck, const int32_t *cp, const int64_t *lay, int32_
             continue;
         }
         where[fl] = (int32_t)p;
-        if (e >= E || ids[fl] != e) {
+        /* past the last group: the identity tail, a zero expert's rows
+         * (ids in [E, E + Z), in any order) */
+        if (e >= E || p >= lay[E] ? ids[fl] < E : ids[fl] != e) {
             sc->n_place++;
             if (sc->first < 0)
                 sc->first = p;
@@ -364,6 +367,18 @@ static int check_inverse(dl__ck_t *ck, const int32_t *ci, const int32_t *cp)
     return 0;
 }
 
+/* The assignments to real experts, the rows the group sizes count: T*k
+ * less the zero experts' (LongCat-Flash's identity tail), by the effective
+ * ids. */
+static int64_t real_rows(const dl__ck_t *ck)
+{
+    const int32_t *ids = ck->st[DL_VALUE_TOPK_IDS].eff;
+    int64_t n = ck->M;
+    for (int64_t fl = 0; ids && ck->c->route.zero_experts > 0 && fl < ck->M; fl++)
+        n -= ids[fl] >= ck->E;
+    return n;
+}
+
 static int check_sizes(dl__ck_t *ck, const int64_t *cs)
 {
     const int64_t E = ck->E, M = ck->M;
@@ -395,14 +410,16 @@ static int check_sizes(dl__ck_t *ck, const int64_t *cs)
     r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
     if (over)
         dl__ck_msg(r, "sizes outside [0,T*k]; ");
-    else if (sum != M)
-        dl__ck_msg(r, "sizes sum to %lld, not T*k = %lld; ", (long long)sum, (long long)M);
+    else if (sum != real_rows(ck))
+        dl__ck_msg(r, "sizes sum to %lld, not the %lld assignments to real experts; ",
+                   (long long)sum, (long long)real_rows(ck));
     if (bad)
         dl__ck_msg_append(r, "%lld of %lld experts differ (first: expert %lld, %lld vs %lld)",
                           (long long)bad, (long long)E, (long long)first,
                           (long long)cs[first], (long long)size_o[first]);
     else
-        dl__ck_msg(r, "all %lld group sizes exact, sum T*k = %lld", (long long)E, (long long)M);
+        dl__ck_msg(r, "all %lld group sizes exact, sum %lld%s", (long long)E,
+                   (long long)real_rows(ck), real_rows(ck) == M ? " = T*k" : " (the rest identity rows)");
     return 0;
 }
 
@@ -437,6 +454,97 @@ static int check_offsets(dl__ck_t *ck, const int64_t *co)
     return 0;
 }
 
+/* The identity tail (zero experts, LongCat-Flash): each of the exact
+ * layout's tail rows q, at the candidate's row of that assignment, must be
+ * bitwise src row(q) (y_sorted: the token's input x; d_x_sorted: the
+ * candidate's own d_y_sorted row, the identity's VJP). The grouped GEMMs'
+ * numerics judge the real experts' rows only. */
+static int check_identity(dl__ck_t *ck, dl_value_t s, const float *cand, const float *dy)
+{
+    const int64_t M = ck->M, d = ck->d, k = ck->k;
+    const int32_t *sort_o = ck->st[DL_VALUE_SORT_PERM].exact;
+    const int64_t *off_o = ck->st[DL_VALUE_GROUP_OFFSETS].exact;
+    dl_check_result_t *r = dl__ck_result(ck, s, "identity");
+    if (!r)
+        return DL_ENOMEM;
+    int64_t bad = 0, first = -1, n = 0;
+    float *fixed = NULL; /* downstream sees the FAILed rows' defined values */
+    for (int64_t q = off_o[ck->E]; q < M; q++) {
+        const int64_t p = ck->row_map ? ck->row_map[q] : q;
+        if (p < 0)
+            continue; /* not dispatched: the token accounting names it */
+        const float *want = dy ? dy + p * d : ck->in->x + (sort_o[q] / k) * d;
+        n++;
+        if (!memcmp(cand + p * d, want, (size_t)d * sizeof *want))
+            continue;
+        bad++;
+        first = first < 0 ? cand_flat(ck, sort_o[q]) : first;
+        if (!fixed && (fixed = dl__ck_alloc(ck, M * d, sizeof *fixed)))
+            memcpy(fixed, cand, (size_t)(M * d) * sizeof *fixed);
+        if (!fixed)
+            return DL_ENOMEM;
+        memcpy(fixed + p * d, want, (size_t)d * sizeof *want);
+    }
+    if (fixed) /* as a FAILed stage's exact value is: its defect stays its own */
+        ck->st[s].cand = fixed;
+    r->n_checked = n * d;
+    r->n_over_pass = r->n_over_warn = bad;
+    r->worst_index = first;
+    r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
+    if (bad)
+        dl__ck_msg(r, "%lld of %lld zero-expert rows are not %s (first: token %lld, slot %lld)",
+                   (long long)bad, (long long)n, dy ? "their d_y_sorted rows" : "their token's x",
+                   (long long)(first / k), (long long)(first % k));
+    else
+        dl__ck_msg(r, "all %lld zero-expert rows are %s exactly", (long long)n,
+                   dy ? "their d_y_sorted rows" : "their token's x");
+    return 0;
+}
+
+/* A hidden array's rows of the identity tail are no expert's: a kernel
+ * runs its GEMMs over the real experts' rows only and never writes them.
+ * A candidate's copy is judged with those rows at their defined +0,
+ * whatever it left there (garbage, NaN, uninitialised bits). */
+static int ignore_hidden_tail(dl__ck_t *ck)
+{
+    static const dl_value_t hidden[] = {DL_VALUE_H_GATE, DL_VALUE_H_UP, DL_VALUE_H_ACT,
+                                        DL_VALUE_D_H_ACT, DL_VALUE_D_H_GATE, DL_VALUE_D_H_UP};
+    const int64_t M = ck->M, f = ck->f;
+    const int64_t *off_o = ck->st[DL_VALUE_GROUP_OFFSETS].exact;
+    for (size_t h = 0; h < sizeof hidden / sizeof *hidden; h++) {
+        const float *c = ck->st[hidden[h]].cand;
+        if (!c || ck->st[hidden[h]].numel != M * f)
+            continue;
+        float *z = dl__ck_alloc(ck, M * f, sizeof *z);
+        if (!z)
+            return DL_ENOMEM;
+        memcpy(z, c, (size_t)(M * f) * sizeof *z);
+        for (int64_t q = off_o[ck->E]; q < M; q++) {
+            const int64_t p = ck->row_map ? ck->row_map[q] : q;
+            if (p >= 0)
+                memset(z + p * f, 0, (size_t)f * sizeof *z);
+        }
+        ck->st[hidden[h]].cand = z;
+    }
+    return 0;
+}
+
+/* The zero experts' rows of y_sorted and (with the candidate's d_y_sorted)
+ * of d_x_sorted; the hidden arrays' tail ignored; nothing without zero
+ * experts. */
+static int check_identities(dl__ck_t *ck)
+{
+    if (ck->c->route.zero_experts <= 0)
+        return 0;
+    int rh = ignore_hidden_tail(ck);
+    if (rh)
+        return rh;
+    const float *y = ck->st[DL_VALUE_Y_SORTED].cand, *dxs = ck->st[DL_VALUE_D_X_SORTED].cand;
+    const float *dy = ck->st[DL_VALUE_D_Y_SORTED].cand;
+    int rc = y ? check_identity(ck, DL_VALUE_Y_SORTED, y, NULL) : 0;
+    return rc || !dxs || !dy ? rc : check_identity(ck, DL_VALUE_D_X_SORTED, dxs, dy);
+}
+
 int dl__ck_tokens(dl__ck_t *ck)
 {
     int rc = exact_dispatch(ck);
@@ -458,7 +566,7 @@ int dl__ck_tokens(dl__ck_t *ck)
     const int64_t *co = ck->st[DL_VALUE_GROUP_OFFSETS].cand;
     if (co && (rc = check_offsets(ck, co)))
         return rc;
-    return 0;
+    return check_identities(ck);
 }
 
 /* Whether candidate row t equals the exact combine without the slots in
@@ -684,8 +792,8 @@ int dl__ck_zero_drops(dl__ck_t *ck)
         dl__ck_msg(r, "neither dispatch nor out provided");
         return 0;
     }
-    const int64_t M = ck->M, E = ck->E;
-    int64_t sum = M, nbad = 0; /* sizes (or end offsets) outside [0, M] are not summed */
+    const int64_t M = ck->M, E = ck->E, Mr = real_rows(ck); /* Mr: zero experts' rows not counted */
+    int64_t sum = Mr, nbad = 0; /* sizes (or end offsets) outside [0, M] are not summed */
     const int64_t *cs = ck->st[DL_VALUE_GROUP_SIZES].cand;
     const int64_t *co = ck->st[DL_VALUE_GROUP_OFFSETS].cand;
     if (cs) {
@@ -701,7 +809,7 @@ int dl__ck_zero_drops(dl__ck_t *ck)
     }
     r->n_checked = M;
     r->n_over_pass = r->n_over_warn = rep->n_dropped;
-    if (rep->n_dropped || nbad || sum != M) {
+    if (rep->n_dropped || nbad || sum != Mr) {
         r->verdict = DL_VERDICT_FAIL;
         if (rep->n_dropped) {
             dl__ck_msg(r, "%lld (token, slot) pairs dropped:", (long long)rep->n_dropped);
@@ -717,9 +825,9 @@ int dl__ck_zero_drops(dl__ck_t *ck)
         if (nbad)
             dl__ck_msg_append(r, "%s%lld group %s outside [0, %lld]", rep->n_dropped ? "; " : "",
                               (long long)nbad, cs ? "sizes" : "offsets", (long long)M);
-        else if (sum != M)
-            dl__ck_msg_append(r, "%sgroup sizes account for %lld of %lld assignments",
-                              rep->n_dropped ? "; " : "", (long long)sum, (long long)M);
+        else if (sum != Mr)
+            dl__ck_msg_append(r, "%sgroup sizes account for %lld of %lld assignments to real "
+                              "experts", rep->n_dropped ? "; " : "", (long long)sum, (long long)Mr);
     } else if (!has_disp && ck->st[DL_VALUE_OUT].exact && ck->st[DL_VALUE_Y_SORTED].eff) {
         /* the proof from out alone: never a PASS by default */
         double ratio, fmax, fmin;

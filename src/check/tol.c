@@ -354,15 +354,15 @@ static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const d
         return NULL;
     ck->scr_src[slot] = NULL;
     if (!dsrc && !sq) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             d[i] = fabs((double)src[i]);
     } else if (!dsrc) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             d[i] = up32((double)src[i] * (double)src[i]);
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
             d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
     }
@@ -489,8 +489,98 @@ static inline int may_exceed(double err, double b, double t)
     return t < 0x1p-900 || !(err <= b * t * (1.0 - 0x1p-40));
 }
 
+/* The row's fixed parts while compare_row runs. */
+typedef struct {
+    const dl__ck_t *ck;
+    const dl__cmp_t *cmp;
+    const double *Mr;
+    dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
+    int prec, emin;
+    int64_t r;
+} rowctx_t;
+
+/* Element j of the row, one that differs from its exact value or is not
+ * finite, into the row's figures s (bad: over the WARN or statistical
+ * bound, or not finite). */
+static inline void compare_elem(const rowctx_t *x, int64_t j, rowstat_t *s, int *bad)
+{
+    const dl__cmp_t *cmp = x->cmp;
+    const int64_t idx = x->r * cmp->cols + j;
+    const double c = cmp->cand[idx], g = cmp->exact[idx];
+    if (!isfinite(c)) {
+        s->nonfinite++;
+        *bad = 1;
+        if (s->err_pass != INFINITY) { /* the first one stays the worst */
+            s->err_pass = s->err_warn = INFINITY;
+            s->worst = idx;
+            s->wc = c;
+            s->we = g;
+        }
+        return;
+    }
+    const double err = fabs(c - g);
+    if (err == 0.0)
+        return;
+    double M;
+    if (!cmp->mp)
+        M = fabs(g);
+    else if (cmp->mp->kind == DL__M_ARRAY)
+        M = cmp->mp->arr[idx];
+    else if (x->Mr)
+        M = x->Mr[j];
+    else
+        M = dl__ck_m_elem(cmp->mp, x->r, j);
+    const double bp = dl__ck_bound_at(&x->bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
+    const double own_w = dl__ck_bound_at(&x->bcw, g, M);
+    const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
+    /* the divisions only where the ratio may reach 1 or the row's largest
+     * so far (most elements sit far below both); the statistical tier: own
+     * worst case + lambda sigma */
+    const double bs = cmp->prop[2] ? own_w + x->ck->lambda * cmp->prop[2][idx] : 0.0;
+    if (cmp->prop[2] && may_exceed(err, bs, fmin(1.0, s->err_stat))) {
+        const double es = err / bs;
+        if (es > 1.0) {
+            s->over_stat++;
+            *bad = 1;
+        }
+        if (es > s->err_stat)
+            s->err_stat = es;
+    }
+    if (may_exceed(err, bp, fmin(1.0, s->err_pass))) {
+        const double ep = err / bp;
+        if (ep > 1.0)
+            s->over_pass++;
+        if (ep > s->err_pass) {
+            s->err_pass = ep;
+            s->worst = idx;
+            s->wc = c;
+            s->we = g;
+        }
+    }
+    if (may_exceed(err, bw, fmin(1.0, s->err_warn))) {
+        const double ew = err / bw;
+        if (ew > 1.0) {
+            s->over_warn++;
+            *bad = 1;
+        }
+        if (ew > s->err_warn)
+            s->err_warn = ew;
+    }
+    const double ug = ulp_at(g, x->prec, x->emin);
+    if (may_exceed(err, ug, s->ulp)) {
+        const double ul = err / ug;
+        if (ul > s->ulp)
+            s->ulp = ul;
+    }
+    if (err > s->abs)
+        s->abs = err;
+}
+
 /* Compares row r (Mr: its bulk M, or NULL: per element) into *out. The
- * figures live in locals (registers) while the row runs. */
+ * figures live in locals while the row runs; a first pass over each chunk
+ * of columns lists the elements that are not bitwise their exact value
+ * (or not finite), in order, and only those are judged (an equal finite
+ * element adds nothing to any figure). */
 static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, const double *Mr,
                         rowstat_t *out)
 {
@@ -499,81 +589,24 @@ static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, con
     row_stat_init(&s);
     s.checked = C;
     const int64_t K = cmp->row_K ? cmp->row_K[r] : cmp->K;
-    dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
-    dl__ck_bound_coef(ck, cmp, K, 0, &bcp);
-    dl__ck_bound_coef(ck, cmp, K, 1, &bcw);
-    const int prec = dl_dtype_precision(cmp->t), emin = emin_of(cmp->t);
+    rowctx_t x = {.ck = ck, .cmp = cmp, .Mr = Mr, .r = r, .prec = dl_dtype_precision(cmp->t),
+                  .emin = emin_of(cmp->t)};
+    dl__ck_bound_coef(ck, cmp, K, 0, &x.bcp);
+    dl__ck_bound_coef(ck, cmp, K, 1, &x.bcw);
     int bad = 0;
-    for (int64_t j = 0; j < C; j++) {
-        const int64_t idx = r * C + j;
-        const double c = cmp->cand[idx], g = cmp->exact[idx];
-        if (!isfinite(c)) {
-            s.nonfinite++;
-            bad = 1;
-            if (s.err_pass != INFINITY) { /* the first one stays the worst */
-                s.err_pass = s.err_warn = INFINITY;
-                s.worst = idx;
-                s.wc = c;
-                s.we = g;
-            }
-            continue;
+    const float *cr = cmp->cand + r * C, *gr = cmp->exact + r * C;
+    enum { CHUNK = 256 };
+    int32_t list[CHUNK];
+    for (int64_t j0 = 0; j0 < C; j0 += CHUNK) {
+        const int64_t n = C - j0 < CHUNK ? C - j0 : CHUNK;
+        int nl = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const float c = cr[j0 + j];
+            list[nl] = (int32_t)j;
+            nl += !(c == gr[j0 + j]) || isinf(c);
         }
-        const double err = fabs(c - g);
-        if (err == 0.0)
-            continue;
-        double M;
-        if (!cmp->mp)
-            M = fabs(g);
-        else if (cmp->mp->kind == DL__M_ARRAY)
-            M = cmp->mp->arr[idx];
-        else if (Mr)
-            M = Mr[j];
-        else
-            M = dl__ck_m_elem(cmp->mp, r, j);
-        const double bp = dl__ck_bound_at(&bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
-        const double own_w = dl__ck_bound_at(&bcw, g, M);
-        const double bw = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
-        /* the divisions only where the ratio may reach 1 or the row's
-         * largest so far (most elements sit far below both); the
-         * statistical tier: own worst case + lambda sigma */
-        const double bs = cmp->prop[2] ? own_w + ck->lambda * cmp->prop[2][idx] : 0.0;
-        if (cmp->prop[2] && may_exceed(err, bs, fmin(1.0, s.err_stat))) {
-            const double es = err / bs;
-            if (es > 1.0) {
-                s.over_stat++;
-                bad = 1;
-            }
-            if (es > s.err_stat)
-                s.err_stat = es;
-        }
-        if (may_exceed(err, bp, fmin(1.0, s.err_pass))) {
-            const double ep = err / bp;
-            if (ep > 1.0)
-                s.over_pass++;
-            if (ep > s.err_pass) {
-                s.err_pass = ep;
-                s.worst = idx;
-                s.wc = c;
-                s.we = g;
-            }
-        }
-        if (may_exceed(err, bw, fmin(1.0, s.err_warn))) {
-            const double ew = err / bw;
-            if (ew > 1.0) {
-                s.over_warn++;
-                bad = 1;
-            }
-            if (ew > s.err_warn)
-                s.err_warn = ew;
-        }
-        const double ug = ulp_at(g, prec, emin);
-        if (may_exceed(err, ug, s.ulp)) {
-            const double ul = err / ug;
-            if (ul > s.ulp)
-                s.ulp = ul;
-        }
-        if (err > s.abs)
-            s.abs = err;
+        for (int i = 0; i < nl; i++)
+            compare_elem(&x, j0 + list[i], &s, &bad);
     }
     if (cmp->row_fail)
         cmp->row_fail[r] = (uint8_t)bad;
@@ -587,7 +620,7 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
                          rowstat_t *st)
 {
     const int64_t C = cmp->cols;
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if ((r1 - r0) * C > DL__PAR_MIN)
     for (int64_t r = r0; r < r1; r++) {
         if (cmp->row_skip && cmp->row_skip[r]) {
             row_stat_init(&st[r - r0]);

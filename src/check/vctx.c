@@ -16,7 +16,8 @@ void dl__ck_vctx(dl__ck_t *ck, int tier, dl__vctx_t *v)
     *v = (dl__vctx_t){.c = ck->c, .in = ck->in, .T = ck->T, .d = ck->d, .f = ck->f, .E = ck->E,
                       .k = ck->k, .M = ck->M, .swiglu = ck->swiglu, .act = ck->act,
                       .sel_ids = ck->exact_ids, .sel_weights = ck->exact_weights,
-                      .alloc = ck_alloc, .actx = ck};
+                      .alloc = ck_alloc, .actx = ck, .spare = &ck->spare,
+                      .memo = &ck->memo};
     for (int u = 0; u < DL_VALUE_COUNT; u++) {
         v->v[u] = ck->st[u].eff;
         v->delta[u] = tier < 0 ? NULL : ck->st[u].delta[tier];

@@ -57,6 +57,7 @@ static void check_usage(FILE *f)
             "  --force          replace existing report files\n"
             "  --require-sealed-golden  an unsealed golden file is an error (exit 2)\n"
             "  --all            list SKIP lines in the table too\n"
+            "  -q, --quiet      no progress bar (a terminal gets one: stage, elements, rate)\n"
             "exit status: 0 conformant, 1 not conformant, 2 usage error or unreadable input\n");
 }
 
@@ -447,6 +448,8 @@ static int judge(const opts_t *o, const dl_check_profile_t *profile, dl_valueset
         co.false_alarm = o->false_alarm;
     dl_cli_progress_t bar;
     dl_cli_progress_init(&bar, g->case_name[0] ? g->case_name : "check");
+    for (int s = 0; s < DL_VALUE_COUNT; s++) /* the runner's share done is of these */
+        bar.total += (double)dl_value_numel(&g->config, (dl_value_t)s);
     if (!o->quiet && isatty(2)) {
         co.progress = dl_cli_progress_cb;
         co.progress_ctx = &bar;

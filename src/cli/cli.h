@@ -45,6 +45,8 @@ typedef struct {
     const char *phase;
     double t0;
     double after; /* seconds before the first redraw */
+    double total; /* elements of the whole run (check): the bar adds the
+                   * elements done and their rate; 0: none (init) */
 } dl_cli_progress_t;
 void dl_cli_progress_init(dl_cli_progress_t *p, const char *name);
 /* Unless OMP_WAIT_POLICY is set: sets it to passive and executes the

@@ -628,6 +628,9 @@ int dl_cli_cases(int argc, char **argv)
         else
             snprintf(route, sizeof route, "%s%s%s", dl_route_score_name(r->score_fn), bias,
                      r->weight_on_input ? "@input" : r->hash_vocab > 0 ? "@hash" : "");
+        if (r->zero_experts > 0) /* LongCat-Flash's identity experts */
+            snprintf(route + strlen(route), sizeof route - strlen(route), "+z%" PRId64,
+                     r->zero_experts);
         human(dl_case_data_bytes(c), sz, sizeof sz);
         char sh[64] = ""; /* the shared experts: S x f_s, gated or not */
         if (k->shared_experts > 0)

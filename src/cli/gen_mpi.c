@@ -591,6 +591,9 @@ static int refuse(const run_t *x, const char *path, int slices, const dl_golden_
         snprintf(err, sizeof err, "case %s: weight_on_input (the score scales the expert's "
                  "input) is not supported under mpirun; run dropless gen without it",
                  x->c->name), rc = 1;
+    else if (k->route.zero_experts > 0) /* the identity tail lives on no expert rank */
+        snprintf(err, sizeof err, "case %s: zero_experts (identity experts) are not supported "
+                 "under mpirun; run dropless gen without it", x->c->name), rc = 1;
     else if (go->expert_end > 0)
         snprintf(err, sizeof err, "--experts is not supported under mpirun (each rank computes "
                  "its experts; --slices writes each rank's slice)"), rc = 1;

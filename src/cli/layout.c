@@ -34,7 +34,8 @@ static void print_table(void)
         else
             printf("%d\n", (int)r->value);
     }
-    printf("dims: T tokens, d hidden, f ffn, E experts, k top_k, M = T*k, P = E+1; "
+    printf("dims: T tokens, d hidden, f ffn, E experts, k top_k, M = T*k, P = E+1, "
+           "R = E + zero_experts (the router's width); "
            "store act = the case's dtype, rt = its router_dtype\n");
 }
 

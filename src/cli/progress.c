@@ -37,8 +37,19 @@ static void eta_str(double secs, char *buf, size_t n)
         snprintf(buf, n, "%dm%02ds", (int)(secs / 60), (int)secs % 60);
 }
 
+/* n with a k/M/G suffix, 3 significant digits. */
+static void count_str(double n, char *buf, size_t len)
+{
+    static const char sfx[] = " kMGT";
+    int i = 0;
+    while (n >= 999.5 && i < 4)
+        n /= 1000.0, i++;
+    snprintf(buf, len, i ? "%.3g%c" : "%.0f", n, sfx[i]);
+}
+
 void dl_cli_progress_init(dl_cli_progress_t *p, const char *name)
 {
+    p->total = 0.0;
     p->name = name;
     p->shown = 0;
     p->last_pct = -1;
@@ -64,6 +75,13 @@ void dl_cli_progress_cb(void *ctx, const char *phase, double done)
     eta_str(done > 0.005 ? el / done * (1.0 - done) : -1.0, eta, sizeof eta);
     fprintf(stderr, "\r%s: %-16.16s [%.*s%*s] %3d%% ETA %-8s", p->name, phase, bar,
             "####################", 20 - bar, "", pct, eta);
+    if (p->total > 0) { /* check: elements judged of the case's, and their rate */
+        char dn[16], tot[16], rate[16];
+        count_str(done * p->total, dn, sizeof dn);
+        count_str(p->total, tot, sizeof tot);
+        count_str(el > 0 ? done * p->total / el : 0.0, rate, sizeof rate);
+        fprintf(stderr, " %s/%s elements, %s/s   ", dn, tot, rate);
+    }
     fflush(stderr);
     p->shown = 1;
 }

@@ -16,11 +16,13 @@
 
 #define ROUTE(E, k, sf, ng, tg, gs, rn, sc, ...)                                    \
     {.experts = E, .top_k = k, .score_fn = sf, .n_group = ng, .topk_group = tg,      \
-     .group_score = gs, .renormalize = rn, .scaling = sc, ROUTE_FLAGS(__VA_ARGS__, 0, 0, 0, 0)}
-/* has_bias, then optionally has_router_bias, weight_on_input and hash_vocab (0 when left out) */
+     .group_score = gs, .renormalize = rn, .scaling = sc, ROUTE_FLAGS(__VA_ARGS__, 0, 0, 0, 0, 0)}
+/* has_bias, then optionally has_router_bias, weight_on_input, hash_vocab and
+ * zero_experts (0 when left out) */
 #define ROUTE_FLAGS(...) ROUTE_FLAGS_(__VA_ARGS__)
-#define ROUTE_FLAGS_(bias, rbias, win, hv, ...) .has_bias = bias, .has_router_bias = rbias, \
-                                                .weight_on_input = win, .hash_vocab = hv
+#define ROUTE_FLAGS_(bias, rbias, win, hv, z, ...) .has_bias = bias, .has_router_bias = rbias, \
+                                                   .weight_on_input = win, .hash_vocab = hv,  \
+                                                   .zero_experts = z
 #define ONE(nm, desc, T, d, f, rt, fk, dt, seed_, kind, zs, big)                     \
     {.name = nm, .description = desc,                                               \
      .config = {.tokens = T, .hidden = d, .ffn = f, .route = ROUTE rt, .ffn_kind = fk, \
@@ -158,6 +160,8 @@ static const dl_case_t catalogue[] = {
             24, 16, 16, (16, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 19, 1, 32),
     CASE3V("gpt-oss-full", "gpt-oss with every feature on: a bias on the router logits, softmax over the top-4 of 8 logits, SwiGLU clamped at 7 (alpha 1.702, up + 1), biases on both projections, bf16 router weight",
            32, 16, 16, (8, 4, DL_SCORE_SOFTMAX_TOPK, 1, 1, GMAX, 0, 1.0, 0, 1), DL_FFN_SWIGLU_CLAMP, 1.702, 7.0, DL_BF16, 1, 18),
+    CASE3("longcat-like", "LongCat-Flash: softmax over 8 experts and 4 zero (identity) experts, top-4 of the 12 chosen on the scores plus a selection-only bias, no renormalisation, scale 6; a zero expert's output is its input",
+          24, 16, 8, (8, 4, SM, 1, 1, GMAX, 0, 6.0, 1, 0, 0, 0, 4), SWI, 2607, DL_INPUTS_RANDOM, 0, 0),
     CASE3("mixtral-layer", "Mixtral-8x7B layer: E = 8, k = 2, d = 4096, f = 14336 (on demand)",
           4096, 4096, 14336, (8, 2, SM, 1, 1, GMAX, 1, 1.0, 0), SWI, 101, DL_INPUTS_RANDOM, 0, 1),
     CASE3("deepseek-v3-layer", "DeepSeek-V3 layer: E = 256, k = 8, d = 7168, f = 2048, 8 groups keep 4 (on demand)",
@@ -197,6 +201,10 @@ static const dl_case_t catalogue[] = {
          256, 2048, 1024, (16, 6, DL_SCORE_SQRTSOFTPLUS, 1, 1, GMAX, 1, 1.5, 1), SWI, 214, .ffn_bias = 0),
     KFAM("nemotron-kernel-bf16", "Nemotron's non-gated relu(x Wu)^2 Wd experts at d = 2688, f = 1856; sigmoid top-4 of 8 with the selection bias, renormalised, scale 2.5",
          256, 2688, 1856, (8, 4, SG, 1, 1, GMAX, 1, 2.5, 1), DL_FFN_RELU2, 215, .ffn_bias = 0),
+    KFAM("llama4-kernel-bf16", "Llama-4's MoE at its d = 5120: sigmoid top-1 of 8 on the expert's input (x sigmoid(l) into the expert, outputs summed unweighted), one shared expert of width f = 1024",
+         256, 5120, 1024, (8, 1, SG, 1, 1, GMAX, 0, 1.0, 0, 0, 1), SWI, 216, .shared_experts = 1, .shared_ffn = 1024),
+    KFAM("longcat-kernel-bf16", "LongCat-Flash routing (softmax over 16 experts and 8 zero experts, top-6 on the scores plus the selection-only bias, no renormalisation, scale 6; a zero expert's output is its input); d = 2048, f = 1024",
+         256, 2048, 1024, (16, 6, SM, 1, 1, GMAX, 0, 6.0, 1, 0, 0, 0, 8), SWI, 217, .ffn_bias = 0),
 
     /* The layer recipes (doc/lowprecision.md, "The layer recipes"): small,
      * and the kernel tier's planted sizes in the twin of kernel-sizes-bf16. */
@@ -318,8 +326,13 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("experts must be >= 1");
     if (r->experts > INT32_MAX)
         BAD("experts must fit int32");
-    if (r->top_k < 1 || r->top_k > r->experts)
-        BAD("top_k must be in [1, experts]");
+    if (r->zero_experts < 0 || r->zero_experts > INT32_MAX - r->experts)
+        BAD("zero_experts must be in [0, 2^31 - 1 - experts] (0: no zero experts)");
+    if (r->zero_experts > 0 && (r->n_group > 1 || r->hash_vocab > 0 || r->weight_on_input))
+        BAD("zero_experts (identity experts in the router, LongCat-Flash) need n_group 1, "
+            "hash_vocab 0 and weight_on_input 0");
+    if (r->top_k < 1 || r->top_k > DL_ROUTE_WIDTH(r))
+        BAD("top_k must be in [1, experts + zero_experts]");
     if (!dl__golden_score_name(r->score_fn))
         BAD("unknown score_function");
     if (r->group_score < DL_GROUP_MAX || r->group_score > DL_GROUP_TOPK_SUM)
@@ -328,7 +341,7 @@ int dl__golden_config_check(const dl_moe_config_t *c, char *why, size_t whylen)
         BAD("n_group must divide experts");
     if (r->topk_group < 1 || r->topk_group > r->n_group)
         BAD("topk_group must be in [1, n_group]");
-    if (r->top_k > r->topk_group * (r->experts / r->n_group))
+    if (r->top_k > r->topk_group * (DL_ROUTE_WIDTH(r) / r->n_group))
         BAD("top_k exceeds the experts in topk_group groups");
     if (r->n_group > 1 && r->group_score == DL_GROUP_TOP2_SUM && r->experts / r->n_group < 2)
         BAD("group_score top2_sum needs >= 2 experts per group");
@@ -409,6 +422,9 @@ int dl_golden_config_string(const dl_moe_config_t *c, const char *sep, char *buf
         w += snprintf(buf + w, n - (size_t)w, "%sweight_on_input = 1", sep);
     if (w >= 0 && (size_t)w < n && c->route.hash_vocab > 0)
         w += snprintf(buf + w, n - (size_t)w, "%shash_vocab = %" PRId64, sep, c->route.hash_vocab);
+    if (w >= 0 && (size_t)w < n && c->route.zero_experts > 0)
+        w += snprintf(buf + w, n - (size_t)w, "%szero_experts = %" PRId64, sep,
+                      c->route.zero_experts);
     /* the variants' keys only where a case uses them (the default's text is unchanged) */
     if (w >= 0 && (size_t)w < n && c->ffn_kind == DL_FFN_SWIGLU_CLAMP)
         w += snprintf(buf + w, n - (size_t)w, "%sact_alpha = %.17g%sact_limit = %.17g", sep,
@@ -501,13 +517,14 @@ enum {
     K_NAME, K_BASE, K_TOKENS, K_HIDDEN, K_FFN, K_EXPERTS, K_TOP_K, K_SCORE, K_NGROUP,
     K_TOPKG, K_GSCORE, K_RENORM, K_SCALING, K_BIAS, K_FFNKIND, K_DTYPE, K_SEED, K_INPUTS,
     K_ZIPF, K_LOWP, K_SHARED, K_SHARED_FFN, K_SHARED_GATE, K_RBIAS, K_ACT_ALPHA, K_ACT_LIMIT,
-    K_ROUTER_DTYPE, K_FFN_BIAS, K_WIN, K_HASH, NKEYS
+    K_ROUTER_DTYPE, K_FFN_BIAS, K_WIN, K_HASH, K_ZERO, NKEYS
 };
 static const char *const keys[NKEYS] = {
     "name", "base", "tokens", "hidden", "ffn", "experts", "top_k", "score_function",
     "n_group", "topk_group", "group_score", "renormalize", "scaling", "has_bias",
     "ffn_kind", "dtype", "seed", "inputs", "zipf_s", "lowp", "shared_experts", "shared_ffn",
-    "shared_gate", "router_bias", "act_alpha", "act_limit", "router_dtype", "ffn_bias", "weight_on_input", "hash_vocab"};
+    "shared_gate", "router_bias", "act_alpha", "act_limit", "router_dtype", "ffn_bias", "weight_on_input", "hash_vocab",
+    "zero_experts"};
 
 static void case_defaults(dl_case_t *c)
 {
@@ -628,8 +645,10 @@ static int set_key(dl_case_t *c, int key, const char *k, const char *v, char *wh
     case K_SHARED:
     case K_SHARED_FFN:
     case K_HASH:
+    case K_ZERO:
         if (parse_i64(v, 0, INT32_MAX, key == K_SHARED       ? &c->config.shared_experts
                                        : key == K_SHARED_FFN ? &c->config.shared_ffn
+                                       : key == K_ZERO       ? &c->config.route.zero_experts
                                                              : &c->config.route.hash_vocab))
             WHY("%s must be an integer in [0, 2147483647], got '%.40s'", k, v);
         return 0;

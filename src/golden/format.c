@@ -74,7 +74,7 @@ int64_t dl_golden_dataset_shape(const dl_golden_dataset_t *ds, const dl_moe_conf
 {
     int64_t n = 1;
     for (int i = 0; i < ds->rank; i++) {
-        if (!strchr("TdfFEkMPSV", ds->dims[i]))
+        if (!strchr("TdfFEkMPSVR", ds->dims[i]))
             return DL_EINTERNAL;
         int64_t v = dl_value_dim(c, ds->dims[i]);
         if (v < 0)

@@ -166,7 +166,7 @@ static int hash_inputs(const dl_case_t *c, dl_golden_inputs_t *in)
 /* Per-expert logit offsets b_e (doc/format.md). */
 static void offsets(const dl_case_t *c, double *b)
 {
-    int64_t E = c->config.route.experts;
+    int64_t E = DL_ROUTE_WIDTH(&c->config.route); /* zero experts: drawn as the others */
     for (int64_t e = 0; e < E; e++)
         b[e] = c->inputs == DL_INPUTS_ZIPF
                    ? -c->zipf_s * dl_golden_ln((double)(e + 1))
@@ -200,7 +200,7 @@ static void copy_expert(float *w, float *bias, int64_t d, int64_t E, int64_t src
 static void make_ties(const dl_case_t *c, dl_golden_inputs_t *in)
 {
     const dl_moe_config_t *k = &c->config;
-    int64_t d = k->hidden, E = k->route.experts, K = k->route.top_k;
+    int64_t d = k->hidden, E = DL_ROUTE_WIDTH(&k->route), K = k->route.top_k;
     int64_t rnear = d > 1 ? 1 : 0;
     for (int64_t e = 1; e <= K && e < E; e++)
         copy_expert(in->router_weight, in->expert_bias, d, E, 0, e);
@@ -233,7 +233,7 @@ static const int64_t planted_sizes[] = {0, 1, 63, 64, 65, 127, 128, 129};
 int dl__case_planted_sizes(const dl_moe_config_t *k, int64_t *q)
 {
     int64_t T = k->tokens, E = k->route.experts, slots = T * k->route.top_k, used = 0;
-    if (E < 2 || k->hidden < E + 1 || k->route.n_group != 1)
+    if (E < 2 || k->hidden < E + 1 || k->route.n_group != 1 || k->route.zero_experts > 0)
         return DL_EINVAL;
     int64_t nq = E - 1 < NPLANTED ? E - 1 : NPLANTED;
     for (int64_t e = 0; e < E; e++)
@@ -368,7 +368,7 @@ int dl__case_inputs_small(const dl_case_t *c, dl_golden_inputs_t *in)
     int rc = dl__golden_config_check(k, why, sizeof why);
     if (rc)
         return rc;
-    int64_t T = k->tokens, d = k->hidden, E = k->route.experts;
+    int64_t T = k->tokens, d = k->hidden, E = DL_ROUTE_WIDTH(&k->route); /* the router's */
     int64_t nx, nw;
     if (dl_mul_size(T, d, &nx) || dl_mul_size(d, E, &nw))
         return DL_EOVERFLOW;

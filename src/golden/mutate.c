@@ -419,6 +419,8 @@ static int mut_reorder(const dl_moe_config_t *c, dl_golden_file_t *mu, char *det
             q[p] = f->group_offsets[e] + f->group_offsets[e + 1] - 1 - p;
             moved += q[p] != p;
         }
+    for (int64_t p = f->group_offsets[E]; p < M; p++) /* zero experts' tail: in place */
+        q[p] = p;
     int rc = moved ? 0 : DL_ENOTFOUND;
     for (int s = 0; !rc && s < DL_VALUE_COUNT; s++) {
         int64_t dims[3];

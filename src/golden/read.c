@@ -262,6 +262,11 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
         goto fail;
     if (hv < 0 || hv > INT32_MAX)
         FAILF(DL_EFORMAT, "/config: hash_vocab must be in [0, 2^31 - 1]");
+    int64_t zx = 0; /* optional: written only with zero experts */
+    if ((rc = ATTR_I64(g, "/config", "zero_experts", 0, &zx)) < 0)
+        goto fail;
+    if (zx < 0 || zx > INT32_MAX)
+        FAILF(DL_EFORMAT, "/config: zero_experts must be in [0, 2^31 - 1]");
     memset(c, 0, sizeof *c);
     c->tokens = v[0];
     c->hidden = v[1];
@@ -275,6 +280,7 @@ static int read_config(rctx_t *r, hid_t file, dl_moe_config_t *c)
     c->route.has_router_bias = (int)rbias;
     c->route.weight_on_input = (int)win;
     c->route.hash_vocab = hv;
+    c->route.zero_experts = zx;
     c->route.score_fn = (dl_score_fn_t)isf;
     c->route.group_score = (dl_group_score_t)igs;
     c->route.scaling = scaling;
@@ -683,7 +689,7 @@ static int check_ranges(rctx_t *r, const dl_golden_dataset_t *ds, const dl_moe_c
     if (r->strict && ds->elem == DL_GOLDEN_INT32) {
         const int32_t *v = buf;
         int is_ids = !strcmp(ds->name, "topk_ids");
-        int64_t hi = is_ids ? c->route.experts : M;
+        int64_t hi = is_ids ? DL_ROUTE_WIDTH(&c->route) : M; /* zero experts: ids up to E + Z */
         for (int64_t i = 0; i < n; i++)
             if (v[i] < 0 || v[i] >= hi) {
                 fmt_index(hs, sizeof hs, i, dims, ds->rank);
@@ -744,7 +750,8 @@ static int check_forward(rctx_t *r, const dl_golden_file_t *g)
     const dl_moe_forward_t *f = &g->fwd;
     int64_t T = g->config.tokens, k = g->config.route.top_k, E = g->config.route.experts;
     int64_t M = T * k;
-    int64_t *count = calloc((size_t)E + 1, sizeof *count);
+    /* zero experts' ids count in [E, E + Z): their rows are the tail */
+    int64_t *count = calloc((size_t)DL_ROUTE_WIDTH(&g->config.route) + 1, sizeof *count);
     char *seen = calloc((size_t)(M > 0 ? M : 1), 1);
     if (!count || !seen)
         FAILF(DL_ENOMEM, "out of memory");

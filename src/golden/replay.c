@@ -56,7 +56,7 @@ int dl__mut_gemm_of(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const d
     *expert = 1;
     switch (s) {
     case DL_VALUE_ROUTER_LOGITS:
-        grouped(g, in->x, d, in->router_weight, DL_RHS_KN, E);
+        grouped(g, in->x, d, in->router_weight, DL_RHS_KN, DL_ROUTE_WIDTH(&c->route));
         break;
     case DL_VALUE_H_GATE: grouped(g, f->x_sorted, d, in->w_gate, DL_RHS_KN, ff); break;
     case DL_VALUE_H_UP: grouped(g, f->x_sorted, d, in->w_up, DL_RHS_KN, ff); break;
@@ -79,7 +79,7 @@ int dl__mut_gemm_of(const dl_moe_config_t *c, const dl_moe_inputs_t *in, const d
     case DL_VALUE_D_W_GATE: ragged(g, f->x_sorted, d, b->d_h_gate, ff); break;
     case DL_VALUE_D_W_UP: ragged(g, f->x_sorted, d, b->d_h_up, ff); break;
     case DL_VALUE_D_ROUTER_WEIGHT:
-        ragged(g, in->x, d, b->d_router_logits, E);
+        ragged(g, in->x, d, b->d_router_logits, DL_ROUTE_WIDTH(&c->route));
         break;
     default:
         return DL_ENOTFOUND;
@@ -138,7 +138,8 @@ static int route_stage(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_m
             if (!rc)
                 memcpy(dst, s == DL_VALUE_TOPK_IDS ? (void *)ids : (void *)w, 4 * (size_t)M);
         } else {
-            rc = dl_sort_assignments(f->topk_ids, T, k, E, sp, ip, gs, go);
+            rc = dl__sort_assignments_z(f->topk_ids, T, k, E, c->route.zero_experts, sp, ip, gs,
+                                        go);
             if (!rc && (s == DL_VALUE_SORT_PERM || s == DL_VALUE_INV_PERM))
                 memcpy(dst, s == DL_VALUE_SORT_PERM ? sp : ip, 4 * (size_t)M);
             else if (!rc)
@@ -195,12 +196,16 @@ static int via_schedule(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_
 static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_forward_t *f,
                    dl_moe_backward_t *b, int s, dl_valueset_t keep)
 {
-    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn, E = c->route.experts,
+    const int64_t T = c->tokens, d = c->hidden, ff = c->ffn,
                   k = c->route.top_k, M = T * k;
     const dl_dtype_t t = c->dtype;
     void *dst = dl__mut_array(f, b, s);
     dl__mut_gemm_t g;
     int expert;
+    if (c->route.zero_experts > 0 && (s == DL_VALUE_H_GATE || s == DL_VALUE_H_UP ||
+                                      s == DL_VALUE_Y_SORTED || s == DL_VALUE_D_H_ACT ||
+                                      s == DL_VALUE_D_X_SORTED))
+        return via_schedule(c, in, f, b, s, keep); /* the identity tail: the producers know it */
     if (dl__mut_gemm_of(c, in, f, b, s, &g, &expert) == 0)
         return dl__mut_gemm_run(&g, dst);
     const char *nm = dl_value_name((dl_value_t)s);
@@ -234,7 +239,7 @@ static int compute(const dl_moe_config_t *c, const dl_moe_inputs_t *in, dl_moe_f
         return dl_route_scores_backward(&c->route, f->router_scores, b->d_router_scores, T, dst);
     case DL_VALUE_D_X:
         return dl_input_backward(b->d_x_sorted, f->inv_perm, b->d_router_logits, in->router_weight,
-                                 T, k, d, E, t, dst);
+                                 T, k, d, DL_ROUTE_WIDTH(&c->route), t, dst);
     default:
         return via_schedule(c, in, f, b, s, keep);
     }

@@ -366,6 +366,11 @@ int dl_golden_gen_stream(const dl_case_t *c, const char *path, const dl_golden_g
     /* the configuration, the expert range and the EP ranks (output.c), and
      * the output: refused before the work, not after it */
     int rc = dl_golden_gen_check(c, opts, err, errlen);
+    if (!rc && k->route.zero_experts > 0) { /* the identity tail is no expert's window */
+        snprintf(err, errlen, "case %s: zero_experts (identity experts) cannot be generated "
+                 "expert by expert (--stream, --experts); generate it in memory", c->name);
+        rc = DL_EINVAL;
+    }
     if (!rc)
         rc = dl__out_check(path, opts->force, err, errlen);
     if (rc)

@@ -206,7 +206,8 @@ static int write_config(wctx_t *w, hid_t file, const dl_moe_config_t *c)
         (rc = attr_str(w, g, "dtype", dl_dtype_name(c->dtype))) ||
         (r->has_router_bias && (rc = attr_i64(w, g, "has_router_bias", 1))) || /* only when set */
         (r->weight_on_input && (rc = attr_i64(w, g, "weight_on_input", 1))) ||
-        (r->hash_vocab > 0 && (rc = attr_i64(w, g, "hash_vocab", r->hash_vocab))))
+        (r->hash_vocab > 0 && (rc = attr_i64(w, g, "hash_vocab", r->hash_vocab))) ||
+        (r->zero_experts > 0 && (rc = attr_i64(w, g, "zero_experts", r->zero_experts))))
         goto fail;
     /* only a layer recipe's case has the attribute: other goldens keep their bytes */
     if (c->lowp && (rc = attr_str(w, g, "lowp", dl_lowp_layer(c->lowp)->name)))

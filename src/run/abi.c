@@ -214,7 +214,8 @@ int dl__run_call_stage(const dl_backend_t *b, dl_run_stage_t s, const dl_backend
     X(c->ffn_bias, "expert biases (ffn_bias)")                                          \
     X(c->route.has_router_bias, "router-logit bias (router_bias)")                    \
     X(c->shared_experts > 0, "shared experts (shared_experts)")                         \
-    X(c->lowp != 0, "low-precision layer recipe (lowp)")
+    X(c->lowp != 0, "low-precision layer recipe (lowp)")                               \
+    X(c->route.zero_experts > 0, "zero (identity) experts (zero_experts)")
 
 int dl_run_expressible(const dl_moe_config_t *c, char *why, size_t n)
 {

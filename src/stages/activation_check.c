@@ -9,6 +9,7 @@
  * The routed experts' other kinds (swiglu-clamp, geglu-tanh) take the same
  * quantities from dl_ffn_act_deriv, beside their stage (activation.c). */
 #include "config.h"
+#include <string.h>
 #include "stages/stages_priv.h"
 
 #define EF(s) DL__EF(v, s)
@@ -18,15 +19,36 @@ static double sig(double g)
     return 1.0 / (1.0 + exp(-g));
 }
 
-static double silu(double g)
-{
-    return g * sig(g);
-}
-
 static double dsilu(double g, double s)
 {
     return s * (1.0 + g * (1.0 - s));
 }
+
+/* s(g) of every element of gate values hg (n of them) from the runner's
+ * memo, computed into it the first time; NULL (no memo, no memory): the
+ * caller computes each itself, the same value. */
+static const double *sig_all(const dl__vctx_t *v, const float *hg, int64_t n)
+{
+    dl__memo_t *m = v->memo;
+    if (!m || !hg)
+        return NULL;
+    for (int i = 0; i < 2; i++)
+        if (m->slot[i].v && m->slot[i].key == hg && m->slot[i].n == n)
+            return m->slot[i].v;
+    double *s = v->alloc(v->actx, n, sizeof *s);
+    if (!s)
+        return NULL;
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        s[i] = sig(hg[i]);
+    m->slot[m->next].key = hg;
+    m->slot[m->next].n = n;
+    m->slot[m->next].v = s;
+    m->next ^= 1;
+    return s;
+}
+
+#define SIG(i) (S ? S[i] : sig(hg[i]))
 
 /* ------------------------------------------------------------ forward */
 
@@ -59,7 +81,7 @@ static int variant_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int6
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad; /* relu2 has no gate (hg NULL) */
         dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
@@ -79,7 +101,7 @@ static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int
     if (!dg && !du && !dd)
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u), rd = which ? VRSS(o.dh) : 0;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad;
         dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
@@ -111,9 +133,10 @@ int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    const double *S = sig_all(v, hg, n);
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++)
-        a[i] = fabs(silu(hg[i]) * (double)hu[i]);
+        a[i] = fabs((double)hg[i] * SIG(i) * (double)hu[i]); /* silu(g) u */
     m->elem = 1;
     return 0;
 }
@@ -127,9 +150,10 @@ int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double 
     if (!dg && !du)
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u);
-#pragma omp parallel for schedule(static)
+    const double *S = sig_all(v, hg, n);
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        const double sg = sig(hg[i]), gi = hg[i];
+        const double sg = SIG(i), gi = hg[i];
         /* h = silu(g) u: |silu'(g) u| dg + |silu(g)| du */
         const double a = dg ? fabs(dsilu(gi, sg) * hu[i]) * dg[i] : 0.0;
         const double b = du ? fabs(gi * sg) * du[i] : 0.0;
@@ -150,17 +174,30 @@ int dl__prop_h_act(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 
 /* ----------------------------------------------------------- backward */
 
-/* d_h_gate and d_h_up come out of one call; the other is scratch. */
+/* d_h_gate and d_h_up come out of one call: the other is kept in
+ * v->spare (the runner's) and handed to the call that asks for it on the
+ * same effective operands, so the certified backward runs once for both. */
 int dl__swiglu_exact_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, float *out)
 {
+    dl__spare_t *sp = v->spare;
+    const void *on[3] = {v->v[o.g], v->v[o.u], v->v[o.dh]};
+    if (sp && sp->v && sp->key == (int)o.g && sp->gate == gate && sp->n == n &&
+        !memcmp(sp->on, on, sizeof on)) {
+        memcpy(out, sp->v, (size_t)n * sizeof *out);
+        sp->v = NULL;
+        return 0;
+    }
     float *other = v->alloc(v->actx, n, sizeof *other);
     if (!other)
         return DL_ENOMEM;
-    if (variant(v, o))
-        return dl_ffn_act_backward(v->c, VF(o.g), VF(o.u), VF(o.dh), n, gate ? out : other,
-                                   gate ? other : out);
-    return dl_swiglu_backward(VF(o.g), VF(o.u), VF(o.dh), n, v->act, gate ? out : other,
-                              gate ? other : out);
+    const int rc = variant(v, o) ? dl_ffn_act_backward(v->c, VF(o.g), VF(o.u), VF(o.dh), n,
+                                                       gate ? out : other, gate ? other : out)
+                                 : dl_swiglu_backward(VF(o.g), VF(o.u), VF(o.dh), n, v->act,
+                                                      gate ? out : other, gate ? other : out);
+    if (!rc && sp)
+        *sp = (dl__spare_t){.v = other, .key = (int)o.g, .gate = !gate, .on = {on[0], on[1], on[2]},
+                            .n = n};
+    return rc;
 }
 
 int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t n, dl__mag_t *m)
@@ -171,9 +208,10 @@ int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    const double *S = sig_all(v, hg, n);
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        const double sg = sig(hg[i]);
+        const double sg = SIG(i);
         if (gate) /* dh u s (1 + g (1 - s)): the two terms' magnitudes */
             a[i] = fabs((double)dh[i] * (double)hu[i] * sg) *
                    (1.0 + fabs((double)hg[i] * (1.0 - sg)));
@@ -193,9 +231,10 @@ int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_
     if (!dg && !du && !dd)
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u), rd = VRSS(o.dh);
-#pragma omp parallel for schedule(static)
+    const double *S = sig_all(v, hg, n);
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        const double sg = sig(hg[i]), gi = hg[i], ui = hu[i], hi = dh[i];
+        const double sg = SIG(i), gi = hg[i], ui = hu[i], hi = dh[i];
         const double d1 = dsilu(gi, sg);                                 /* silu' */
         const double d2 = sg * (1.0 - sg) * (2.0 + gi * (1.0 - 2.0 * sg)); /* silu'' */
         double td, tu = 0.0, tg;

@@ -10,8 +10,20 @@ int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
                         int32_t *sort_perm, int32_t *inv_perm,
                         int64_t *group_sizes, int64_t *group_offsets)
 {
+    return dl__sort_assignments_z(ids, T, k, E, 0, sort_perm, inv_perm, group_sizes,
+                                  group_offsets);
+}
+
+/* The counting sort over E + Z buckets: the zero experts' Z buckets after
+ * the real experts' E, so their rows are the tail [group_offsets[E], M),
+ * by zero expert then flat index; group_sizes [E], group_offsets [E + 1]
+ * count the real experts only. */
+int dl__sort_assignments_z(const int32_t *ids, int64_t T, int64_t k, int64_t E, int64_t Z,
+                           int32_t *sort_perm, int32_t *inv_perm, int64_t *group_sizes,
+                           int64_t *group_offsets)
+{
     int64_t M;
-    if (T < 0 || k < 1 || E < 1 || !group_sizes || !group_offsets)
+    if (T < 0 || k < 1 || E < 1 || Z < 0 || Z > INT32_MAX - E || !group_sizes || !group_offsets)
         return DL_EINVAL;
     if (dl_mul_size(T, k, &M))
         return DL_EOVERFLOW;
@@ -19,20 +31,25 @@ int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
         return DL_EOVERFLOW;
     if (M > 0 && (!ids || !sort_perm))
         return DL_EINVAL;
-    memset(group_sizes, 0, (size_t)E * sizeof *group_sizes);
-    for (int64_t f = 0; f < M; f++) {
-        if (ids[f] < 0 || ids[f] >= E)
-            return DL_ERANGE;
-        group_sizes[ids[f]]++;
-    }
-    group_offsets[0] = 0;
-    for (int64_t e = 0; e < E; e++)
-        group_offsets[e + 1] = group_offsets[e] + group_sizes[e];
-    /* a forward sweep keeps equal experts in flat-index order: stable */
-    int64_t *next = malloc((size_t)E * sizeof *next);
+    const int64_t W = E + Z;
+    int64_t *next = calloc((size_t)W + 1, sizeof *next);
     if (!next)
         return DL_ENOMEM;
-    memcpy(next, group_offsets, (size_t)E * sizeof *next);
+    for (int64_t f = 0; f < M; f++) {
+        if (ids[f] < 0 || ids[f] >= W) {
+            free(next);
+            return DL_ERANGE;
+        }
+        next[ids[f] + 1]++;
+    }
+    for (int64_t e = 0; e < W; e++) /* next[e]: bucket e's first row */
+        next[e + 1] += next[e];
+    group_offsets[0] = 0;
+    for (int64_t e = 0; e < E; e++) {
+        group_sizes[e] = next[e + 1] - next[e];
+        group_offsets[e + 1] = next[e + 1];
+    }
+    /* a forward sweep keeps equal experts in flat-index order: stable */
     for (int64_t f = 0; f < M; f++) {
         int64_t p = next[ids[f]]++;
         sort_perm[p] = (int32_t)f;
@@ -40,6 +57,21 @@ int dl_sort_assignments(const int32_t *ids, int64_t T, int64_t k, int64_t E,
             inv_perm[f] = (int32_t)p;
     }
     free(next);
+    return 0;
+}
+
+int dl__identity_tail(const dl_moe_config_t *c, int64_t rows, const int64_t *off, int64_t ne,
+                      const float *src, int64_t n, float *dst)
+{
+    if (c->route.zero_experts <= 0 || !off || !dst)
+        return 0;
+    const int64_t r0 = off[ne] - off[0];
+    for (int64_t r = r0; r < rows; r++) {
+        if (src)
+            memcpy(dst + r * n, src + r * n, (size_t)n * sizeof *dst);
+        else
+            memset(dst + r * n, 0, (size_t)n * sizeof *dst);
+    }
     return 0;
 }
 

@@ -210,7 +210,7 @@ int dl__exact_d_x(const dl__vctx_t *v, float *out)
     if (v->c->route.weight_on_input && !w)
         return DL_ENOMEM;
     return dl__input_backward_w(EF(D_X_SORTED), w, INV, EF(D_ROUTER_LOGITS), v->in->router_weight,
-                                sh.width > 0 ? &sh : NULL, v->T, v->k, v->d, v->E, v->act, out);
+                                sh.width > 0 ? &sh : NULL, v->T, v->k, v->d, DL__RW(v), v->act, out);
 }
 
 /* The weight of d_x's j-th routed term of token t: 1, or Llama-4's on the input. */
@@ -223,7 +223,7 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
     const float *dxs = EF(D_X_SORTED), *dlg = EF(D_ROUTER_LOGITS), *wr = v->in->router_weight;
     const int32_t *inv = INV;
-    const int64_t d = v->d, k = v->k, E = v->E;
+    const int64_t d = v->d, k = v->k, E = DL__RW(v);
     dl_shared_grad_t sh;
     dl__shared_grad(v, &sh);
     const float *w = v->c->route.weight_on_input ? dl__route_input_w(v) : NULL;
@@ -252,7 +252,7 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     const double *dxs = DL__DL(v, D_X_SORTED), *dlg = DL__DL(v, D_ROUTER_LOGITS);
     const float *wr = v->in->router_weight;
     const int32_t *inv = INV;
-    const int64_t k = v->k, d = v->d, E = v->E;
+    const int64_t k = v->k, d = v->d, E = DL__RW(v);
     const int sh = v->c->shared_experts > 0 && (DL__DL(v, D_SHARED_H_GATE) || DL__DL(v, D_SHARED_H_UP) ||
                                                 DL__DL(v, D_SHARED_GATE_LOGIT));
     const int wi = v->c->route.weight_on_input; /* Llama-4: w_j dxs_j, both may carry error */
@@ -275,7 +275,7 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
                 sq += rx ? a * a : 0.0;
             }
             for (int64_t j = 0; dsc && j < k; j++) {
-                const double a = dsc[t * v->E + ids[t * k + j]] *
+                const double a = dsc[t * E + ids[t * k + j]] *
                                  fabs((double)ex[(int64_t)inv[t * k + j] * d + i]);
                 lin += rs ? 0.0 : a;
                 sq += rs ? a * a : 0.0;

@@ -98,7 +98,9 @@ int dl__exact_y_sorted(const dl__vctx_t *v, float *out)
 {
     int64_t K;
     const float *a = down_in(v, &K);
-    return exact_proj(v, a, K, v->in->w_down, v->in->b_down, v->d, out);
+    int rc = exact_proj(v, a, K, v->in->w_down, v->in->b_down, v->d, out);
+    /* zero experts' rows (dispatch.c): the input itself */
+    return rc ? rc : dl__identity_tail(v->c, v->M, OFF, v->E, EF(X_SORTED), v->d, out);
 }
 
 int dl__mag_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -122,7 +124,7 @@ int dl__mag_d_h_act(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m
     return 0;
 }
 
-int dl__exact_d_x_sorted(const dl__vctx_t *v, float *out)
+static int exact_d_x_sorted(const dl__vctx_t *v, float *out)
 {
     if (!v->swiglu)
         return dl__exact_grouped1(EF(D_Y_SORTED), v->d, v->in->w_down, DL_RHS_NK, v->d, OFF,
@@ -133,6 +135,13 @@ int dl__exact_d_x_sorted(const dl__vctx_t *v, float *out)
     dl_gemm_term_t terms[2] = {{EF(D_H_GATE), v->f, v->in->w_gate, DL_RHS_NK},
                                {EF(D_H_UP), v->f, v->in->w_up, DL_RHS_NK}};
     return dl_gemm_grouped(terms, 2, v->d, OFF, v->E, v->act, out, NULL);
+}
+
+int dl__exact_d_x_sorted(const dl__vctx_t *v, float *out)
+{
+    int rc = exact_d_x_sorted(v, out);
+    /* zero experts' rows (dispatch.c): the identity's VJP, d_y_sorted itself */
+    return rc ? rc : dl__identity_tail(v->c, v->M, OFF, v->E, EF(D_Y_SORTED), v->d, out);
 }
 
 int dl__mag_d_x_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)

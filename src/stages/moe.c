@@ -113,15 +113,16 @@ int dl_moe_inputs_validate(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
     if (!in)
         return DL_EINVAL;
     const int64_t T = c->tokens, d = c->hidden, f = c->ffn, E = c->route.experts;
+    const int64_t W = DL_ROUTE_WIDTH(&c->route); /* the router's width, E + Z */
     const dl_dtype_t t = c->dtype;
     const int gated = DL_FFN_GATED(c->ffn_kind), hidden = DL_FFN_HIDDEN(c->ffn_kind);
-    if ((rc = check_tensor(in->x, T * d, t)) || (rc = check_tensor(in->router_weight, d * E, c->router_dtype)))
+    if ((rc = check_tensor(in->x, T * d, t)) || (rc = check_tensor(in->router_weight, d * W, c->router_dtype)))
         return rc;
-    if (c->route.has_bias && (rc = check_tensor(in->expert_bias, E, DL_F32)))
+    if (c->route.has_bias && (rc = check_tensor(in->expert_bias, W, DL_F32)))
         return rc;
     if (c->route.hash_vocab > 0 && (!in->token_ids || !in->hash_table))
         return DL_EINVAL; /* hash routing: dl_route_hash checks their values */
-    if (c->route.has_router_bias && (rc = check_tensor(in->router_bias, E, DL_F32)))
+    if (c->route.has_router_bias && (rc = check_tensor(in->router_bias, W, DL_F32)))
         return rc;
     if ((gated && (rc = check_tensor(in->w_gate, E * d * f, t))) ||
         (hidden && (rc = check_tensor(in->w_up, E * d * f, t))))

@@ -35,7 +35,11 @@ int dl_route_config_validate(const dl_route_config_t *c)
         return DL_EINVAL;
     if (c->experts < 1 || c->experts > INT32_MAX)
         return DL_EINVAL;
-    if (c->top_k < 1 || c->top_k > c->experts)
+    /* zero experts: a plain softmax-style top-k over E + Z columns */
+    if (c->zero_experts < 0 || c->zero_experts > INT32_MAX - c->experts ||
+        (c->zero_experts > 0 && (c->n_group != 1 || c->hash_vocab > 0 || c->weight_on_input)))
+        return DL_EINVAL;
+    if (c->top_k < 1 || c->top_k > DL_ROUTE_WIDTH(c))
         return DL_EINVAL;
     if (!dl_route_score_name(c->score_fn))
         return DL_EINVAL;
@@ -46,7 +50,7 @@ int dl_route_config_validate(const dl_route_config_t *c)
     if (c->group_score != DL_GROUP_MAX && c->group_score != DL_GROUP_TOP2_SUM &&
         c->group_score != DL_GROUP_TOPK_SUM)
         return DL_EINVAL;
-    if (c->top_k > c->topk_group * (c->experts / c->n_group))
+    if (c->top_k > c->topk_group * (DL_ROUTE_WIDTH(c) / c->n_group))
         return DL_EINVAL;
     if (!isfinite(c->scaling) || !(c->scaling > 0))
         return DL_EINVAL;
@@ -155,7 +159,7 @@ int dl_route_scores(const dl_route_config_t *c, const float *logits, int64_t T,
     int rc = dl_route_config_validate(c);
     if (rc)
         return rc;
-    int64_t n, E = c->experts;
+    int64_t n, E = DL_ROUTE_WIDTH(c);
     if (T < 0)
         return DL_EINVAL;
     if (dl_mul_size(T, E, &n))
@@ -423,7 +427,7 @@ int dl__route_group_score(const dl_route_config_t *c, const float *s, const floa
 static int topk_token(const dl_route_config_t *c, const float *s, const float *bias,
                       int32_t *ids, float *w, float *margin, topk_work_t *wk)
 {
-    const int64_t E = c->experts, k = c->top_k, ng = c->n_group, tg = c->topk_group;
+    const int64_t E = DL_ROUTE_WIDTH(c), k = c->top_k, ng = c->n_group, tg = c->topk_group;
     const int64_t G = E / ng;
     kv_t *kv = wk->kv;
     for (int64_t e = 0; e < E; e++) {
@@ -476,7 +480,7 @@ int dl_route_topk(const dl_route_config_t *c, const float *scores,
     int rc = dl_route_config_validate(c);
     if (rc)
         return rc;
-    int64_t n, E = c->experts, k = c->top_k;
+    int64_t n, E = DL_ROUTE_WIDTH(c), k = c->top_k;
     if (T < 0)
         return DL_EINVAL;
     if (dl_mul_size(T, E, &n))
@@ -525,7 +529,7 @@ int dl_route_weights(const dl_route_config_t *c, const float *s, const int32_t *
     if (!s || !ids || !w)
         return DL_EINVAL;
     for (int64_t j = 0; j < c->top_k; j++) {
-        if (ids[j] < 0 || ids[j] >= c->experts)
+        if (ids[j] < 0 || ids[j] >= DL_ROUTE_WIDTH(c))
             return DL_ERANGE;
         for (int64_t i = 0; i < j; i++)
             if (ids[i] == ids[j])
@@ -667,7 +671,7 @@ static int dscores_token(const dl_route_config_t *c, const float *s, const int32
  * (a full row of E); 0 or DL_ENONFINITE. */
 static int scores_vjp_row(const dl_route_config_t *c, const float *s, const float *ds, float *dl)
 {
-    const int64_t E = c->experts;
+    const int64_t E = DL_ROUTE_WIDTH(c);
     dl_acc_t acc;
     if (c->score_fn == DL_SCORE_SOFTMAX_TOPK || c->score_fn == DL_SCORE_SQRTSOFTPLUS) {
         int rc = 0;
@@ -742,7 +746,7 @@ int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,
     int64_t n;
     if (T < 0)
         return DL_EINVAL;
-    if (dl_mul_size(T, c->experts, &n))
+    if (dl_mul_size(T, DL_ROUTE_WIDTH(c), &n))
         return DL_EOVERFLOW;
     if (T == 0)
         return 0;
@@ -751,8 +755,8 @@ int dl_route_scores_backward(const dl_route_config_t *c, const float *scores,
     int err = 0;
 #pragma omp parallel for schedule(dynamic, 4)
     for (int64_t t = 0; t < T; t++) {
-        int e = scores_vjp_row(c, scores + t * c->experts, d_scores + t * c->experts,
-                               d_logits + t * c->experts);
+        int e = scores_vjp_row(c, scores + t * DL_ROUTE_WIDTH(c), d_scores + t * DL_ROUTE_WIDTH(c),
+                               d_logits + t * DL_ROUTE_WIDTH(c));
         if (e)
             set_err(&err, e);
     }
@@ -766,7 +770,7 @@ int dl_route_backward(const dl_route_config_t *c, const float *scores,
     int rc = dl_route_config_validate(c);
     if (rc)
         return rc;
-    int64_t n, nk, E = c->experts, k = c->top_k;
+    int64_t n, nk, E = DL_ROUTE_WIDTH(c), k = c->top_k;
     if (T < 0)
         return DL_EINVAL;
     if (dl_mul_size(T, E, &n) || dl_mul_size(T, k, &nk))

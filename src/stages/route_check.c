@@ -44,7 +44,7 @@ static const float *ones_T(const dl__vctx_t *v)
 
 int dl__exact_router_logits(const dl__vctx_t *v, float *out)
 {
-    return dl_route_logits(v->in->x, v->T, v->d, v->in->router_weight, router_bias(v), v->E, out,
+    return dl_route_logits(v->in->x, v->T, v->d, v->in->router_weight, router_bias(v), DL__RW(v), out,
                            NULL);
 }
 
@@ -53,7 +53,7 @@ int dl__mag_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
     int64_t *o = all_rows(v);
     if (!o)
         return DL_ENOMEM;
-    *m->mp = (dl__mprov_t){.kind = DL__M_GROUPED, .nterms = 1, .N = v->E, .off = o, .E = 1};
+    *m->mp = (dl__mprov_t){.kind = DL__M_GROUPED, .nterms = 1, .N = DL__RW(v), .off = o, .E = 1};
     m->mp->terms[0] = (dl_gemm_term_t){v->in->x, v->d, v->in->router_weight, DL_RHS_KN};
     m->K = v->d;
     m->nops = 2;
@@ -72,7 +72,7 @@ int dl__mag_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
 double dl__route_logit_m(const dl_moe_config_t *c, const dl_moe_inputs_t *in, int64_t t,
                          int64_t e)
 {
-    const int64_t d = c->hidden, E = c->route.experts;
+    const int64_t d = c->hidden, E = DL_ROUTE_WIDTH(&c->route);
     double m = 0.0;
     for (int64_t i = 0; i < d; i++)
         m += fabs((double)in->x[t * d + i]) * fabs((double)in->router_weight[i * E + e]);
@@ -120,7 +120,7 @@ double dl__route_score_m(const dl_route_config_t *c, const float *l, const float
 int dl__mag_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
     const float *logits = EF(ROUTER_LOGITS);
-    const int64_t E = v->E;
+    const int64_t E = DL__RW(v);
     const dl_route_config_t *rc = &v->c->route;
     double *a = dl__mag_array(v, m, n);
     if (!a)
@@ -154,7 +154,7 @@ void dl__route_score_prop_row(const dl_route_config_t *c, int64_t E, const float
 int dl__prop_router_scores(const dl__vctx_t *v, const float *sc, int64_t n, double *out)
 {
     const double *dl = DL__DL(v, ROUTER_LOGITS);
-    const int64_t E = v->E;
+    const int64_t E = DL__RW(v);
     double *row = dl ? v->alloc(v->actx, E, sizeof *row) : NULL;
     if (!row)
         return 0;
@@ -225,7 +225,7 @@ static int stk_weights_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
 {
     const float *sc = EF(ROUTER_SCORES);
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
-    const int64_t E = v->E, k = v->k;
+    const int64_t E = DL__RW(v), k = v->k;
     const double c = fabs(v->c->route.scaling);
     double *a = dl__mag_array(v, m, n);
     if (!a)
@@ -248,7 +248,7 @@ int dl__exact_topk_weights(const dl__vctx_t *v, float *out)
     for (int64_t t = 0; t < v->T; t++) {
         if (!memcmp(ids + t * k, v->sel_ids + t * k, (size_t)k * sizeof *ids))
             memcpy(out + t * k, v->sel_weights + t * k, (size_t)k * sizeof *out);
-        else if (dl_route_weights(&v->c->route, EF(ROUTER_SCORES) + t * v->E, ids + t * k,
+        else if (dl_route_weights(&v->c->route, EF(ROUTER_SCORES) + t * DL__RW(v), ids + t * k,
                                   out + t * k))
             for (int64_t j = 0; j < k; j++) /* 0/0: no weight exists to compare with */
                 out[t * k + j] = NAN;
@@ -270,7 +270,7 @@ static double sel_sum(const dl__vctx_t *v, const float *sc, const int32_t *ids, 
 {
     double S = 0.0;
     for (int64_t j = 0; j < v->k; j++)
-        S += sc[t * v->E + ids[t * v->k + j]];
+        S += sc[t * DL__RW(v) + ids[t * v->k + j]];
     return S;
 }
 
@@ -279,7 +279,7 @@ int dl__prop_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double
     const double *ds = DL__DL(v, ROUTER_SCORES);
     const float *sc = EF(ROUTER_SCORES);
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
-    const int64_t k = v->k, E = v->E;
+    const int64_t k = v->k, E = DL__RW(v);
     const double a = fabs(v->c->route.scaling);
     if (!ds || v->c->route.weight_on_input) /* Llama-4's combine weights are constant */
         return 0;
@@ -327,7 +327,7 @@ static int input_d_scores_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
 {
     const float *dxs = EF(D_X_SORTED), *x = v->in->x;
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS], *inv = v->v[DL_VALUE_INV_PERM];
-    const int64_t E = v->E, k = v->k, d = v->d;
+    const int64_t E = DL__RW(v), k = v->k, d = v->d;
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
@@ -351,7 +351,7 @@ static int input_d_scores_prop(const dl__vctx_t *v, double *out)
     const double *dd = DL__DL(v, D_X_SORTED);
     const float *x = v->in->x;
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS], *inv = v->v[DL_VALUE_INV_PERM];
-    const int64_t E = v->E, k = v->k, d = v->d;
+    const int64_t E = DL__RW(v), k = v->k, d = v->d;
     const int rss = DL__RSS(v, D_X_SORTED);
     if (!dd)
         return 0;
@@ -384,7 +384,7 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
     const dl_route_config_t *rc = &v->c->route;
     const float *scores = EF(ROUTER_SCORES), *d_w = EF(D_TOPK_WEIGHTS);
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
-    const int64_t E = v->E, k = v->k;
+    const int64_t E = DL__RW(v), k = v->k;
     const double sc = fabs(rc->scaling);
     if (rc->weight_on_input)
         return input_d_scores_m(v, n, m);
@@ -436,7 +436,7 @@ int dl__prop_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dou
     const double *ddw = DL__DL(v, D_TOPK_WEIGHTS), *dsc = DL__DL(v, ROUTER_SCORES);
     const float *sc = EF(ROUTER_SCORES), *dw = EF(D_TOPK_WEIGHTS);
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
-    const int64_t k = v->k, E = v->E;
+    const int64_t k = v->k, E = DL__RW(v);
     const double a = fabs(v->c->route.scaling);
     if (v->c->route.weight_on_input) /* the weights are constant; the input carries it */
         return input_d_scores_prop(v, out);
@@ -486,7 +486,7 @@ int dl__exact_d_router_logits(const dl__vctx_t *v, float *out)
 int dl__mag_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 {
     const float *scores = EF(ROUTER_SCORES), *d_scores = EF(D_ROUTER_SCORES);
-    const int64_t E = v->E;
+    const int64_t E = DL__RW(v);
     const int softmax = v->c->route.score_fn == DL_SCORE_SOFTMAX;
     const int sigmoid = v->c->route.score_fn == DL_SCORE_SIGMOID;
     double *a = dl__mag_array(v, m, n);
@@ -513,7 +513,7 @@ int dl__prop_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dou
 {
     const double *dds = DL__DL(v, D_ROUTER_SCORES), *dsc = DL__DL(v, ROUTER_SCORES);
     const float *sc = EF(ROUTER_SCORES), *ds = EF(D_ROUTER_SCORES);
-    const int64_t E = v->E;
+    const int64_t E = DL__RW(v);
     if (!dds && !dsc)
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
@@ -552,7 +552,7 @@ int dl__prop_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dou
 int dl__exact_d_router_weight(const dl__vctx_t *v, float *out)
 {
     const int64_t all[2] = {0, v->T};
-    return dl_gemm_ragged_k(v->in->x, v->d, EF(D_ROUTER_LOGITS), v->E, all, 1, DL_F32, out,
+    return dl_gemm_ragged_k(v->in->x, v->d, EF(D_ROUTER_LOGITS), DL__RW(v), all, 1, DL_F32, out,
                             NULL);
 }
 
@@ -562,9 +562,9 @@ int dl__mag_d_router_weight(const dl__vctx_t *v, const float *g, int64_t n, dl__
     if (!o)
         return DL_ENOMEM;
     *m->mp = (dl__mprov_t){.kind = DL__M_RAGGED, .a = v->in->x, .I = v->d,
-                           .b = EF(D_ROUTER_LOGITS), .N = v->E, .off = o, .E = 1};
+                           .b = EF(D_ROUTER_LOGITS), .N = DL__RW(v), .off = o, .E = 1};
     m->rows = v->d;
-    m->cols = v->E;
+    m->cols = DL__RW(v);
     m->K = v->T;
     m->nops = 2;
     m->op[0] = v->act;
@@ -575,7 +575,7 @@ int dl__mag_d_router_weight(const dl__vctx_t *v, const float *g, int64_t n, dl__
 /* The router bias's gradient, 1^T d_logits: the ragged-K GEMM of a column of ones. */
 int dl__exact_d_router_bias(const dl__vctx_t *v, float *out)
 {
-    return dl_route_bias_backward(EF(D_ROUTER_LOGITS), v->T, v->E, out, NULL);
+    return dl_route_bias_backward(EF(D_ROUTER_LOGITS), v->T, DL__RW(v), out, NULL);
 }
 
 int dl__mag_d_router_bias(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
@@ -585,9 +585,9 @@ int dl__mag_d_router_bias(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
     if (!o || !one)
         return DL_ENOMEM;
     *m->mp = (dl__mprov_t){.kind = DL__M_RAGGED, .a = one, .I = 1, .b = EF(D_ROUTER_LOGITS),
-                           .N = v->E, .off = o, .E = 1};
+                           .N = DL__RW(v), .off = o, .E = 1};
     m->rows = 1;
-    m->cols = v->E;
+    m->cols = DL__RW(v);
     m->K = v->T;
     m->nops = 2;
     m->op[0] = DL_F32;

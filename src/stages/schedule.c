@@ -43,7 +43,7 @@ static int p_router_logits(const dl_stage_view_t *v)
 {
     return dl_route_logits(v->in.x, v->c.tokens, v->c.hidden, v->in.router_weight,
                            v->c.route.has_router_bias ? v->in.router_bias : NULL,
-                           v->c.route.experts, v->f.router_logits, v->stats);
+                           DL_ROUTE_WIDTH(&v->c.route), v->f.router_logits, v->stats);
 }
 
 static int p_router_scores(const dl_stage_view_t *v)
@@ -62,9 +62,9 @@ static int p_topk_ids(const dl_stage_view_t *v)
 
 static int p_sort_perm(const dl_stage_view_t *v)
 {
-    return dl_sort_assignments(v->f.topk_ids, v->c.tokens, v->c.route.top_k, v->c.route.experts,
-                               v->f.sort_perm, v->f.inv_perm, v->f.group_sizes,
-                               v->f.group_offsets);
+    return dl__sort_assignments_z(v->f.topk_ids, v->c.tokens, v->c.route.top_k,
+                                  v->c.route.experts, v->c.route.zero_experts, v->f.sort_perm,
+                                  v->f.inv_perm, v->f.group_sizes, v->f.group_offsets);
 }
 
 /* Llama-4's weights on the expert input, [T, k] (route.weight_on_input),
@@ -119,16 +119,25 @@ static int projection(const dl_stage_view_t *v, int q, const float *lhs, int64_t
     return dl__expert_projection(&v->c, lhs, K, w, bias, N, v->rows, v->off, v->ne, out, v->stats);
 }
 
+/* The zero experts' rows of the window (dl__identity_tail): src's rows,
+ * or +0 with src NULL. */
+static int tail(const dl_stage_view_t *v, const float *src, int64_t n, float *dst)
+{
+    return dl__identity_tail(&v->c, v->rows, v->off, v->ne, src, n, dst);
+}
+
 static int p_h_gate(const dl_stage_view_t *v)
 {
-    return projection(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_gate, v->in.b_gate, v->c.ffn,
-                      v->f.h_gate);
+    int rc = projection(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_gate,
+                        v->in.b_gate, v->c.ffn, v->f.h_gate);
+    return rc ? rc : tail(v, NULL, v->c.ffn, v->f.h_gate);
 }
 
 static int p_h_up(const dl_stage_view_t *v)
 {
-    return projection(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_up, v->in.b_up,
-                      v->c.ffn, v->f.h_up);
+    int rc = projection(v, DL__LOWP_FWD_X, v->f.x_sorted, v->c.hidden, v->in.w_up, v->in.b_up,
+                        v->c.ffn, v->f.h_up);
+    return rc ? rc : tail(v, NULL, v->c.ffn, v->f.h_up);
 }
 
 static int p_h_act(const dl_stage_view_t *v)
@@ -147,8 +156,10 @@ static int p_y_sorted(const dl_stage_view_t *v)
 {
     int64_t K;
     const float *a = down_in(v, &K);
-    return projection(v, swiglu(v) ? DL__LOWP_FWD_H : DL__LOWP_FWD_X, a, K, v->in.w_down,
-                      v->in.b_down, v->c.hidden, v->f.y_sorted);
+    int rc = projection(v, swiglu(v) ? DL__LOWP_FWD_H : DL__LOWP_FWD_X, a, K, v->in.w_down,
+                        v->in.b_down, v->c.hidden, v->f.y_sorted);
+    /* a zero expert's output is its input (LongCat-Flash) */
+    return rc ? rc : tail(v, v->f.x_sorted, v->c.hidden, v->f.y_sorted);
 }
 
 #if DL_EXTRA_VALUE
@@ -243,8 +254,9 @@ static int p_d_y_sorted(const dl_stage_view_t *v)
 
 static int p_d_h_act(const dl_stage_view_t *v)
 {
-    return expert_gemm(v, DL__LOWP_DGRAD, v->b.d_y_sorted, v->c.hidden, v->in.w_down, DL_RHS_NK,
-                       v->c.ffn, v->b.d_h_act);
+    int rc = expert_gemm(v, DL__LOWP_DGRAD, v->b.d_y_sorted, v->c.hidden, v->in.w_down,
+                         DL_RHS_NK, v->c.ffn, v->b.d_h_act);
+    return rc ? rc : tail(v, NULL, v->c.ffn, v->b.d_h_act);
 }
 
 static int ragged(const dl_stage_view_t *v, const float *a, int64_t I, const float *b, int64_t J,
@@ -266,7 +278,7 @@ static int p_d_h_gate(const dl_stage_view_t *v)
                                v->b.d_h_gate, v->b.d_h_up);
 }
 
-static int p_d_x_sorted(const dl_stage_view_t *v)
+static int d_x_sorted_experts(const dl_stage_view_t *v)
 {
     const int64_t d = v->c.hidden, ff = v->c.ffn;
     if (!swiglu(v))
@@ -281,6 +293,13 @@ static int p_d_x_sorted(const dl_stage_view_t *v)
     dl_gemm_term_t t[2] = {{v->b.d_h_gate, ff, v->in.w_gate, DL_RHS_NK},
                            {v->b.d_h_up, ff, v->in.w_up, DL_RHS_NK}};
     return dl_gemm_grouped(t, 2, d, v->off, v->ne, v->c.dtype, v->b.d_x_sorted, v->stats);
+}
+
+static int p_d_x_sorted(const dl_stage_view_t *v)
+{
+    int rc = d_x_sorted_experts(v);
+    /* the identity's VJP: a zero expert's d_x_sorted row is its d_y_sorted row */
+    return rc ? rc : tail(v, v->b.d_y_sorted, v->c.hidden, v->b.d_x_sorted);
 }
 
 static int p_d_w_gate(const dl_stage_view_t *v)
@@ -306,7 +325,7 @@ static int p_d_router_scores(const dl_stage_view_t *v)
 static int p_d_router_weight(const dl_stage_view_t *v)
 {
     const int64_t all[2] = {0, v->c.tokens};
-    return dl_gemm_ragged_k(v->in.x, v->c.hidden, v->b.d_router_logits, v->c.route.experts, all,
+    return dl_gemm_ragged_k(v->in.x, v->c.hidden, v->b.d_router_logits, DL_ROUTE_WIDTH(&v->c.route), all,
                             1, DL_F32, v->b.d_router_weight, v->stats);
 }
 
@@ -375,7 +394,7 @@ static int p_d_shared_w_up(const dl_stage_view_t *v)
 
 static int p_d_router_bias(const dl_stage_view_t *v)
 {
-    return dl_route_bias_backward(v->b.d_router_logits, v->c.tokens, v->c.route.experts,
+    return dl_route_bias_backward(v->b.d_router_logits, v->c.tokens, DL_ROUTE_WIDTH(&v->c.route),
                                   v->b.d_router_bias, v->stats);
 }
 
@@ -419,8 +438,8 @@ static int p_d_x(const dl_stage_view_t *v)
         return rc;
     rc = dl__input_backward_w(v->b.d_x_sorted, w, v->f.inv_perm, v->b.d_router_logits,
                               v->in.router_weight, v->c.shared_experts > 0 ? &sh : NULL,
-                              v->c.tokens, v->c.route.top_k, v->c.hidden, v->c.route.experts,
-                              v->c.dtype, v->b.d_x);
+                              v->c.tokens, v->c.route.top_k, v->c.hidden,
+                              DL_ROUTE_WIDTH(&v->c.route), v->c.dtype, v->b.d_x);
     free(w);
     return rc;
 }
@@ -450,7 +469,7 @@ static int p_d_x(const dl_stage_view_t *v)
     P(h_gate, EXPERTS, FW, GATE, R(X_SORTED) | R(IN_W_GATE) | R(IN_B_GATE), 0, R(H_GATE))        \
     P(h_up, EXPERTS, FW, SWIGLU, R(X_SORTED) | R(IN_W_UP) | R(IN_B_UP), 0, R(H_UP))                \
     P(h_act, EXPERTS, FW, SWIGLU, R(H_GATE) | R(H_UP), 0, R(H_ACT))                             \
-    P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN) | R(IN_B_DOWN), R(X_SORTED) | R(IN_W_DOWN), \
+    P(y_sorted, EXPERTS, FW, ALWAYS, R(H_ACT) | R(IN_W_DOWN) | R(IN_B_DOWN) | R(X_SORTED), R(X_SORTED) | R(IN_W_DOWN), \
       R(Y_SORTED))                                                                              \
     DL__EXTRA_PRODUCER(P)                                                                       \
     P(shared_h_gate, TOKENS, FW, SHARED_GATED, R(IN_X) | R(IN_SHARED_W_GATE), 0, R(SHARED_H_GATE))   \
@@ -471,7 +490,7 @@ static int p_d_x(const dl_stage_view_t *v)
       R(D_W_DOWN))                                                                              \
     P(d_h_gate, EXPERTS, BW, SWIGLU, R(H_GATE) | R(H_UP) | R(D_H_ACT), 0,                       \
       R(D_H_GATE) | R(D_H_UP))                                                                  \
-    P(d_x_sorted, EXPERTS, BW, ALWAYS, R(D_H_GATE) | R(D_H_UP) | R(IN_W_GATE) | R(IN_W_UP),           \
+    P(d_x_sorted, EXPERTS, BW, ALWAYS, R(D_H_GATE) | R(D_H_UP) | R(IN_W_GATE) | R(IN_W_UP) | R(D_Y_SORTED), \
       R(D_Y_SORTED) | R(IN_W_DOWN), R(D_X_SORTED))                                                 \
     P(d_w_gate, EXPERTS, BW, GATE, R(X_SORTED) | R(D_H_GATE), 0, R(D_W_GATE))                 \
     P(d_w_up, EXPERTS, BW, SWIGLU, R(X_SORTED) | R(D_H_UP), 0, R(D_W_UP))                       \

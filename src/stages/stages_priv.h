@@ -90,6 +90,21 @@ int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *i
 /* n floats of 1.0f (malloc'ed; NULL when out of memory): the bias terms' column. */
 float *dl__ones(int64_t n);
 
+/* dl_sort_assignments with Z zero (identity) experts, ids in [E, E + Z)
+ * (LongCat-Flash): their rows are the sorted array's tail
+ * [group_offsets[E], M), by zero expert then flat index; group_sizes [E]
+ * and group_offsets [E + 1] are the real experts'. Z = 0 is
+ * dl_sort_assignments. Errors as dl_sort_assignments. */
+int dl__sort_assignments_z(const int32_t *ids, int64_t T, int64_t k, int64_t E, int64_t Z,
+                           int32_t *sort_perm, int32_t *inv_perm, int64_t *group_sizes,
+                           int64_t *group_offsets);
+/* The identity tail of a window of `rows` sorted rows whose groups are
+ * off[0..ne] (the rows past its last group, [off[ne] - off[0], rows): the
+ * zero experts' rows): dst's tail rows (n floats each) = src's (an exact
+ * copy), or +0 with src NULL; nothing without zero experts. Returns 0. */
+int dl__identity_tail(const dl_moe_config_t *c, int64_t rows, const int64_t *off, int64_t ne,
+                      const float *src, int64_t n, float *dst);
+
 /* x_sorted rows [r0, r1) of dl_permute into out (row r0 first). sort_perm
  * is checked by the caller (dl_permute) or comes from dl_sort_assignments. */
 int dl__permute_rows(const float *x, int64_t d, int64_t k, const int32_t *sort_perm, int64_t r0,
@@ -188,6 +203,35 @@ typedef struct {
  * run, NULL on no memory). For dl__prop_<name>: delta[s] the per-element
  * bound (or statistical scale) on the error of absent value s, NULL where
  * none; bit s of rss: s's terms add as a root sum of squares. */
+/* Elements below which a checking loop runs on one thread: a parallel
+ * region costs more than such a loop (and far more on a loaded machine,
+ * where the second thread waits for a core); results do not depend on it. */
+#define DL__PAR_MIN 16384
+
+/* The second output of a two-output exact function (the SwiGLU backward
+ * gives d_h_gate and d_h_up in one pass), kept by the runner for the call
+ * that asks for it: the gate flag of that call, the producer's first
+ * operand (key), the effective operands it was computed on, n elements. */
+typedef struct {
+    float *v; /* NULL: nothing kept */
+    int key, gate;
+    const void *on[3];
+    int64_t n;
+} dl__spare_t;
+
+/* The logistic function of a whole array of gate values, kept by the
+ * runner: M and every tier's propagation of SwiGLU values need it again
+ * (activation_check.c). Two slots (the routed experts' gate, the shared
+ * ones'), replaced in turn. */
+typedef struct {
+    struct {
+        const float *key; /* the effective gate values */
+        int64_t n;
+        double *v;
+    } slot[2];
+    int next;
+} dl__memo_t;
+
 typedef struct {
     const dl_moe_config_t *c;
     const dl_moe_inputs_t *in;
@@ -201,6 +245,8 @@ typedef struct {
     void *actx;
     const double *delta[DL_VALUE_COUNT];
     uint64_t rss;
+    dl__spare_t *spare; /* the runner's keep of a second output, or NULL */
+    dl__memo_t *memo;   /* the runner's logistic values, or NULL */
 } dl__vctx_t;
 
 /* What dl__mag_<name> sets up for the comparison of a value: mp (preset,
@@ -283,6 +329,9 @@ void dl__mag_grouped(const dl__vctx_t *v, dl__mag_t *m, const float *lhs, int64_
 double *dl__mag_array(const dl__vctx_t *v, dl__mag_t *m, int64_t n);
 /* The effective value of stage s as floats. */
 #define DL__EF(v, s) ((const float *)(v)->v[DL_VALUE_##s])
+/* The router's width E + Z (the logits' and scores' columns; E without
+ * zero experts), and the first sorted row of the identity tail. */
+#define DL__RW(v) DL_ROUTE_WIDTH(&(v)->c->route)
 /* The error bound of absent upstream s (NULL: none), whether its terms add
  * as a root sum of squares, and first-order sums of such terms. */
 #define DL__DL(v, s) ((v)->delta[DL_VALUE_##s])
@@ -303,7 +352,9 @@ const float *dl__route_input_w(const dl__vctx_t *v);
  * d_h_act) or the shared experts' (shared_check.c). dl__swiglu_mag and
  * dl__swiglu_prop are h_act's M and propagation, the _d ones those of
  * d_h_gate (gate 1) or d_h_up (gate 0); dl__swiglu_exact_d the exact
- * gradient, n elements. */
+ * gradient, n elements (both come out of one pass: the other is kept in
+ * v->spare, where set, for the call that asks for it on the same
+ * operands). */
 typedef struct {
     dl_value_t g, u, dh;
 } dl__swiglu_vals_t;

@@ -131,6 +131,7 @@ int64_t dl_value_dim(const dl_moe_config_t *c, char sym)
     case 'M': return dl_mul_size(c->tokens, c->route.top_k, &v) ? DL_EOVERFLOW : v;
     case 'S': return dl_mul_size(c->shared_experts, c->shared_ffn, &v) ? DL_EOVERFLOW : v;
     case 'V': return c->route.hash_vocab;
+    case 'R': return DL_ROUTE_WIDTH(&c->route); /* the router's width E + Z */
     default: return -1;
     }
 }

@@ -31,6 +31,10 @@ GPT_OSS = dict(SOFTMAX_RENORM, score_function="softmax_topk", router_bias=1,
 # the branch shared's /config keys
 QWEN2_SHARED = dict(SOFTMAX_PLAIN, shared_experts=1, shared_ffn=16, shared_gate=1)
 DSV3_SHARED = dict(DSV3, shared_experts=2, shared_ffn=4, shared_gate=0)
+# DeepSeek-V4's scoring, its hash layer (the branch route's hash_vocab)
+DSV4 = dict(DSV3, score_function="sqrtsoftplus", n_group=1, topk_group=1, scaling=1.5)
+DSV4_HASH = dict(DSV4, has_bias=0, hash_vocab=32)
+SOFTMAX_TOPK = dict(SOFTMAX_PLAIN, score_function="softmax_topk")
 
 
 class Experts:  # the layout attributes transformers' experts carry
@@ -93,7 +97,17 @@ def test_filters_accept_their_cases():
                       ("granite-moe", SOFTMAX_RENORM), ("deepseek-v2", SOFTMAX_PLAIN),
                       ("deepseek-v2", GROUPED_MAX), ("deepseek-v3", DSV3), ("glm4-moe", DSV3),
                       ("qwen2-moe[shared]", QWEN2_SHARED), ("deepseek-v3[shared]", DSV3_SHARED),
-                      ("gpt-oss", GPT_OSS)):
+                      ("gpt-oss", GPT_OSS), ("deepseek-v4", DSV4), ("deepseek-v4[hash]", DSV4_HASH),
+                      ("glm4-moe[shared]", DSV3_SHARED), ("dots1[shared]", DSV3_SHARED),
+                      ("deepseek-v32", DSV3), ("deepseek-v32", DSV3_SHARED),
+                      ("exaone-moe", DSV3_SHARED), ("hunyuan-v1-moe", SOFTMAX_RENORM),
+                      ("qwen3-next", QWEN2_SHARED), ("qwen3-next", SOFTMAX_PLAIN),
+                      ("qwen3.5-moe", SOFTMAX_RENORM), ("cohere2-moe", SOFTMAX_TOPK),
+                      ("jetmoe", SOFTMAX_TOPK), ("aria", SOFTMAX_TOPK), ("granite-moe", SOFTMAX_TOPK),
+                      ("granite-moe-hybrid", SOFTMAX_RENORM), ("qwen3-omni-moe", SOFTMAX_PLAIN),
+                      ("qwen3-omni-moe[talker]", QWEN2_SHARED), ("dots3-note", DSV3),
+                      ("kimi-linear", DSV3_SHARED), ("beam", DSV3), ("hy-v4", DSV3_SHARED),
+                      ("qwen4-exp", QWEN2_SHARED), ("deepseek-ocr2", GROUPED_MAX)):
         C.by_name(name).configure(cfg)  # raises NotExpressible on a refusal
 
 
@@ -107,7 +121,23 @@ def test_filters_refuse_other_routing():
                       ("qwen2-moe", QWEN2_SHARED), ("deepseek-v3", DSV3_SHARED),
                       ("qwen2-moe[shared]", dict(QWEN2_SHARED, shared_gate=0)),
                       ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_gate=1)),
-                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_ffn=8))):
+                      ("deepseek-v3[shared]", dict(DSV3_SHARED, shared_ffn=8)),
+                      # issue 26's further blocks: each refuses its neighbours' routing
+                      ("deepseek-v4", DSV4_HASH), ("deepseek-v4[hash]", DSV4),
+                      ("deepseek-v4", DSV3), ("deepseek-v4", dict(DSV4, renormalize=0)),
+                      ("glm4-moe[shared]", DSV3), ("deepseek-v32", dict(DSV3_SHARED, shared_ffn=8)),
+                      ("deepseek-v32", dict(DSV3_SHARED, shared_gate=1)),
+                      ("hunyuan-v1-moe", SOFTMAX_PLAIN), ("hunyuan-v1-moe", QWEN2_SHARED),
+                      ("qwen3-next", DSV3_SHARED), ("qwen3.5-moe", QWEN2_SHARED),
+                      ("qwen3-next", dict(QWEN2_SHARED, shared_gate=0)),
+                      ("cohere2-moe", SOFTMAX_RENORM), ("cohere2-moe", dict(SOFTMAX_TOPK, router_bias=1)),
+                      ("minimax-m2", SOFTMAX_RENORM), ("afmoe", DSV3), ("ernie4.5-moe", SOFTMAX_RENORM),
+                      ("jetmoe", SOFTMAX_RENORM), ("jetmoe", dict(SOFTMAX_TOPK, router_bias=1)),
+                      ("aria", SOFTMAX_RENORM), ("granite-moe", dict(SOFTMAX_TOPK, router_bias=1)),
+                      ("qwen3-omni-moe", QWEN2_SHARED), ("mistral4", GROUPED_MAX),
+                      ("laguna", DSV3), ("step3p7", DSV4), ("zaya", SOFTMAX_RENORM),
+                      ("beam", DSV3_SHARED), ("qwen4-exp", SOFTMAX_PLAIN), ("axk1", DSV3),
+                      ("doge", SOFTMAX_RENORM), ("mistral-large4", GROUPED_MAX)):
         try:
             C.by_name(name).configure(cfg)
         except C.NotExpressible as e:
@@ -242,6 +272,117 @@ def test_nemotron_h_mapping_against_its_formula():
         except C.NotExpressible:
             continue
         raise AssertionError("nemotron-h accepted %s" % bad)
+
+
+LLAMA4 = dict(SOFTMAX_PLAIN, experts=4, top_k=1, score_function="sigmoid", weight_on_input=1,
+              shared_experts=1, shared_ffn=4, shared_gate=0)
+
+
+def test_llama4_hooks_against_its_formula():
+    # the llama4 rows are driven by their hooks (llama4.py) through the
+    # generic build / load_inputs / run_block: out = shared(x) + sum over
+    # the top-1 expert of E(x sigmoid(l)); the control, E(x) sigmoid(l),
+    # must differ (both directions of the mapping)
+    import numpy as np
+    T, d, f, E = 6, 8, 4, 4
+    cfg = dict(LLAMA4, tokens=T, hidden=d, ffn=f, experts=E)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "w_gate": (E, d, f), "w_up": (E, d, f),
+               "w_down": (E, f, d), "shared_w_gate": (d, f), "shared_w_up": (d, f),
+               "shared_w_down": (f, d), "d_out": (T, d)}, seed=5)
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    swiglu = lambda z, g, u, dn: (g(z) / (1 + np.exp(-g(z))) * u(z)) @ dn
+    lg = A["x"] @ A["router_weight"]
+    e = lg.argmax(1)
+    s = 1 / (1 + np.exp(-lg[np.arange(T), e]))
+    shared = swiglu(A["x"], lambda z: z @ A["shared_w_gate"], lambda z: z @ A["shared_w_up"],
+                    A["shared_w_down"])
+    ex = lambda t, z: swiglu(z, lambda v: v @ A["w_gate"][e[t]], lambda v: v @ A["w_up"][e[t]],
+                             A["w_down"][e[t]])
+    on_in = shared + np.stack([ex(t, A["x"][t] * s[t]) for t in range(T)])
+    on_out = shared + np.stack([ex(t, A["x"][t]) * s[t] for t in range(T)])
+    for name, want, other in (("llama4", on_in, on_out),
+                              ("llama4[defect:weight-on-output]", on_out, on_in)):
+        c = C.by_name(name)
+        assert c.hooks is not None
+        block = C.build(c, cfg, torch)
+        C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+        got = C.run_block(c, block, FakeGolden(cfg, a), torch)["out"].double().numpy()
+        assert np.allclose(got, want, atol=1e-5), name
+        assert not np.allclose(got, other, atol=1e-3), name
+    for bad in (dict(cfg, weight_on_input=0), dict(cfg, top_k=2), dict(cfg, shared_gate=1),
+                dict(cfg, shared_experts=0)):
+        try:
+            C.by_name("llama4").configure(bad)
+        except C.NotExpressible:
+            continue
+        raise AssertionError("llama4 accepted %s" % bad)
+
+
+def test_deepseek_v4_hash_reads_the_table():
+    # the hash layer selects table[token_id] whatever the scores; a table
+    # left unloaded (all expert 0) would select expert 0 everywhere
+    import numpy as np
+    T, d, f, E, k, V = 6, 8, 4, 16, 4, 32
+    cfg = dict(DSV4_HASH, tokens=T, hidden=d, ffn=f, experts=E, top_k=k, renormalize=1)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "w_gate": (E, d, f), "w_up": (E, d, f),
+               "w_down": (E, f, d), "d_out": (T, d)})
+    rng = np.random.default_rng(7)
+    a["hash_table"] = np.stack([rng.permutation(E)[:k] for _ in range(V)]).astype(np.int32)
+    a["token_ids"] = rng.integers(0, V, T).astype(np.int32)
+    c = C.by_name("deepseek-v4[hash]")
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    assert np.array_equal(got["topk_ids"], a["hash_table"][a["token_ids"]])
+    s = np.sqrt(np.log1p(np.exp(a["x"].astype(np.float64) @ a["router_weight"])))
+    w = np.take_along_axis(s, a["hash_table"][a["token_ids"]], 1)
+    want = 1.5 * w / w.sum(1, keepdims=True)
+    assert np.allclose(got["topk_weights"].double().numpy(), want, atol=1e-5)
+
+
+def test_jetmoe_hooks_against_its_formula():
+    # JetMoE's router hands the weights over in the experts' sorted order:
+    # the hooks put topk_ids / topk_weights back in token order (checked
+    # against softmax over the top-k logits written out), and out is the
+    # layer's with the block's output bias zeroed
+    import numpy as np
+    T, d, f, E, k = 6, 8, 4, 4, 2
+    cfg = dict(SOFTMAX_TOPK, tokens=T, hidden=d, ffn=f, experts=E, top_k=k)
+    a = _draw({"x": (T, d), "router_weight": (d, E), "w_gate": (E, d, f), "w_up": (E, d, f),
+               "w_down": (E, f, d), "d_out": (T, d)}, seed=9)
+    A = {n: v.astype(np.float64) for n, v in a.items()}
+    lg = A["x"] @ A["router_weight"]
+    ids = np.argsort(-lg, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(lg, ids, 1)
+    w = np.exp(top - top.max(1, keepdims=True))
+    w /= w.sum(1, keepdims=True)
+    out, dw = np.zeros((T, d)), np.zeros((T, k))
+    for t in range(T):
+        for j in range(k):
+            e = ids[t, j]
+            g = A["x"][t] @ A["w_gate"][e]
+            y = (g / (1 + np.exp(-g)) * (A["x"][t] @ A["w_up"][e])) @ A["w_down"][e]
+            out[t] += w[t, j] * y
+            dw[t, j] = y @ A["d_out"][t]  # d_topk_weights: <d_out, the expert's output>
+    c = C.by_name("jetmoe")
+    block = C.build(c, cfg, torch)
+    C.load_inputs(c, block, FakeGolden(cfg, a), torch)
+    got = C.run_block(c, block, FakeGolden(cfg, a), torch)
+    gi = np.asarray(got["topk_ids"])
+    order = np.argsort(gi, axis=1)  # torch.topk's slot order may differ; compare as sets
+    assert np.array_equal(np.take_along_axis(gi, order, 1), np.sort(ids, axis=1))
+    gw = np.take_along_axis(got["topk_weights"].double().numpy(), order, 1)
+    assert np.allclose(gw, np.take_along_axis(w, np.argsort(ids, axis=1), 1), atol=1e-6)
+    assert np.allclose(got["out"].double().numpy(), out, atol=1e-5)
+    gd = np.take_along_axis(got["d_topk_weights"].double().numpy(), order, 1)
+    assert np.allclose(gd, np.take_along_axis(dw, np.argsort(ids, axis=1), 1), atol=1e-5)
+
+
+def test_clamped_kin_run_unclamped():
+    # GLM-5-next's and HY-V4's SwiGLU clamps at swiglu_limit (10 by default)
+    # without (up + 1): their rows set it to infinity, the catalogue's SwiGLU
+    for name in ("hy-v4", "glm5-next"):
+        assert C.by_name(name).configure(DSV3_SHARED)["swiglu_limit"] == float("inf"), name
 
 
 def test_batched_mm_memory_guard():

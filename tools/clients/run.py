@@ -47,12 +47,18 @@ OPTIONAL_CASES = ("qwen2-moe-like", "deepseek-v3-shared", "gpt-oss-like", "softm
 # the FFN variants' families and gpt-oss with every feature on
 OPTIONAL_CASES += ("swiglu-clamp-tight", "geglu-tanh", "nemotron-like", "deepseek-v4-like",
                    "gpt-oss-full", "nemotron-shared")
+# the routing variants of issue 26: Llama-4's score on the input, hash routing
+OPTIONAL_CASES += ("llama4-like", "deepseek-v4-hash", "longcat-like")
 DTYPES = ("fp32", "bf16", "fp16")
 CANDIDATES = ("chained", "fused")
 # one thread for dropless check: the cases are small, and OpenMP's waiting
 # threads on a loaded machine made a 0.03 s check take 11 s of wall time
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 FUSED_STAGES = ("out", "d_x")
+# rows whose block the installed transformers lacks: no candidate, no
+# verdict on the mapping (said once per client, never UNEXPECTED)
+NOT_AVAILABLE = "NOT AVAILABLE"
+NO_RUN = ("NOT EXPRESSIBLE", NOT_AVAILABLE)
 
 
 def case_file(vectors, case, dtype):
@@ -125,6 +131,8 @@ def run_one(client, golden_path, outdir, dropless, torch, dropless_pkg, profile_
         secs = time.time() - t0
     except C.NotExpressible as e:
         return [dict(base, candidate=m, verdict="NOT EXPRESSIBLE", why=str(e)) for m in CANDIDATES]
+    except C.NotAvailable as e:
+        return [dict(base, candidate=m, verdict=NOT_AVAILABLE, why=str(e)) for m in CANDIDATES]
     except Exception as e:  # the client itself failed: no candidate
         why = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[-1] if str(e) else "")
         return [dict(base, candidate=m, verdict="ERROR", why=why, worst=None, worst_stage="-",
@@ -217,7 +225,7 @@ def table(rows):
     short = {"CONFORMANT": "C", "NOT CONFORMANT": "**NC**", "ERROR": "**ERROR**",
              "NOTHING CHECKED": "nothing checked"}
     for (client, case), by_dt in cell.items():
-        if all(r["verdict"] == "NOT EXPRESSIBLE" for m in by_dt.values() for r in m.values()):
+        if all(r["verdict"] in NO_RUN for m in by_dt.values() for r in m.values()):
             continue
         cols = []
         for dt in DTYPES:
@@ -230,8 +238,8 @@ def table(rows):
                 r = m.get(mode)
                 if r is None:
                     continue
-                if r["verdict"] == "NOT EXPRESSIBLE":
-                    parts.append("n/e")
+                if r["verdict"] in NO_RUN:
+                    parts.append("n/e" if r["verdict"] == "NOT EXPRESSIBLE" else "n/a")
                     continue
                 flag = "" if r.get("as_expected", True) else " (UNEXPECTED)"
                 parts.append("%s %s (%s)%s" % (short.get(r["verdict"], r["verdict"]),
@@ -243,13 +251,17 @@ def table(rows):
 
 
 def not_expressible(rows):
-    """One line per client that expresses no case: why (its first reason)."""
+    """One line per client that expresses no case (why: its first reason)
+    and per client the installed transformers lacks."""
     by = {}
     for r in rows:
         by.setdefault(r["client"], []).append(r)
     out = []
     for client, rs in by.items():
-        if all(r["verdict"] == "NOT EXPRESSIBLE" for r in rs):
+        na = [r for r in rs if r["verdict"] == NOT_AVAILABLE]
+        if na:
+            out.append("- `%s`: not available here: %s" % (client, na[0]["why"]))
+        elif all(r["verdict"] == "NOT EXPRESSIBLE" for r in rs):
             out.append("- `%s`: not expressible on this branch: %s" % (client, rs[0]["why"]))
     return out
 
@@ -259,7 +271,9 @@ def judge(r, expected, bad):
     to bad if not), and prints it when it ran."""
     want, why = expected_for(expected, r["client"], r["case"], r["dtype"],
                              r["candidate"])
-    if r["verdict"] == "NOT EXPRESSIBLE" and want != "NOT EXPRESSIBLE":
+    if r["verdict"] == NOT_AVAILABLE:
+        want = NOT_AVAILABLE  # the installed transformers, not the mapping
+    elif r["verdict"] == "NOT EXPRESSIBLE" and want != "NOT EXPRESSIBLE":
         # the case filter refused this case: expected, as long as
         # the client expresses some case (checked below)
         want = "NOT EXPRESSIBLE"
@@ -271,13 +285,27 @@ def judge(r, expected, bad):
     r["as_expected"] = r["verdict"] == want
     if not r["as_expected"]:
         bad.append(r)
-    if r["verdict"] != "NOT EXPRESSIBLE":
+    if r["verdict"] not in NO_RUN:
         print("%-34s %-22s %-5s %-8s %-15s worst %7s x PASS (%s)%s%s" % (
             r["client"], r["case"], r["dtype"], r["candidate"], r["verdict"],
             fmt(r.get("worst")), r.get("worst_stage", "-"),
             ("  " + r["why"]) if r["verdict"] in ("ERROR", "NOTHING CHECKED") else "",
             "" if r["as_expected"] else "  UNEXPECTED (expected %s)" % want),
             flush=True)
+
+
+def golden_files(a):
+    """The golden files a run takes: --cases (default: the vector tier and
+    the optional cases present) in each of --dtypes, then --golden."""
+    cases = CASES if a.cases is None else [c for c in a.cases.split(",") if c]
+    goldens = [case_file(a.vectors, c, dt) for c in cases for dt in a.dtypes.split(",")]
+    if a.cases is None:
+        absent = [c for c in OPTIONAL_CASES if not os.path.isfile(case_file(a.vectors, c, "fp32"))]
+        if absent:
+            print("clients: not in this catalogue (yet): %s" % " ".join(absent))
+        goldens += [case_file(a.vectors, c, dt) for c in OPTIONAL_CASES if c not in absent
+                    for dt in a.dtypes.split(",")]
+    return goldens + a.golden
 
 
 def main(argv=None):
@@ -304,15 +332,7 @@ def main(argv=None):
     except KeyError as e:
         print("clients: %s" % e.args[0], file=sys.stderr)
         return 2
-    cases = CASES if a.cases is None else [c for c in a.cases.split(",") if c]
-    goldens = [case_file(a.vectors, c, dt) for c in cases for dt in a.dtypes.split(",")]
-    if a.cases is None:
-        absent = [c for c in OPTIONAL_CASES if not os.path.isfile(case_file(a.vectors, c, "fp32"))]
-        if absent:
-            print("clients: not in this catalogue (yet): %s" % " ".join(absent))
-        goldens += [case_file(a.vectors, c, dt) for c in OPTIONAL_CASES if c not in absent
-                    for dt in a.dtypes.split(",")]
-    goldens += a.golden
+    goldens = golden_files(a)
     missing = [p for p in goldens if not os.path.isfile(p)]
     if missing:
         print("clients: %s: no such golden file" % missing[0], file=sys.stderr)
@@ -358,7 +378,8 @@ def main(argv=None):
         mine = [r for r in rows if r["client"] == client.name]
         waiting = expected_for(expected, client.name, "*", "*", "*")[0] == "NOT EXPRESSIBLE"
         if a.cases is None and mine and not waiting and \
-                all(r["verdict"] == "NOT EXPRESSIBLE" for r in mine):
+                all(r["verdict"] in NO_RUN for r in mine) and \
+                not any(r["verdict"] == NOT_AVAILABLE for r in mine):
             r = dict(mine[0], verdict="NOTHING EXPRESSED", expected="CONFORMANT somewhere",
                      as_expected=False)
             bad.append(r)  # a mapping that refuses every case tests nothing
@@ -371,13 +392,15 @@ def main(argv=None):
             fh.write(table(rows))
             fh.write("\n" + "\n".join(not_expressible(rows)) + "\n")
         os.replace(a.table + ".tmp", a.table)
-    ran = [r for r in rows if r["verdict"] != "NOT EXPRESSIBLE"]
+    ran = [r for r in rows if r["verdict"] not in NO_RUN]
     counts = {}
     for r in ran:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    print("clients: %d candidates checked (%s); %d runs not expressible; %d unexpected" % (
+    na = sum(r["verdict"] == NOT_AVAILABLE for r in rows)
+    print("clients: %d candidates checked (%s); %d runs not expressible; %s%d unexpected" % (
         len(ran), ", ".join("%d %s" % (n, v) for v, n in sorted(counts.items())),
-        len(rows) - len(ran), len(bad)))
+        len(rows) - len(ran) - na, "%d runs not available in %s; " % (na, version) if na else "",
+        len(bad)))
     for line in not_expressible(rows):
         print(line)
     for r in bad:

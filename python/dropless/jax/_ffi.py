@@ -70,7 +70,8 @@ def _sizes(spec):
     T, E, k = int(c["tokens"]), int(c["experts"]), int(c["top_k"])
     S = int(c.get("shared_experts", 0)) * int(c.get("shared_ffn", 0))  # the shared experts' width
     return {"T": T, "d": int(c["hidden"]), "f": int(c["ffn"]), "E": E, "k": k, "M": T * k, "P": E + 1,
-            "S": S}
+            "S": S, "V": int(c.get("hash_vocab", 0)),
+            "R": E + int(c.get("zero_experts", 0))}  # R: the router's width E + Z
 
 
 _GATED = ("swiglu", "swiglu-clamp", "geglu-tanh")  # dl_cond_applies' GATE: a gated FFN
@@ -85,7 +86,8 @@ def _applies(row, c):
             (row["cond"] == "shared" and shared) or
             (row["cond"] == "shared_gate" and shared and str(c.get("shared_gate", 0)) == "1") or
             (row["cond"] == "router_bias" and str(c.get("router_bias", 0)) == "1") or
-            (row["cond"] == "ffn_bias" and str(c.get("ffn_bias", 0)) == "1"))
+            (row["cond"] == "ffn_bias" and str(c.get("ffn_bias", 0)) == "1") or
+            (row["cond"] == "hash" and int(c.get("hash_vocab", 0)) > 0))
 
 
 @functools.lru_cache(maxsize=1)
@@ -161,6 +163,8 @@ def _text(cfg, arrays):
     cfg.setdefault("ffn_kind", "swiglu" if arrays.get("w_gate") is not None else "plain")
     if arrays.get("b_gate") is not None:
         cfg.setdefault("ffn_bias", 1)
+    if arrays.get("hash_table") is not None and len(np.shape(arrays["hash_table"])) == 2:
+        cfg.setdefault("hash_vocab", np.shape(arrays["hash_table"])[0])  # its V rows
     if arrays.get("x") is not None:
         cfg.setdefault("dtype", str(jnp.dtype(_dtype_of(arrays["x"]))))
     keys = sorted(cfg, key=lambda k: k != "base")  # the parser wants base first
@@ -188,8 +192,9 @@ def _prepare(where, config, arrays, backward):
     for name, a in arrays.items():
         if a is not None and name not in wanted:
             raise _lib.error("DL_EINVAL", "%s: %s given, but the configuration has none "
-                             "(has_bias = %s, ffn_kind = %s)" % (where, name, c["has_bias"],
-                                                                 c["ffn_kind"]))
+                             "(has_bias = %s, ffn_kind = %s, hash_vocab = %s)" % (
+                                 where, name, c["has_bias"], c["ffn_kind"],
+                                 c.get("hash_vocab", 0)))
     operands = []
     for r in rows:
         a = arrays.get(r["name"])
@@ -234,20 +239,32 @@ def _layer_bwd(spec, vals, cts):
     d_out = cts["out"]
     if isinstance(d_out, SymbolicZero):
         d_out = jnp.zeros(d_out.aval.shape, d_out.aval.dtype)
-    grads = _call(BACKWARD, spec, "backward", vals + (d_out,))
     names = [r["name"] for r in _rows(spec, "inputs")]
+    # the backward's operands in the table's order: d_out sits before hash
+    # routing's token_ids and hash_table
+    given = dict(zip(names, vals), d_out=d_out)
+    grads = _call(BACKWARD, spec, "backward",
+                  tuple(given[r["name"]] for r in _rows(spec, "inputs", backward=True)))
     # the bias steers the selection only: no gradient (route.h); fp32 weight
     # gradients of 16-bit weights round once to the weights' type, as JAX's
-    # cotangents must have the primal's dtype (moe_backward has them exact)
-    return tuple(grads["d_" + n].astype(v.dtype) if "d_" + n in grads else jnp.zeros_like(v)
+    # cotangents must have the primal's dtype (moe_backward has them exact);
+    # the integer inputs (token ids, hash table) take float0 cotangents
+    return tuple(grads["d_" + n].astype(v.dtype) if "d_" + n in grads else _zero_ct(v)
                  for n, v in zip(names, vals))
+
+
+def _zero_ct(v):
+    """The zero cotangent of a primal: float0 for an integer array."""
+    if jnp.issubdtype(v.dtype, jnp.integer):
+        return np.zeros(v.shape, dtype=jax.dtypes.float0)
+    return jnp.zeros_like(v)
 
 
 _layer.defvjp(_layer_fwd, _layer_bwd, symbolic_zeros=True)
 
 
 def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, router_bias=None, *,
-                config, b_gate=None, b_up=None, b_down=None):
+                config, b_gate=None, b_up=None, b_down=None, token_ids=None, hash_table=None):
     """The layer's forward pass by the exact oracle, inside any JAX program
     (jit, grad): {stage name: array} of every forward stage value
     (router_logits ... out), bit-identical to `dropless gen`. Differentiable
@@ -260,25 +277,31 @@ def moe_forward(x, router_weight, w_gate, w_up, w_down, expert_bias=None, router
     (router_bias = 1), differentiable like the weights. b_gate, b_up,
     b_down: the expert projections' biases of an ffn_bias configuration
     (gpt-oss); their gradients come from moe_backward (d_b_gate, d_b_up,
-    d_b_down) and through the custom VJP."""
+    d_b_down) and through the custom VJP. token_ids [T] and hash_table [V, k]
+    (int32): hash routing's inputs (hash_vocab = V > 0, DeepSeek-V4's first
+    layers: the experts of token t are row token_ids[t] of the table); not
+    differentiable (float0 cotangents)."""
     register()
     spec, ops = _prepare("moe_forward", config, {
         "x": x, "router_weight": router_weight, "expert_bias": expert_bias, "w_gate": w_gate,
         "w_up": w_up, "w_down": w_down, "router_bias": router_bias, "b_gate": b_gate,
-        "b_up": b_up, "b_down": b_down}, backward=False)
+        "b_up": b_up, "b_down": b_down, "token_ids": token_ids, "hash_table": hash_table},
+        backward=False)
     return _layer(spec, *ops)
 
 
 def moe_backward(x, router_weight, w_gate, w_up, w_down, d_out, expert_bias=None,
-                 router_bias=None, *, config, b_gate=None, b_up=None, b_down=None):
+                 router_bias=None, *, config, b_gate=None, b_up=None, b_down=None,
+                 token_ids=None, hash_table=None):
     """The layer's backward pass by the exact oracle at d_out: {stage name:
     array} of every backward stage value (d_topk_weights ... d_x), the
     weight gradients in fp32 as the golden stores them. b_gate, b_up,
-    b_down: the expert biases of an ffn_bias configuration (as in
-    moe_forward)."""
+    b_down: the expert biases of an ffn_bias configuration; token_ids and
+    hash_table: hash routing's (as in moe_forward)."""
     register()
     spec, ops = _prepare("moe_backward", config, {
         "x": x, "router_weight": router_weight, "expert_bias": expert_bias, "w_gate": w_gate,
         "w_up": w_up, "w_down": w_down, "d_out": d_out, "router_bias": router_bias,
-        "b_gate": b_gate, "b_up": b_up, "b_down": b_down}, backward=True)
+        "b_gate": b_gate, "b_up": b_up, "b_down": b_down, "token_ids": token_ids,
+        "hash_table": hash_table}, backward=True)
     return _call(BACKWARD, spec, "backward", ops)

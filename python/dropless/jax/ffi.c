@@ -10,7 +10,9 @@
  *                       (dl_api_config_parse)
  *   operands            the inputs that apply to the configuration, in the
  *                       table's order (x, router_weight, [expert_bias],
- *                       [w_gate, w_up], w_down), then d_out for the backward
+ *                       [w_gate, w_up], w_down, ...), then d_out for the
+ *                       backward, then [token_ids, hash_table] (int32, S32)
+ *                       under hash routing
  *   results             the forward (or backward) stage values that apply,
  *                       in the table's order
  * Float buffers are of each array's storage type (bf16 and fp16 as XLA's
@@ -205,10 +207,12 @@ static int buffer_check(job_t *j, const dl_layout_row_t *r, const XLA_FFI_Buffer
     return 0;
 }
 
-/* The address of input row `name` in j->in (DL_VALUE_MAP's IN rows). */
-static const float **input_slot(dl_moe_inputs_t *in, const char *name)
+/* Input row `name` of j->in (DL_VALUE_MAP's IN rows) set to p: float
+ * rows and the int32 ones of hash routing (token_ids, hash_table) alike,
+ * each member of its own pointer type. Returns 0, or -1 for no such row. */
+static int set_input(dl_moe_inputs_t *in, const char *name, const void *p)
 {
-#define SLOT_IN(n) if (!strcmp(name, #n)) return &in->n;
+#define SLOT_IN(n) if (!strcmp(name, #n)) { in->n = p; return 0; }
 #define SLOT_FW(n)
 #define SLOT_AUX(n)
 #define SLOT_BW(n)
@@ -219,22 +223,25 @@ static const float **input_slot(dl_moe_inputs_t *in, const char *name)
 #undef SLOT_FW
 #undef SLOT_AUX
 #undef SLOT_BW
-    return NULL;
+    return -1;
 }
 
-/* Buffer b as the float values of input row r (16-bit patterns widened;
- * exact). */
+static int put_input(job_t *j, const dl_layout_row_t *r, const void *p)
+{
+    return set_input(&j->in, r->name, p) ? job_fail(j, DL_EINTERNAL, "%s: not an input row",
+                                                    r->name) : 0;
+}
+
+/* Buffer b as the values of input row r: float (16-bit patterns widened;
+ * exact) or int32 (hash routing's token ids and table, as they are). */
 static int take_input(job_t *j, const dl_layout_row_t *r, const XLA_FFI_Buffer *b)
 {
     int rc = buffer_check(j, r, b);
     if (rc)
         return rc;
-    const float **slot = input_slot(&j->in, r->name);
     int64_t n = dl_layout_numel(r, &j->c);
-    if (b->dtype == XLA_FFI_DataType_F32 || n == 0) {
-        *slot = b->data;
-        return 0;
-    }
+    if (b->dtype == XLA_FFI_DataType_F32 || b->dtype == XLA_FFI_DataType_S32 || n == 0)
+        return put_input(j, r, b->data);
     if (j->nowned == MAX_OWNED)
         return job_fail(j, DL_EINTERNAL, "%s: too many 16-bit inputs", r->name);
     float *w = malloc((size_t)n * sizeof *w);
@@ -244,8 +251,7 @@ static int take_input(job_t *j, const dl_layout_row_t *r, const XLA_FFI_Buffer *
     const uint16_t *h = b->data;
     for (int64_t i = 0; i < n; i++)
         w[i] = b->dtype == XLA_FFI_DataType_BF16 ? dl_bf16_to_float(h[i]) : dl_f16_to_float(h[i]);
-    *slot = w;
-    return 0;
+    return put_input(j, r, w);
 }
 
 /* The operands: every input row that applies, d_out only for the backward. */

@@ -61,6 +61,8 @@ def unsupported(cfg):
         return "hash_vocab = %s (hash routing: the experts from a token-id table)" % cfg["hash_vocab"]
     if int(cfg.get("weight_on_input", 0) or 0):
         return "weight_on_input = 1 (Llama-4: the score scales the expert's input)"
+    if int(cfg.get("zero_experts", 0) or 0):
+        return "zero_experts = %s (LongCat-Flash's identity experts)" % cfg["zero_experts"]
     kind = cfg.get("ffn_kind", "swiglu")
     if kind not in ("swiglu", "plain"):
         return "ffn_kind = %s (their FFN is swiglu or plain)" % kind
