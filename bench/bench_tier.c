@@ -8,7 +8,12 @@
  * are deleted after hashing (they are 0.4-2.8 GB each).
  *
  *   bench_tier [--dropless PATH] [--dir DIR] [--manifest FILE]
- *              [--write-manifest FILE] [--threads "2 1"] [CASE...]
+ *              [--write-manifest FILE] [--threads "2 1"] [--all] [CASE...]
+ *
+ * Without CASE or --all, the reduced tier (reduced_tier below: one member
+ * of each size class and storage kind, a few minutes on 2 cores) is run, so
+ * that `make bench` fits its 20 minutes; `make bench-tier` runs --all (every
+ * member, about 10 minutes on 2 cores, more as families are added).
  *
  * Exit status 1 if any generation fails, exceeds a limit, differs between
  * thread counts or from the manifest. */
@@ -119,6 +124,12 @@ static int hdf5_matches(const char *srcdir)
     return ok;
 }
 
+/* make bench's members: the dense bf16 sizes case, a many-expert sigmoid
+ * case, a model-family member with bias and clamp, an fp8 and an fp4 one */
+static const char *const reduced_tier[] = {"kernel-sizes-bf16", "kernel-t33-bf16",
+                                           "gpt-oss-kernel-bf16", "deepseek-v3-fp8-small",
+                                           "kernel-sizes-nvfp4"};
+
 typedef struct {
     const char *dl, *dir, *manifest;
     int pinned, write, nt, nth[8];
@@ -172,7 +183,7 @@ int main(int argc, char **argv)
     char manifest[4096];
     snprintf(manifest, sizeof manifest, "%s/vectors/KERNEL_SHA256SUMS", DL_SRCDIR);
     const char *only[64];
-    int nonly = 0;
+    int nonly = 0, all = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dropless") && i + 1 < argc)
             dl = argv[++i];
@@ -184,14 +195,19 @@ int main(int argc, char **argv)
             write_to = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = argv[++i];
+        else if (!strcmp(argv[i], "--all"))
+            all = 1;
         else if (argv[i][0] != '-' && nonly < 64)
             only[nonly++] = argv[i];
         else {
             fprintf(stderr, "usage: bench_tier [--dropless PATH] [--dir DIR] [--manifest FILE] "
-                            "[--write-manifest FILE] [--threads \"2 1\"] [CASE...]\n");
+                            "[--write-manifest FILE] [--threads \"2 1\"] [--all] [CASE...]\n");
             return 2;
         }
     }
+    if (!nonly && !all && !write_to) /* a manifest is written for every member */
+        for (size_t i = 0; i < sizeof reduced_tier / sizeof reduced_tier[0]; i++)
+            only[nonly++] = reduced_tier[i];
     char tmpl[] = "/tmp/dl_bench_tier.XXXXXX";
     if (!dir && !(dir = mkdtemp(tmpl))) {
         perror("bench_tier: mkdtemp");
@@ -213,9 +229,9 @@ int main(int argc, char **argv)
         p = end;
     }
     bench_env_line("bench_tier", 1);
-    printf("# kernel tier: dropless gen per case, threads %s; limits %.0f s, %.0f MiB; "
-           "manifest %s%s\n", threads, LIMIT_S, LIMIT_MB, manifest,
-           pinned ? "" : " (bytes not compared: another HDF5 version)");
+    printf("# kernel tier%s: dropless gen per case, threads %s; limits %.0f s, %.0f MiB; "
+           "manifest %s%s\n", nonly ? " (the members named; --all: every one)" : "", threads,
+           LIMIT_S, LIMIT_MB, manifest, pinned ? "" : " (bytes not compared: another HDF5 version)");
     printf("%-20s %7s %9s %11s %8s  %s\n", "case", "threads", "time_s", "peak_MiB", "GB",
            "sha256");
     for (int i = 0; i < dl_case_count(); i++) {

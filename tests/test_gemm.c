@@ -303,16 +303,27 @@ START_TEST(degenerate_sizes)
 }
 END_TEST
 
+/* Loop index 1 of the exponent-range and slow-tier tests: 7-term dgemm chunks, so that bf16
+ * and fp16 outputs take the path where dgemm adds every chunk into the tile
+ * itself (beta = 1, the bound gamma_K) over many chunks, under the same
+ * cancellation, exponent spread and midpoints. */
+static void chunks_for(int i)
+{
+    dl__gemm_set_tuning(i ? 7 : 0, 0);
+}
+
 /* Products from 2^-120 to 2^120 in one dot product: the certificate must
  * not be fooled by absorption. */
 START_TEST(dynamic_range)
 {
-    dl_test_rng_t r = {21};
+    dl_test_rng_t r = {21 + (uint64_t)_i};
+    chunks_for(_i);
     for (int ti = 0; ti < 3; ti++) {
         random_case(&r, 40, 150, 23, 3, 1, DL_F32, grids[ti], DL_RHS_KN, 60, "range f32");
         random_case(&r, 40, 150, 23, 3, 1, DL_BF16, grids[ti], DL_RHS_NK, 60, "range bf16");
         random_case(&r, 40, 150, 23, 3, 1, DL_F16, grids[ti], DL_RHS_KN, 6, "range f16");
     }
+    chunks_for(0);
 }
 END_TEST
 
@@ -405,6 +416,7 @@ static void cancel_case(dl_test_rng_t *r, dl_dtype_t g, dl_dtype_t t, dl_rhs_lay
 START_TEST(cancellation_reaches_slow_tiers)
 {
     dl_test_rng_t r = {41};
+    chunks_for(_i);
     dl_tier_stats_t all = {0, 0, 0};
     for (int gi = 0; gi < 3; gi++)
         for (int ti = 0; ti < 3; ti++) {
@@ -422,6 +434,7 @@ START_TEST(cancellation_reaches_slow_tiers)
             all.exact += st.exact;
         }
     ck_assert(all.middle > 0 && all.exact > 0);
+    chunks_for(0);
 }
 END_TEST
 
@@ -432,6 +445,7 @@ END_TEST
 START_TEST(midpoints_with_sticky)
 {
     dl_test_rng_t r = {43};
+    chunks_for(_i);
     for (int ti = 0; ti < 3; ti++) {
         dl_dtype_t t = grids[ti];
         int p = dl_dtype_precision(t);
@@ -464,6 +478,7 @@ START_TEST(midpoints_with_sticky)
         free(lhs);
         free(rhs);
     }
+    chunks_for(0);
 }
 END_TEST
 
@@ -512,6 +527,9 @@ START_TEST(long_k)
     random_case(&r, 48, 3001, 40, 2, 0, DL_BF16, DL_F32, DL_RHS_KN, 0, "long K bf16");
     random_case(&r, 48, 3001, 40, 2, 0, DL_F32, DL_F32, DL_RHS_NK, 0, "long K f32");
     random_case(&r, 30, 1000, 30, 2, 0, DL_BF16, DL_F32, DL_RHS_NK, 3, "long K bf16 spread");
+    /* bf16 and fp16 outputs: 12 chunks that dgemm accumulates itself */
+    random_case(&r, 24, 3001, 20, 2, 0, DL_BF16, DL_BF16, DL_RHS_KN, 40, "long K to bf16");
+    random_case(&r, 24, 3001, 20, 2, 0, DL_F32, DL_F16, DL_RHS_NK, 4, "long K to f16");
 }
 END_TEST
 
@@ -542,6 +560,7 @@ END_TEST
 START_TEST(ragged_cancellation)
 {
     dl_test_rng_t r = {71};
+    chunks_for(_i);
     int64_t h = 150, I = 9, J = 8, E = 3;
     int64_t me = 2 * h + 2, M = 2 * me;
     int64_t off[4] = {0, me, me, M}; /* middle group empty */
@@ -578,6 +597,7 @@ START_TEST(ragged_cancellation)
         free(a);
         free(b);
     }
+    chunks_for(0);
 }
 END_TEST
 
@@ -749,14 +769,14 @@ int main(void)
         DL_TEST("gemm_grouped", "grids", random_shapes, 120),
         DL_TEST("gemm_grouped", "edges", empty_groups, 120),
         DL_TEST("gemm_grouped", "edges", degenerate_sizes, 120),
-        DL_TEST("gemm_grouped", "edges", dynamic_range, 120),
+        DL_TEST_LOOP("gemm_grouped", "edges", dynamic_range, 0, 2, 120),
         DL_TEST("gemm_grouped", "edges", subnormals_and_overflow, 120),
-        DL_TEST("gemm_grouped", "slow_tiers", cancellation_reaches_slow_tiers, 120),
-        DL_TEST("gemm_grouped", "slow_tiers", midpoints_with_sticky, 120),
+        DL_TEST_LOOP("gemm_grouped", "slow_tiers", cancellation_reaches_slow_tiers, 0, 2, 120),
+        DL_TEST_LOOP("gemm_grouped", "slow_tiers", midpoints_with_sticky, 0, 2, 120),
         DL_TEST("gemm_grouped", "slow_tiers", two_terms, 120),
         DL_TEST("gemm_grouped", "slow_tiers", long_k, 120),
         DL_TEST("gemm_ragged_k", "ragged", ragged_random, 120),
-        DL_TEST("gemm_ragged_k", "ragged", ragged_cancellation, 120),
+        DL_TEST_LOOP("gemm_ragged_k", "ragged", ragged_cancellation, 0, 2, 120),
         DL_TEST("gemm_ragged_k", "ragged", ragged_short_groups, 120),
         DL_TEST("gemm_threads", "threads", thread_invariance, 120),
         DL_TEST("gemm_errors", "errors", errors, 0),

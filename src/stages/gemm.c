@@ -61,6 +61,8 @@
 #define BUDGET_MIN (INT64_C(4) << 20)
 #define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
 #define MID_BATCH 512                  /* misses the middle tier streams K for at once */
+#define CONV_COLS 64                   /* k-major columns converted at once */
+#define PF_AHEAD 4                     /* K-rows the middle tier prefetches ahead */
 
 /* Vector code for the hot loops where the compiler and CPU allow it: the
  * clones compute the same IEEE operations (no contraction: the build has
@@ -205,6 +207,7 @@ typedef struct {
     dl_dtype_t t;
     int64_t ks; /* dot-product length */
     int64_t kc; /* dgemm chunk along K */
+    int acc;    /* chunks accumulated by dgemm itself (beta = 1), no chunk sums */
     double g1;  /* tier 1: err = g1 * na * nb */
 } plan_t;
 
@@ -225,6 +228,17 @@ static void make_plan(plan_t *pl, dl_dtype_t t, int64_t ks, int nparts)
      * ceil(ks/kc) + nparts chunks */
     int64_t nc = (ks + pl->kc - 1) / pl->kc + nparts;
     int64_t h = (ks < pl->kc ? ks : pl->kc) + nc;
+    /* bf16 and fp16 outputs: dgemm adds each chunk into the tile itself
+     * (beta = 1). A chunk of kl terms is then one sum over kl + 1 leaves
+     * (the tile's old value is one), a tree of height at most kl, so a term
+     * of chunk c goes through at most kl_c + the later chunks' kl additions:
+     * h <= ks. gamma_ks is still 2^-33 relative at ks = 2^20 (against
+     * 2^-9 and 2^-12 output ulps: the bound costs almost no misses there),
+     * and saves the pass over the tile per chunk; fp32 outputs keep the
+     * chunk sums, whose h = kc + nc is 50x smaller at K = 14336. */
+    pl->acc = t != DL_F32;
+    if (pl->acc)
+        h = ks;
     double hu = (double)h * 0x1p-53;
     double gam = hu / (1.0 - hu);
     /* norms: sum of squares within gamma_K, sqrt within u, two products
@@ -292,10 +306,31 @@ static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, do
             ss[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
     } else {
-        for (int64_t k = 0; k < kl; k++) {
+        /* CONV_COLS columns at a time over the chunk's K-rows, their sums
+         * of squares in registers (a pass per K-row reloaded and stored
+         * every column's sum, three memory operations per element) */
+        int64_t c0 = 0;
+        for (; c0 + CONV_COLS <= rows; c0 += CONV_COLS) {
+            double acc[CONV_COLS] = {0};
+            for (int64_t k = 0; k < kl; k++) {
+                const float *s = q->p + (k0 + k) * q->ld + c0;
+                double *d = dst + k * rows + c0;
+                for (int c = 0; c < CONV_COLS; c += 16)
+                    __builtin_prefetch(s + 8 * q->ld + c);
+#pragma omp simd
+                for (int c = 0; c < CONV_COLS; c++) {
+                    double v = s[c];
+                    d[c] = v;
+                    acc[c] += v * v;
+                }
+            }
+            for (int c = 0; c < CONV_COLS; c++)
+                ss[c0 + c] += acc[c];
+        }
+        for (int64_t k = 0; k < kl && c0 < rows; k++) {
             const float *s = q->p + (k0 + k) * q->ld;
             double *d = dst + k * rows;
-            for (int64_t c = 0; c < rows; c++) {
+            for (int64_t c = c0; c < rows; c++) {
                 double v = s[c];
                 d[c] = v;
                 ss[c] += v * v;
@@ -448,8 +483,13 @@ static void lsb_rows(const operand_t *op, const int64_t *rl, int64_t nr, int *lo
  * integer number of 2^(la+lb) below 2^53 of them: binary64 added them
  * exactly, and C is the exact value. The exponents are computed only for
  * the rows and columns that hold a miss (a few per tile: computing them for
- * all cost as much as converting the operands); miss[i] counts row i's
- * misses and is kept up to date. Returns how many it decided. */
+ * all cost as much as converting the operands), and only when the misses
+ * outnumber those rows and columns together: each exponent costs a pass
+ * over K as an element of the middle tier does, so sparse misses (the
+ * certificate's slack on long sums, one or two per row) go straight to the
+ * middle tier, dense ones (exact ties of short bf16 sums) come here.
+ * miss[i] counts row i's misses and is kept up to date. Returns how many
+ * it decided. */
 static int64_t exact_sums(const double *C, const double *na, const double *nb, int64_t mb,
                           int64_t nbc, const operand_t *A, const operand_t *B, dl_dtype_t t,
                           float *out, int64_t ldo, int64_t *miss)
@@ -474,12 +514,17 @@ static int64_t exact_sums(const double *C, const double *na, const double *nb, i
             colneed[j] |= (char)(o[j] != o[j]);
         rl[nr++] = i;
     }
-    lsb_rows(A, rl, nr, la);
-    int64_t *cl = rl + nr;
+    int64_t *cl = rl + nr, nmiss = 0;
     for (int64_t j = 0; j < nbc; j++)
         if (colneed[j])
             cl[nc++] = j;
-    lsb_rows(B, cl, nc, lb);
+    for (int64_t x = 0; x < nr; x++)
+        nmiss += miss[rl[x]];
+    if (nmiss > nr + nc) { /* else: see above */
+        lsb_rows(A, rl, nr, la);
+        lsb_rows(B, cl, nc, lb);
+    } else
+        nr = 0;
     int64_t done = 0;
     for (int64_t x = 0; x < nr; x++) {
         int64_t i = rl[x];
@@ -519,6 +564,15 @@ static void mid_stream(const part_t *pa, const part_t *pb, const int64_t *ao, co
     int64_t sa = pa->kmajor ? pa->ld : 1, sb = pb->kmajor ? pb->ld : 1;
     for (int64_t k = 0; k < pb->klen; k++) {
         const float *ak = pa->p + k * sa, *bk = pb->p + k * sb;
+        /* the batch's elements PF_AHEAD K-rows on: a k-major row is a new
+         * cache line per element and term, which the hardware does not
+         * fetch ahead for a gather (without this, the loop waits on memory
+         * for every line: 50 ns per element and term on a 2-core EPYC) */
+        if (k + PF_AHEAD < pb->klen)
+            for (int64_t x = 0; x < n; x++) {
+                __builtin_prefetch(ak + PF_AHEAD * sa + ao[x]);
+                __builtin_prefetch(bk + PF_AHEAD * sb + bo[x]);
+            }
 #pragma omp simd
         for (int64_t x = 0; x < n; x++) {
             double p = (double)ak[ao[x]] * (double)bk[bo[x]]; /* exact */
@@ -602,8 +656,8 @@ static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
             cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
                         pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)nb, (int)kl, 1.0,
                         tb->ca, (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? nb : kl),
-                        0.0, first ? C : P, (int)nb);
-            if (!first) /* the chunk sums, added in a fixed order */
+                        first || !pl->acc ? 0.0 : 1.0, first || pl->acc ? C : P, (int)nb);
+            if (!first && !pl->acc) /* the chunk sums, added in a fixed order */
                 for (int64_t i = 0; i < total; i++)
                     C[i] += P[i];
             first = 0;
