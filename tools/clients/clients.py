@@ -380,7 +380,7 @@ REFUSED = (("axk1", "axk1", "AXK1MoE", "AXK1Config", "DeepSeek-V3's MoE with an 
            ("gemma4", "gemma4", "Gemma4TextMLP", "Gemma4TextConfig", "needs a router that "
             "RMS-normalises and scales its input and multiplies each weight by a per-expert "
             "scale, the MoE inside the decoder's MLP beside a dense MLP: no catalogue routing"),
-           ("diffusion-gemma", "diffusion_gemma", "DiffusionGemmaTextMLP",
+           ("diffusion-gemma", "diffusion_gemma", "DiffusionGemmaTextExperts",
             "DiffusionGemmaTextConfig", "Gemma-4's router (a normalised, scaled input, "
             "per-expert scales on the weights): no catalogue routing"),
            ("openai-privacy-filter", "openai_privacy_filter", "OpenAIPrivacyFilterMLP",
