@@ -368,20 +368,24 @@ static int check_inverse(dl__ck_t *ck, const int32_t *ci, const int32_t *cp)
 }
 
 /* The assignments to real experts, the rows the group sizes count: T*k
- * less the zero experts' (LongCat-Flash's identity tail), by the effective
- * ids. */
+ * less the zero experts' (LongCat-Flash's identity tail): the exact
+ * layout's last offset once exact_dispatch has sorted the effective ids,
+ * else counted from them. */
 static int64_t real_rows(const dl__ck_t *ck)
 {
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].exact;
     const int32_t *ids = ck->st[DL_VALUE_TOPK_IDS].eff;
+    if (off || ck->c->route.zero_experts <= 0 || !ids)
+        return off ? off[ck->E] : ck->M;
     int64_t n = ck->M;
-    for (int64_t fl = 0; ids && ck->c->route.zero_experts > 0 && fl < ck->M; fl++)
+    for (int64_t fl = 0; fl < ck->M; fl++)
         n -= ids[fl] >= ck->E;
     return n;
 }
 
 static int check_sizes(dl__ck_t *ck, const int64_t *cs)
 {
-    const int64_t E = ck->E, M = ck->M;
+    const int64_t E = ck->E, M = ck->M, Mr = real_rows(ck);
     const int64_t *size_o = ck->st[DL_VALUE_GROUP_SIZES].exact;
     dl_check_result_t *r = dl__ck_result(ck, DL_VALUE_GROUP_SIZES, "exact");
     if (!r)
@@ -410,16 +414,16 @@ static int check_sizes(dl__ck_t *ck, const int64_t *cs)
     r->verdict = bad ? DL_VERDICT_FAIL : DL_VERDICT_PASS;
     if (over)
         dl__ck_msg(r, "sizes outside [0,T*k]; ");
-    else if (sum != real_rows(ck))
+    else if (sum != Mr)
         dl__ck_msg(r, "sizes sum to %lld, not the %lld assignments to real experts; ",
-                   (long long)sum, (long long)real_rows(ck));
+                   (long long)sum, (long long)Mr);
     if (bad)
         dl__ck_msg_append(r, "%lld of %lld experts differ (first: expert %lld, %lld vs %lld)",
                           (long long)bad, (long long)E, (long long)first,
                           (long long)cs[first], (long long)size_o[first]);
     else
         dl__ck_msg(r, "all %lld group sizes exact, sum %lld%s", (long long)E,
-                   (long long)real_rows(ck), real_rows(ck) == M ? " = T*k" : " (the rest identity rows)");
+                   (long long)Mr, Mr == M ? " = T*k" : " (the rest identity rows)");
     return 0;
 }
 
