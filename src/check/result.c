@@ -70,6 +70,15 @@ void *dl__ck_take(dl__ck_t *ck, int64_t n, size_t size, int zero)
 
 void dl__ck_give(dl__ck_t *ck, void *p, size_t bytes)
 {
+    /* the memo and the spare are keyed by their operands' addresses: an
+     * array handed back may come back holding other values, so nothing
+     * computed on it stays kept */
+    for (int i = 0; p && i < 2; i++)
+        if (ck->memo.slot[i].key == p)
+            ck->memo.slot[i].v = NULL;
+    for (int i = 0; p && ck->spare.v && i < 3; i++)
+        if (ck->spare.on[i] == p)
+            ck->spare.v = NULL;
     if (p && ck->n_pool < DL__CK_POOL) {
         ck->pool[ck->n_pool] = p;
         ck->pool_bytes[ck->n_pool++] = bytes;
