@@ -149,10 +149,12 @@ static double *to_double(const float *x, int64_t n, double *buf)
 
 static int rounds = 5;
 static int ours_only = 0; /* --ours-only: no baselines (for profiling our call alone) */
+static int dgemm_only = 0; /* --dgemm-only: the dgemm baseline alone (its profile) */
 
 /* internal tuning knobs of the library (src/stages/stages_priv.h), for experiments:
- * DL_GEMM_KC=<chunk length>, DL_GEMM_BUDGET=<scratch bytes> in the environment */
+ * DL_GEMM_KC=<chunk length>, DL_GEMM_BUDGET=<scratch bytes>, DL_GEMM_SUB in the environment */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
+void dl__gemm_set_subblock(int64_t cols); /* DL_GEMM_SUB=<columns per sub-block> */
 
 /* One case's operands and the three computations timed on them. */
 typedef struct {
@@ -342,11 +344,19 @@ static int run_case(const bench_case_t *c, int quick)
     bench_fn_t fns[3] = {run_ours, run_dgemm, run_sgemm};
     void *ctx[3] = {&g, &g, &g};
     bench_rounds_t r;
-    int fail = bench_interleave(fns, ctx, ours_only ? 1 : 3, rounds, &r);
+    int fail = dgemm_only ? bench_interleave(fns + 1, ctx, 1, rounds, &r)
+                          : bench_interleave(fns, ctx, ours_only ? 1 : 3, rounds, &r);
     double rss = bench_peak_rss_mb();
     if (fail) {
         fprintf(stderr, "%s: %s\n", c->name, dl_strerror(g.rc));
         return 1;
+    }
+    if (dgemm_only) { /* no ratio: only the baseline ran */
+        printf("case=%s dgemm_only threads=%d rounds=%d dgemm_s=%.3f load=%.2f-%.2f\n", c->name,
+               bench_threads(), r.n, bench_median_time(&r, 0), load0, bench_load1());
+        free(off);
+        free(g.lhs), free(g.rhs), free(g.out), free(g.Ad), free(g.Bd), free(g.Cd);
+        return 0;
     }
     bench_ratio_t rd = bench_ratio(&r, 0, 1), rs = bench_ratio(&r, 0, 2);
     double t_ours = bench_median_time(&r, 0);
@@ -408,6 +418,8 @@ int main(int argc, char **argv)
             all_threads_only = 1;
         else if (strcmp(argv[i], "--ours-only") == 0)
             ours_only = 1;
+        else if (strcmp(argv[i], "--dgemm-only") == 0)
+            dgemm_only = 1;
         else {
             fprintf(stderr, "usage: %s [--quick] [--rounds N] [--case NAME] [--no-one-thread] "
                             "[--ours-only]\n"
@@ -423,6 +435,8 @@ int main(int argc, char **argv)
     if (getenv("DL_GEMM_KC") || getenv("DL_GEMM_BUDGET"))
         dl__gemm_set_tuning(getenv("DL_GEMM_KC") ? atoll(getenv("DL_GEMM_KC")) : 0,
                             getenv("DL_GEMM_BUDGET") ? atoll(getenv("DL_GEMM_BUDGET")) : 0);
+    if (getenv("DL_GEMM_SUB"))
+        dl__gemm_set_subblock(atoll(getenv("DL_GEMM_SUB")));
     if (only) {
         for (int c = 0; c < NCASES; c++)
             if (strcmp(cases[c].name, only) == 0)

@@ -217,11 +217,14 @@ START_TEST(grid_by_out_type)
         for (int ti = 0; ti < 3; ti++)
             for (int lay = 0; lay < 2; lay++) {
                 int s = (gi * 6 + ti * 2 + lay + _i) % 5;
-                if (_i == 1)
+                if (_i == 1) {
                     dl__gemm_set_tuning(7, 1); /* 8 x 8 tiles, 7-term chunks */
+                    dl__gemm_set_subblock(3);  /* sub-blocks of 3, 3 and 2 columns */
+                }
                 random_case(&r, 29, Ks[s], Ns[s], 4, 0, grids[gi], grids[ti],
                             (dl_rhs_layout_t)lay, 0, _i ? "small tiles" : "default");
                 dl__gemm_set_tuning(0, 0);
+                dl__gemm_set_subblock(0);
             }
 }
 END_TEST
@@ -235,12 +238,15 @@ START_TEST(random_shapes)
         int64_t K = 1 + (int64_t)(dl_test_next(&r) % 300);
         int64_t N = 1 + (int64_t)(dl_test_next(&r) % 40);
         dl_dtype_t g = grids[dl_test_next(&r) % 3], t = grids[dl_test_next(&r) % 3];
-        if (it % 3 == 0)
+        if (it % 3 == 0) {
             dl__gemm_set_tuning(1 + (int64_t)(dl_test_next(&r) % 40),
                                 1 + (int64_t)(dl_test_next(&r) % 100000));
+            dl__gemm_set_subblock((int64_t)(dl_test_next(&r) % 10)); /* 0: default */
+        }
         random_case(&r, M, K, N, E, it % 2, g, t, (dl_rhs_layout_t)(it % 2), it % 4 == 1 ? 8 : 0,
                     "random");
         dl__gemm_set_tuning(0, 0);
+        dl__gemm_set_subblock(0);
     }
 }
 END_TEST
@@ -306,10 +312,13 @@ END_TEST
 /* Loop index 1 of the exponent-range and slow-tier tests: 7-term dgemm chunks, so that bf16
  * and fp16 outputs take the path where dgemm adds every chunk into the tile
  * itself (beta = 1, the bound gamma_K) over many chunks, under the same
- * cancellation, exponent spread and midpoints. */
+ * cancellation, exponent spread and midpoints; and sub-blocks of 5 columns,
+ * so that each chunk is converted, multiplied (and for fp32 outputs added
+ * into the tile) a sub-block at a time and certified after its last chunk. */
 static void chunks_for(int i)
 {
     dl__gemm_set_tuning(i ? 7 : 0, 0);
+    dl__gemm_set_subblock(i ? 5 : 0);
 }
 
 /* Products from 2^-120 to 2^120 in one dot product: the certificate must
@@ -545,10 +554,13 @@ START_TEST(ragged_random)
         int64_t *off = random_offsets(&r, E, M, it % 2);
         float *a = gen(&r, M * I, g, 1.0, it % 4 == 3 ? 10 : 0);
         float *b = gen(&r, M * J, g, 1.0, 0);
-        if (it % 3 == 1)
+        if (it % 3 == 1) {
             dl__gemm_set_tuning(5, 1);
+            dl__gemm_set_subblock(1 + it % 4);
+        }
         check_ragged(a, I, b, J, off, E, t, NULL, "ragged");
         dl__gemm_set_tuning(0, 0);
+        dl__gemm_set_subblock(0);
         free(off);
         free(a);
         free(b);
@@ -734,29 +746,34 @@ START_TEST(nonfinite)
     float out[200];
     dl_gemm_term_t term = {lhs, K, rhs, DL_RHS_KN};
     const float bad[3] = {NAN, INFINITY, -INFINITY};
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 6; v++) {
+        /* v >= 3: the same with sub-blocks of 2 columns, each certified
+         * after its last chunk: a bad value in a later sub-block (rhs
+         * column 2) still fails the call */
+        dl__gemm_set_subblock(v >= 3 ? 2 : 0);
         float keep = lhs[7 * K + 4];
-        lhs[7 * K + 4] = bad[v];
+        lhs[7 * K + 4] = bad[v % 3];
         ck_assert_int_eq(dl_gemm_grouped(&term, 1, N, off, E, DL_F32, out, NULL), DL_ENONFINITE);
         ck_assert_int_eq(dl_gemm_grouped_ref(&term, 1, N, off, E, DL_F32, out), DL_ENONFINITE);
         lhs[7 * K + 4] = keep;
         keep = rhs[1 * K * N + 3 * N + 2];
-        rhs[1 * K * N + 3 * N + 2] = bad[v];
+        rhs[1 * K * N + 3 * N + 2] = bad[v % 3];
         ck_assert_int_eq(dl_gemm_grouped(&term, 1, N, off, E, DL_BF16, out, NULL), DL_ENONFINITE);
         rhs[1 * K * N + 3 * N + 2] = keep;
         keep = rhs[2 * K * N + 3];
-        rhs[2 * K * N + 3] = bad[v]; /* expert 2 has no rows */
+        rhs[2 * K * N + 3] = bad[v % 3]; /* expert 2 has no rows */
         ck_assert_int_eq(dl_gemm_grouped(&term, 1, N, off, E, DL_BF16, out, NULL), 0);
         rhs[2 * K * N + 3] = keep;
         /* ragged: a and b rows of group 1 */
         keep = lhs[6 * K + 1];
-        lhs[6 * K + 1] = bad[v];
+        lhs[6 * K + 1] = bad[v % 3];
         ck_assert_int_eq(dl_gemm_ragged_k(lhs, K, rhs, N, off, E, DL_F16, out, NULL),
                          DL_ENONFINITE);
         ck_assert_int_eq(dl_gemm_ragged_k_ref(lhs, K, rhs, N, off, E, DL_F16, out),
                          DL_ENONFINITE);
         lhs[6 * K + 1] = keep;
     }
+    dl__gemm_set_subblock(0);
     free(lhs);
     free(rhs);
 }

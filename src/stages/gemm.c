@@ -60,9 +60,12 @@
 #define BUDGET_MAX (INT64_C(128) << 20)
 #define BUDGET_MIN (INT64_C(4) << 20)
 #define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
+#define TILE_ONE_CHUNK (INT64_C(1) << 16) /* ... when every sum is one chunk */
 #define MID_BATCH 512                  /* misses the middle tier streams K for at once */
-#define CONV_COLS 64                   /* k-major columns converted at once */
+#define CONV_COLS 512                  /* k-major columns converted at once */
+#define PF_CONV 8                      /* K-rows the k-major conversion prefetches ahead */
 #define PF_AHEAD 4                     /* K-rows the middle tier prefetches ahead */
+#define SUB_BYTES (INT64_C(256) << 10) /* one sub-block's converted K-chunk of B */
 
 /* Vector code for the hot loops where the compiler and CPU allow it: the
  * clones compute the same IEEE operations (no contraction: the build has
@@ -73,12 +76,17 @@
 #define DL__CLONES
 #endif
 
-static int64_t tune_kc = 0, tune_budget = 0;
+static int64_t tune_kc = 0, tune_budget = 0, tune_sub = 0;
 
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes)
 {
     tune_kc = kc > 0 ? kc : 0;
     tune_budget = budget_bytes > 0 ? budget_bytes : 0;
+}
+
+void dl__gemm_set_subblock(int64_t cols)
+{
+    tune_sub = cols > 0 ? cols : 0;
 }
 
 /* ------------------------------------------------------------ certification */
@@ -306,34 +314,27 @@ static void conv_chunk(const part_t *q, int64_t k0, int64_t kl, int64_t rows, do
             ss[r] += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         }
     } else {
-        /* CONV_COLS columns at a time over the chunk's K-rows, their sums
-         * of squares in registers (a pass per K-row reloaded and stored
-         * every column's sum, three memory operations per element) */
-        int64_t c0 = 0;
-        for (; c0 + CONV_COLS <= rows; c0 += CONV_COLS) {
-            double acc[CONV_COLS] = {0};
+        /* K-row by K-row, CONV_COLS columns at a time (their sums of
+         * squares stay in L1), each row's run read contiguously with the
+         * source prefetched PF_CONV rows ahead: the rows of a chunk are
+         * N floats apart, a page or more, where the hardware does not
+         * fetch ahead (64 columns by K-rows, the earlier order, read a
+         * fifth of a row's page per visit and ran at half the rate) */
+        for (int64_t c0 = 0; c0 < rows; c0 += CONV_COLS) {
+            int64_t cn = rows - c0 < CONV_COLS ? rows - c0 : CONV_COLS;
+            double *acc = ss + c0;
             for (int64_t k = 0; k < kl; k++) {
                 const float *s = q->p + (k0 + k) * q->ld + c0;
                 double *d = dst + k * rows + c0;
-                for (int c = 0; c < CONV_COLS; c += 16)
-                    __builtin_prefetch(s + 8 * q->ld + c);
+                if (k + PF_CONV < kl)
+                    for (int64_t c = 0; c < cn; c += 16)
+                        __builtin_prefetch(s + PF_CONV * q->ld + c);
 #pragma omp simd
-                for (int c = 0; c < CONV_COLS; c++) {
+                for (int64_t c = 0; c < cn; c++) {
                     double v = s[c];
                     d[c] = v;
                     acc[c] += v * v;
                 }
-            }
-            for (int c = 0; c < CONV_COLS; c++)
-                ss[c0 + c] += acc[c];
-        }
-        for (int64_t k = 0; k < kl && c0 < rows; k++) {
-            const float *s = q->p + (k0 + k) * q->ld;
-            double *d = dst + k * rows;
-            for (int64_t c = c0; c < rows; c++) {
-                double v = s[c];
-                d[c] = v;
-                ss[c] += v * v;
             }
         }
     }
@@ -633,46 +634,114 @@ static void middle_batch(const operand_t *A, const operand_t *B, tilebuf_t *tb, 
     }
 }
 
-/* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
- * A(i,:) . B(j,:). Runs on one thread (tiles are the unit of parallelism;
- * dgemm called inside a parallel region runs single-threaded). Each K-chunk
- * of both operands is converted to binary64 just before dgemm reads it, so
- * it stays in cache; no chunk crosses a part (a term). Returns DL_ENONFINITE
- * if an input taking part is NaN or infinite. */
-static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
-                const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
+/* Columns of one sub-block of a tile. Each K-chunk of B is converted and
+ * multiplied a sub-block at a time, so that the converted chunk (kl x nbs
+ * doubles, at most SUB_BYTES) is still in L2 when dgemm packs it: a whole
+ * tile's chunk of a long row panel (32 rows of a DeepSeek group against
+ * 7168 columns: 14 MB per thread) went out to memory between our
+ * conversion and dgemm's packing, and came back. At least mb columns (a
+ * multiple of 8), so that dgemm's packing of the A chunk, repeated for
+ * every sub-block, costs at most what packing B's does. */
+static int64_t sub_cols(const plan_t *pl, int64_t mb, int64_t nb)
 {
-    int64_t ks = pl->ks, total = mb * nb;
-    double *C = tb->C, *P = tb->P;
+    int64_t kl = pl->ks < pl->kc ? pl->ks : pl->kc, n;
+    if (tune_sub > 0)
+        n = tune_sub;
+    else {
+        n = SUB_BYTES / (8 * kl);
+        n = n < mb ? mb : n;
+        n = (n + 7) / 8 * 8;
+    }
+    return n < nb ? n : nb;
+}
+
+/* The K-chunk [k0, k0+kl) of part pb's columns [j0, j0+jn) of the tile:
+ * converted (their squares added to the column norms) and multiplied by
+ * the converted A chunk into C's columns, either by dgemm itself (the
+ * first chunk, or accumulated: beta = 1) or through P (mb x jn), whose
+ * chunk result is then added into C in chunk order. */
+static void chunk_block(const plan_t *pl, const part_t *pa, const part_t *pb, int64_t k0,
+                        int64_t kl, int64_t mb, int64_t nb, int64_t j0, int64_t jn, int first,
+                        tilebuf_t *tb)
+{
+    part_t q = *pb;
+    q.p += q.kmajor ? j0 : j0 * q.ld;
+    conv_chunk(&q, k0, kl, jn, tb->cb, tb->nb + j0);
+    double *C = tb->C + j0, *P = tb->P;
+    int into_c = first || pl->acc;
+    cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
+                pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)jn, (int)kl, 1.0, tb->ca,
+                (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? jn : kl),
+                first || !pl->acc ? 0.0 : 1.0, into_c ? C : P, (int)(into_c ? nb : jn));
+    if (!into_c) /* the chunk sums, added in a fixed order */
+        for (int64_t i = 0; i < mb; i++) {
+            double *c = C + i * nb;
+            const double *p = P + i * jn;
+            for (int64_t j = 0; j < jn; j++)
+                c[j] += p[j];
+        }
+}
+
+/* The products of a tile into tb->C (mb x nb) and tier 1 on them: each
+ * K-chunk of both operands is converted to binary64 just before dgemm
+ * reads it, so it stays in cache; no chunk crosses a part (a term). After
+ * the last chunk of a sub-block its elements are certified at once, while
+ * they are in cache (the norms are complete by then: the A chunk is
+ * converted before the sub-blocks, each B column's last chunk with its
+ * sub-block). tb->miss[i] counts row i's misses (NaN in out). Returns
+ * DL_ENONFINITE if an input taking part is NaN or infinite. */
+static int tile_products(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
+                         const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo)
+{
     memset(tb->na, 0, (size_t)mb * sizeof(double));
     memset(tb->nb, 0, (size_t)nb * sizeof(double));
+    memset(tb->miss, 0, (size_t)mb * sizeof(int64_t));
+    int64_t nbs = sub_cols(pl, mb, nb);
     int first = 1;
     for (int ip = 0; ip < B->n; ip++) {
         const part_t *pa = &A->part[ip], *pb = &B->part[ip];
         for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
             int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
+            int last = ip == B->n - 1 && k0 + kl == pb->klen;
             conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
-            conv_chunk(pb, k0, kl, nb, tb->cb, tb->nb);
-            cblas_dgemm(CblasRowMajor, pa->kmajor ? CblasTrans : CblasNoTrans,
-                        pb->kmajor ? CblasNoTrans : CblasTrans, (int)mb, (int)nb, (int)kl, 1.0,
-                        tb->ca, (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? nb : kl),
-                        first || !pl->acc ? 0.0 : 1.0, first || pl->acc ? C : P, (int)nb);
-            if (!first && !pl->acc) /* the chunk sums, added in a fixed order */
-                for (int64_t i = 0; i < total; i++)
-                    C[i] += P[i];
+            if (last && finish_norms(tb->na, mb))
+                return DL_ENONFINITE;
+            for (int64_t j0 = 0; j0 < nb; j0 += nbs) {
+                int64_t jn = nb - j0 < nbs ? nb - j0 : nbs;
+                chunk_block(pl, pa, pb, k0, kl, mb, nb, j0, jn, first, tb);
+                if (!last)
+                    continue;
+                if (finish_norms(tb->nb + j0, jn))
+                    return DL_ENONFINITE;
+                for (int64_t i = 0; i < mb; i++)
+                    tb->miss[i] += certify_row(tb->C + i * nb + j0, pl->g1 * tb->na[i],
+                                               tb->nb + j0, jn, pl->t, out + i * ldo + j0);
+            }
             first = 0;
         }
     }
-    if (finish_norms(tb->na, mb) | finish_norms(tb->nb, nb))
-        return DL_ENONFINITE;
+    return 0;
+}
+
+/* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
+ * A(i,:) . B(j,:). Runs on one thread (tiles are the unit of parallelism;
+ * dgemm called inside a parallel region runs single-threaded): tier 1 by
+ * tile_products, the exact-sum certificate and the slower tiers on its
+ * misses. Returns DL_ENONFINITE if an input taking part is NaN or
+ * infinite. */
+static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
+                const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
+{
+    int64_t ks = pl->ks, total = mb * nb;
+    int rc = tile_products(pl, mb, nb, A, B, tb, out, ldo);
+    if (rc)
+        return rc;
     dl_dtype_t t = pl->t;
     int64_t nfail = 0;
-    for (int64_t i = 0; i < mb; i++) {
-        tb->miss[i] = certify_row(C + i * nb, pl->g1 * tb->na[i], tb->nb, nb, t, out + i * ldo);
+    for (int64_t i = 0; i < mb; i++)
         nfail += tb->miss[i];
-    }
     if (nfail) {
-        int64_t ex = exact_sums(C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo, tb->miss);
+        int64_t ex = exact_sums(tb->C, tb->na, tb->nb, mb, nb, A, B, t, out, ldo, tb->miss);
         nfail -= ex;
     }
     cnt->fast += total - nfail;
@@ -804,14 +873,21 @@ static int64_t budget_for(int64_t io_bytes)
  * doubles and a list entry per element) takes at most half of the thread's
  * share of the budget and at most TILE_MAX elements, so that it stays near
  * the cache, and there are enough tiles for the threads (outputs / 4 per
- * thread at most). */
-static void tile_sizes(int64_t budget, int nthr, int64_t outputs, int64_t kc, int64_t rows,
-                       int64_t cols, int64_t *mb, int64_t *nb)
+ * thread at most). Sums of at most kc terms (ks, one chunk: the weight
+ * gradients of small groups) take tiles of at most TILE_ONE_CHUNK
+ * elements, whose binary64 result is still in L2 when it is certified: a
+ * conversion there is a few rows of K per output row, and reading a
+ * 1024 x 1024 tile back from L3 cost as much as dgemm's K ~ 32 flops per
+ * element. */
+static void tile_sizes(int64_t budget, int nthr, int64_t outputs, int64_t kc, int64_t ks,
+                       int64_t rows, int64_t cols, int64_t *mb, int64_t *nb)
 {
     int64_t share = budget / nthr;
     int64_t cap = share / 2 / 24;
     if (cap > TILE_MAX)
         cap = TILE_MAX;
+    if (ks <= kc && cap > TILE_ONE_CHUNK)
+        cap = TILE_ONE_CHUNK;
     if (nthr > 1 && cap > outputs / (4 * nthr))
         cap = outputs / (4 * nthr);
     if (cap < 4096)
@@ -958,7 +1034,7 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
         if (offsets[e + 1] - offsets[e] > maxme)
             maxme = offsets[e + 1] - offsets[e];
     int64_t MB, NB, njobs = 0;
-    tile_sizes(budget, nthr, M * N, pl.kc, maxme, N, &MB, &NB);
+    tile_sizes(budget, nthr, M * N, pl.kc, ks, maxme, N, &MB, &NB);
     for (int64_t e = 0; e < E; e++)
         njobs += (offsets[e + 1] - offsets[e] + MB - 1) / MB * ((N + NB - 1) / NB);
     job_t *jobs = malloc((size_t)njobs * sizeof(job_t));
@@ -1209,6 +1285,42 @@ static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
     return tile(&pl, jb->mb, jb->nb, &A, &B, &s->tb, oe + jb->r0 * J + jb->n0, J, c);
 }
 
+/* The jobs of a ragged-K GEMM: for each group, its I x J outputs in tiles
+ * of sz[0] x sz[1] when the group has more than kc rows, else of sz[2] x
+ * sz[3] (one chunk: smaller tiles, see tile_sizes); an empty group is one
+ * job (mb = 0) that zeroes its outputs. NULL when out of memory. */
+static job_t *ragged_jobs(const int64_t *offsets, int64_t E, int64_t I, int64_t J, int64_t kc,
+                          const int64_t *sz, int64_t *njobs)
+{
+    int64_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        job_t *jobs = pass ? malloc((size_t)n * sizeof(job_t)) : NULL;
+        if (pass && !jobs)
+            return NULL;
+        n = 0;
+        for (int64_t e = 0; e < E; e++) {
+            int64_t me = offsets[e + 1] - offsets[e];
+            int64_t MB = me > kc ? sz[0] : sz[2], NB = me > kc ? sz[1] : sz[3];
+            if (me == 0) {
+                if (pass)
+                    jobs[n] = (job_t){e, 0, 0, 0, 0};
+                n++;
+                continue;
+            }
+            for (int64_t i0 = 0; i0 < I; i0 += MB)
+                for (int64_t j0 = 0; j0 < J; j0 += NB, n++)
+                    if (pass)
+                        jobs[n] = (job_t){e, i0, I - i0 < MB ? I - i0 : MB, j0,
+                                          J - j0 < NB ? J - j0 : NB};
+        }
+        if (pass) {
+            *njobs = n;
+            return jobs;
+        }
+    }
+    return NULL;
+}
+
 int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
                      const int64_t *offsets, int64_t E, dl_dtype_t out_t,
                      float *out, dl_tier_stats_t *stats)
@@ -1234,26 +1346,17 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
     plan_t pl;
     make_plan(&pl, out_t, maxme > 0 ? maxme : 1, 1);
     int nthr = max_threads();
-    int64_t MB, NB, njobs = 0;
-    tile_sizes(budget, nthr, E * I * J, pl.kc, I, J, &MB, &NB);
-    for (int64_t e = 0; e < E; e++)
-        njobs += offsets[e + 1] > offsets[e] ? (I + MB - 1) / MB * ((J + NB - 1) / NB) : 1;
-    job_t *jobs = malloc((size_t)njobs * sizeof(job_t));
+    int64_t sz[4], njobs; /* MB, NB for the longest group; for one-chunk groups */
+    tile_sizes(budget, nthr, E * I * J, pl.kc, pl.ks, I, J, &sz[0], &sz[1]);
+    tile_sizes(budget, nthr, E * I * J, pl.kc, 1, I, J, &sz[2], &sz[3]);
+    job_t *jobs = ragged_jobs(offsets, E, I, J, pl.kc, sz, &njobs);
     if (!jobs)
         return DL_ENOMEM;
-    int64_t nj = 0;
-    for (int64_t e = 0; e < E; e++) {
-        if (offsets[e + 1] == offsets[e]) {
-            jobs[nj++] = (job_t){e, 0, 0, 0, 0};
-            continue;
-        }
-        for (int64_t i0 = 0; i0 < I; i0 += MB)
-            for (int64_t j0 = 0; j0 < J; j0 += NB)
-                jobs[nj++] = (job_t){e, i0, I - i0 < MB ? I - i0 : MB, j0, J - j0 < NB ? J - j0 : NB};
-    }
     if (nthr > njobs)
         nthr = (int)njobs;
-    scratch_t *scr = scratch_alloc_all(nthr, MB, NB, pl.kc, maxme > 0 ? maxme : 1, 1);
+    scratch_t *scr = scratch_alloc_all(nthr, sz[0] > sz[2] ? sz[0] : sz[2],
+                                       sz[1] > sz[3] ? sz[1] : sz[3], pl.kc,
+                                       maxme > 0 ? maxme : 1, 1);
     if (!scr) {
         free(jobs);
         return DL_ENOMEM;

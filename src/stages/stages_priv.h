@@ -149,6 +149,9 @@ int dl__softmax_topk_dscores(double c, const float *s, const int32_t *ids, const
 /* Tuning of the fast GEMM path, for tests and benchmarks (not thread-safe):
  * kc = dgemm chunk length along K, budget = scratch bytes; 0 = default. */
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
+/* Columns per sub-block of a tile (each K-chunk of B is converted and
+ * multiplied that many columns at a time); 0 = default. */
+void dl__gemm_set_subblock(int64_t cols);
 
 /* The address of stage s's array pointer inside *f (forward values) or *b
  * (backward values); NULL for an unknown s or when that struct is NULL. */
