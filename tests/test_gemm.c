@@ -703,6 +703,128 @@ START_TEST(thread_invariance)
 }
 END_TEST
 
+/* ------------------------------------------------------------ certificate */
+
+/* 1 if every real in [y - err, y + err] rounds to r in t, by MPFR: both
+ * ends are computed exactly and rounded once (rounding is monotone, so the
+ * reals between round to r too; a tiny end rounds to a zero of its own
+ * sign). The interval {0} must give +0, the GEMM's exact zero. */
+static int mp_interval_rounds_to(double y, double err, dl_dtype_t t, double r)
+{
+    mpfr_t x;
+    mpfr_init2(x, 2300); /* y +- err exactly: doubles span 2^-1074 .. 2^1024 */
+    double end[2];
+    int zeros = 0;
+    for (int k = 0; k < 2; k++) {
+        mpfr_set_d(x, y, MPFR_RNDN);
+        if (k)
+            mpfr_add_d(x, x, err, MPFR_RNDN);
+        else
+            mpfr_sub_d(x, x, err, MPFR_RNDN);
+        zeros += mpfr_zero_p(x) != 0;
+        end[k] = mpref_round(x, t);
+    }
+    mpfr_clear(x);
+    if (zeros == 2)
+        return same_value(r, 0.0);
+    return same_value(end[0], r) && same_value(end[1], r);
+}
+
+/* One (y, err) through both certificates: what either certifies, MPFR
+ * confirms; returns 1 if the fast test certified. */
+static int cert_case(double y, double err, dl_dtype_t t)
+{
+    float v[2];
+    int ok[2];
+    for (int fast = 0; fast < 2; fast++) {
+        ok[fast] = dl__gemm_certify(y, err, t, fast, &v[fast]);
+        ck_assert_msg(ok[fast] == (v[fast] == v[fast]), "certify: return and value disagree");
+        if (ok[fast])
+            ck_assert_msg(mp_interval_rounds_to(y, err, t, v[fast]),
+                          "%s certificate: %a +- %a certified as %a in %s, MPFR disagrees",
+                          fast ? "fast" : "full", y, err, (double)v[fast], dl_dtype_name(t));
+    }
+    return ok[1];
+}
+
+/* A normal value of t with exponent e (p significant bits) and a random
+ * fraction. */
+static double value_of(dl_test_rng_t *r, int p, int e)
+{
+    double f = (double)(dl_test_next(r) >> (64 - (p - 1)));
+    return ldexp(1.0 + ldexp(f, 1 - p), e);
+}
+
+/* Tier 1's certificates on their own against MPFR (above): y at and a few
+ * doubles around the midpoints of t, around powers of two (the boundary
+ * below is ulp/4 away there), at the bottom and top of t's normal range,
+ * in its subnormal range, past its overflow threshold, zero; err from 0 to
+ * an ulp of t, around the distances that decide (the distance to the
+ * midpoint, ulp/4, ulp/2, plus and minus a double). The fast test must also
+ * certify every exactly representable y with err = 0 and nearly every y
+ * with a tiny err, so that it cannot pass by refusing. */
+START_TEST(certificate_intervals)
+{
+    dl_test_rng_t r = {97};
+    for (int ti = 0; ti < 3; ti++) {
+        dl_dtype_t t = grids[ti];
+        int p = dl_dtype_precision(t);
+        int emin = t == DL_F16 ? -14 : -126, emax = t == DL_F16 ? 15 : 127;
+        int64_t tiny_ok = 0, tiny_n = 0;
+        for (int it = 0; it < 20000; it++) {
+            int which = it % 5;
+            int e = which == 0 ? emin + (int)(dl_test_next(&r) % 3)
+                  : which == 1 ? emax - (int)(dl_test_next(&r) % 3)
+                  : which == 2 ? emin - 1 - (int)(dl_test_next(&r) % 12) /* subnormal of t */
+                               : emin + (int)(dl_test_next(&r) % (uint64_t)(emax - emin + 1));
+            double v = which == 4 ? ldexp(1.0, e) : value_of(&r, p, e);
+            double ulp = ldexp(1.0, e - (p - 1)), du = ldexp(1.0, e - 52);
+            double sg = dl_test_next(&r) & 1 ? -1.0 : 1.0;
+            /* the midpoint above v, or for a power of two the one below */
+            double mid = which == 4 && (it & 8) ? v - ulp / 4 : v + ulp / 2;
+            int64_t k = (int64_t)(dl_test_next(&r) % 7) - 3;
+            if (it % 3 == 0)
+                k = (int64_t)(dl_test_next(&r) % 2000001) - 1000000;
+            double y = sg * (mid + (double)k * du);
+            double d = fabs(fabs(y) - mid);
+            const double errs[] = {0.0, d, d - du, d + du, nextafter(d, 0.0), ulp / 4,
+                                   ulp / 4 - du, ulp / 4 + du, ulp / 2, ulp,
+                                   ulp * dl_test_unif(&r)};
+            for (size_t q = 0; q < sizeof errs / sizeof errs[0]; q++)
+                if (errs[q] >= 0.0)
+                    cert_case(y, errs[q], t);
+            cert_case(sg * v, 0.0, t); /* v itself, exactly */
+            if (which == 4) /* just above a power of two, the boundary below ulp/4 away */
+                for (int64_t j = 0; j < 3; j++) {
+                    double yp = sg * (v + (double)j * du), f = (double)j * du;
+                    const double e4[] = {ulp / 4 + f - du, ulp / 4 + f, ulp / 4 + f + du,
+                                         3 * ulp / 8, ulp / 2 - f - du};
+                    for (size_t q = 0; q < sizeof e4 / sizeof e4[0]; q++)
+                        cert_case(yp, e4[q], t);
+                }
+            if (which != 2 && e < emax) { /* the fast test's range: below 2^emax */
+                ck_assert_msg(cert_case(sg * v, 0.0, t), "fast test refused %a in %s", sg * v,
+                              dl_dtype_name(t));
+                double yr = sg * v * (1.0 + dl_test_unif(&r));
+                if (fabs(yr) < ldexp(1.0, emax)) {
+                    tiny_ok += cert_case(yr, fabs(yr) * ldexp(1.0, -p - 14), t);
+                    tiny_n++;
+                }
+            }
+        }
+        /* specials: zeros, the overflow threshold, huge and tiny values */
+        const double sp[] = {0.0, -0.0, ldexp(1.0, emax + 1), -ldexp(1.0, emax + 1),
+                             ldexp(2.0 - ldexp(1.0, 1 - p), emax),
+                             ldexp(2.0 - ldexp(1.0, -p), emax), 0x1p-1074, 0x1p1000};
+        for (size_t q = 0; q < sizeof sp / sizeof sp[0]; q++)
+            for (int z = 0; z < 3; z++)
+                cert_case(sp[q], z == 0 ? 0.0 : z == 1 ? 0x1p-1074 : fabs(sp[q]) * 0x1p-60, t);
+        ck_assert_msg(tiny_ok * 1000 >= tiny_n * 998, "%s: fast test certified %lld of %lld",
+                      dl_dtype_name(t), (long long)tiny_ok, (long long)tiny_n);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ errors */
 
 START_TEST(errors)
@@ -796,6 +918,7 @@ int main(void)
         DL_TEST_LOOP("gemm_ragged_k", "ragged", ragged_cancellation, 0, 2, 120),
         DL_TEST("gemm_ragged_k", "ragged", ragged_short_groups, 120),
         DL_TEST("gemm_threads", "threads", thread_invariance, 120),
+        DL_TEST("gemm_certificate", "intervals", certificate_intervals, 120),
         DL_TEST("gemm_errors", "errors", errors, 0),
         DL_TEST("gemm_errors", "errors", nonfinite, 0),
     };

@@ -398,12 +398,74 @@ static inline __attribute__((always_inline)) float cert_one(double y, double err
     return (float)of_bits(rb);     /* zero (ok = 0, zero = 1): rb = +0 */
 }
 
-static inline __attribute__((always_inline)) void
+/* Tier 1's fast test for one element, the one every element takes first:
+ * the exact value S is within err of y (err a true bound, as the caller
+ * computes it rounded up). Returns the value of t that every real in
+ * [y - err, y + err] rounds to, or a NaN when this test cannot tell (then
+ * cert_one decides). In the bits of |y|, the low s bits are the place
+ * within an ulp of t (s = 29, 45, 42 for fp32, bf16, fp16) and mid (those
+ * bits 100...0) the midpoint of |y|'s truncation interval; |y| - mid is
+ * exact (both in one binade: Sterbenz). Every rounding boundary of t
+ * other than mid is at least ulp/4 from |y| (ulp/4 below a power of two,
+ * ulp/2 otherwise), so if err < | |y| - mid | and err < |y| 2^-(p+3) <=
+ * ulp/4 (p the fraction bits of t), the interval holds no boundary and
+ * stays on y's side of zero: S rounds as y, and y rounds half up as it is
+ * not a tie. |y| must be a normal number of t and below 2^127 (2^15 for
+ * fp16), which keeps the result finite. Comparisons are exact, so the
+ * test needs no slack of its own; about half the operations of
+ * cert_one. t is a constant at every call (always inlined). */
+static inline __attribute__((always_inline)) float cert_fast(double y, double err, dl_dtype_t t)
+{
+    const int s = t == DL_F32 ? 29 : t == DL_BF16 ? 45 : 42;
+    const double scale = t == DL_F32 ? 0x1p-26 : t == DL_BF16 ? 0x1p-10 : 0x1p-13;
+    const uint64_t lo = t == DL_F16 ? UINT64_C(0x3f10000000000000)  /* 2^-14 */
+                                    : UINT64_C(0x3810000000000000); /* 2^-126 */
+    const uint64_t hi = t == DL_F16 ? UINT64_C(0x40e0000000000000)  /* 2^15 */
+                                    : UINT64_C(0x47e0000000000000); /* 2^127 */
+    const uint64_t sgn = UINT64_C(1) << 63, half = UINT64_C(1) << (s - 1),
+                   keep = ~((UINT64_C(1) << s) - 1);
+    uint64_t b = bits_of(y), mb = b & ~sgn;
+    double ay = of_bits(mb), mid = of_bits((mb & keep) | half);
+    uint64_t ok = (uint64_t)(fabs(ay - mid) > err) & (uint64_t)(err < ay * scale) &
+                  (uint64_t)(mb >= lo) & (uint64_t)(mb < hi);
+    if (t == DL_F32) { /* branch-free, so that the loops calling it vectorise */
+        float r = (float)y;
+        uint32_t rb;
+        memcpy(&rb, &r, 4);
+        rb = (rb & (0 - (uint32_t)ok)) | (UINT32_C(0x7fc00000) & ((uint32_t)ok - 1));
+        memcpy(&r, &rb, 4);
+        return r;
+    }
+    uint64_t rb = (((mb + half) & keep) | (b & sgn)) & (0 - ok);
+    rb |= UINT64_C(0x7ff8000000000000) & (ok - 1);
+    return (float)of_bits(rb);
+}
+
+/* Tier 1 for one row of a tile: o[j] = the certified value of
+ * C[j] +- ga nbn[j] (the fast test, then cert_one where it could not
+ * tell), NaN for a miss. The fast test's bound is ga (1 + 2^-40) nbn[j],
+ * whose two roundings the 2^-40 covers, as in cert_one. Returns the number
+ * of misses. */
+static inline __attribute__((always_inline)) int64_t
 certify_row_t(const double *C, double ga, const double *nbn, int64_t n, float *o, dl_dtype_t t)
 {
-#pragma omp simd
+    double ga2 = ga * (1.0 + 0x1p-40);
+    int64_t miss = 0;
+#pragma omp simd reduction(+ : miss)
+    for (int64_t j = 0; j < n; j++) {
+        float v = cert_fast(C[j], ga2 * nbn[j], t);
+        o[j] = v;
+        miss += v != v;
+    }
+    if (miss == 0)
+        return 0;
+    miss = 0;
     for (int64_t j = 0; j < n; j++)
-        o[j] = cert_one(C[j], ga * nbn[j], t);
+        if (o[j] != o[j]) {
+            o[j] = cert_one(C[j], ga * nbn[j], t);
+            miss += o[j] != o[j];
+        }
+    return miss;
 }
 
 static inline int64_t count_nan(const float *o, int64_t n)
@@ -415,19 +477,30 @@ static inline int64_t count_nan(const float *o, int64_t n)
     return miss;
 }
 
-/* Tier 1 for one row of a tile: o[j] = cert_one(C[j], ga * nbn[j]).
- * Returns the number of misses. */
+/* Tier 1 for one row of a tile (certify_row_t). Returns the number of
+ * misses. */
 DL__CLONES
 static int64_t certify_row(const double *C, double ga, const double *nbn, int64_t n,
                            dl_dtype_t t, float *o)
 {
     if (t == DL_F32)
-        certify_row_t(C, ga, nbn, n, o, DL_F32);
+        return certify_row_t(C, ga, nbn, n, o, DL_F32);
+    if (t == DL_BF16)
+        return certify_row_t(C, ga, nbn, n, o, DL_BF16);
+    return certify_row_t(C, ga, nbn, n, o, DL_F16);
+}
+
+int dl__gemm_certify(double y, double err, dl_dtype_t t, int fast, float *out)
+{
+    float v;
+    if (t == DL_F32)
+        v = fast ? cert_fast(y, err, DL_F32) : cert_one(y, err, DL_F32);
     else if (t == DL_BF16)
-        certify_row_t(C, ga, nbn, n, o, DL_BF16);
+        v = fast ? cert_fast(y, err, DL_BF16) : cert_one(y, err, DL_BF16);
     else
-        certify_row_t(C, ga, nbn, n, o, DL_F16);
-    return count_nan(o, n);
+        v = fast ? cert_fast(y, err, DL_F16) : cert_one(y, err, DL_F16);
+    *out = v;
+    return v == v;
 }
 
 /* ------------------------------------------------------------- the tile */
@@ -1172,9 +1245,17 @@ short_block(const double *ai, const double *bj, int64_t ld, int64_t K, int64_t j
         short_sums16(ai, bj, ld, K, y);
     else
         short_sums(ai, bj, ld, K, jn, y);
-#pragma omp simd
-    for (int64_t j = 0; j < jn; j++)
-        o[j] = cert_one(y[j], ga * nbn[j], t);
+    double ga2 = ga * (1.0 + 0x1p-40); /* as in certify_row_t */
+    int64_t miss = 0;
+#pragma omp simd reduction(+ : miss)
+    for (int64_t j = 0; j < jn; j++) {
+        float v = cert_fast(y[j], ga2 * nbn[j], t);
+        o[j] = v;
+        miss += v != v;
+    }
+    for (int64_t j = 0; j < jn && miss; j++)
+        if (o[j] != o[j])
+            o[j] = cert_one(y[j], ga * nbn[j], t);
 }
 
 /* Row by row (so that the output is written in order), each row against

@@ -152,6 +152,11 @@ void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
 /* Columns per sub-block of a tile (each K-chunk of B is converted and
  * multiplied that many columns at a time); 0 = default. */
 void dl__gemm_set_subblock(int64_t cols);
+/* The GEMM's tier-1 certificate of one element, for tests: when every real
+ * in [y - err, y + err] rounds to one value of t, stores it and returns 1,
+ * else stores a NaN and returns 0; fast = 1: the test every element takes
+ * first, 0: the full one (cert_one in gemm.c). */
+int dl__gemm_certify(double y, double err, dl_dtype_t t, int fast, float *out);
 
 /* The address of stage s's array pointer inside *f (forward values) or *b
  * (backward values); NULL for an unknown s or when that struct is NULL. */
