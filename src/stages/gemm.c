@@ -1245,17 +1245,7 @@ short_block(const double *ai, const double *bj, int64_t ld, int64_t K, int64_t j
         short_sums16(ai, bj, ld, K, y);
     else
         short_sums(ai, bj, ld, K, jn, y);
-    double ga2 = ga * (1.0 + 0x1p-40); /* as in certify_row_t */
-    int64_t miss = 0;
-#pragma omp simd reduction(+ : miss)
-    for (int64_t j = 0; j < jn; j++) {
-        float v = cert_fast(y[j], ga2 * nbn[j], t);
-        o[j] = v;
-        miss += v != v;
-    }
-    for (int64_t j = 0; j < jn && miss; j++)
-        if (o[j] != o[j])
-            o[j] = cert_one(y[j], ga * nbn[j], t);
+    certify_row_t(y, ga, nbn, jn, o, t);
 }
 
 /* Row by row (so that the output is written in order), each row against
