@@ -14,8 +14,11 @@
  * u = 2^-53, so here h <= kc + nc. sum|a_k b_k| <= ||a||_2 ||b||_2 by
  * Cauchy-Schwarz; the norms are computed in binary64 (squares exact, sums
  * within gamma_K) and the factor g1 below is inflated to cover those
- * roundings. So the exact value lies within y +- g1*na*nb, and certify()
- * decides whether that whole interval rounds to one value of out_t.
+ * roundings. So the exact value lies within y +- g1*na*nb, and the
+ * certificate decides whether that whole interval rounds to one value of
+ * out_t: first a fast test (cert_fast: the exact distance from |y| to the
+ * midpoint of its truncation interval, and the bound below ulp/4), then
+ * the full one (cert_one) where that cannot tell.
  *
  * Chunking matters: gamma_K for K = 14336 would leave ~1% of fp32 outputs
  * uncertified; gamma_{kc+nc} with kc = 256 cuts that by ~50x, for the price
@@ -32,12 +35,14 @@
  *
  * Memory and parallelism: the output is cut into tiles (rows of one group
  * against a block of columns). A tile is the unit of work of one OpenMP
- * thread: for each K-chunk it converts that chunk of its rows and columns
- * to binary64 (a streaming copy in the caller's layout, which stays in
- * cache), calls dgemm (single-threaded inside the parallel region, so there
- * is no nested oversubscription; with one thread OpenBLAS may use its own),
- * adds the chunk into the tile, then certifies the tile and runs the slow
- * tiers on its misses, reading the caller's floats. No operand is ever
+ * thread: for each K-chunk it converts that chunk of its rows to binary64,
+ * then for each sub-block of its columns (sub_cols: the converted chunk of
+ * B within 256 KiB, in L2) converts that chunk of the columns (a streaming
+ * copy in the caller's layout), calls dgemm (single-threaded inside the
+ * parallel region, so there is no nested oversubscription; with one thread
+ * OpenBLAS may use its own), adds the chunk into the tile and, after the
+ * last chunk, certifies the sub-block while it is in cache; then the slow
+ * tiers run on the tile's misses, reading the caller's floats. No operand is ever
  * converted whole: scratch per thread is two tiles of doubles and two chunk
  * buffers, within a budget of a quarter of the input+output bytes (at least
  * 4 MiB, at most 128 MiB over all threads). Threads share nothing but the
@@ -60,7 +65,8 @@
 #define BUDGET_MAX (INT64_C(128) << 20)
 #define BUDGET_MIN (INT64_C(4) << 20)
 #define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
-#define TILE_ONE_CHUNK (INT64_C(1) << 16) /* ... when every sum is one chunk */
+#define TILE_ONE_CHUNK (INT64_C(1) << 16) /* ... when every sum is short: */
+#define SHORT_SUM_CHUNKS 4                /* at most this many chunks */
 #define MID_BATCH 512                  /* misses the middle tier streams K for at once */
 #define CONV_COLS 512                  /* k-major columns converted at once */
 #define PF_CONV 8                      /* K-rows the k-major conversion prefetches ahead */
@@ -968,12 +974,12 @@ static int64_t budget_for(int64_t io_bytes)
  * doubles and a list entry per element) takes at most half of the thread's
  * share of the budget and at most TILE_MAX elements, so that it stays near
  * the cache, and there are enough tiles for the threads (outputs / 4 per
- * thread at most). Sums of at most kc terms (ks, one chunk: the weight
- * gradients of small groups) take tiles of at most TILE_ONE_CHUNK
- * elements, whose binary64 result is still in L2 when it is certified: a
- * conversion there is a few rows of K per output row, and reading a
- * 1024 x 1024 tile back from L3 cost as much as dgemm's K ~ 32 flops per
- * element. */
+ * thread at most). Sums of at most SHORT_SUM_CHUNKS kc terms (ks: the
+ * weight gradients of small and Mixtral-sized groups) take tiles of at most
+ * TILE_ONE_CHUNK elements, whose binary64 result is still in L2 when it is
+ * certified: a conversion there is a few rows of K per output row, and
+ * reading a 1024 x 1024 tile back from L3 cost as much as dgemm's K ~ 32
+ * flops per element. */
 static void tile_sizes(int64_t budget, int nthr, int64_t outputs, int64_t kc, int64_t ks,
                        int64_t rows, int64_t cols, int64_t *mb, int64_t *nb)
 {
@@ -981,7 +987,7 @@ static void tile_sizes(int64_t budget, int nthr, int64_t outputs, int64_t kc, in
     int64_t cap = share / 2 / 24;
     if (cap > TILE_MAX)
         cap = TILE_MAX;
-    if (ks <= kc && cap > TILE_ONE_CHUNK)
+    if (ks <= SHORT_SUM_CHUNKS * kc && cap > TILE_ONE_CHUNK)
         cap = TILE_ONE_CHUNK;
     if (nthr > 1 && cap > outputs / (4 * nthr))
         cap = outputs / (4 * nthr);
@@ -1383,9 +1389,10 @@ static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
 }
 
 /* The jobs of a ragged-K GEMM: for each group, its I x J outputs in tiles
- * of sz[0] x sz[1] when the group has more than kc rows, else of sz[2] x
- * sz[3] (one chunk: smaller tiles, see tile_sizes); an empty group is one
- * job (mb = 0) that zeroes its outputs. NULL when out of memory. */
+ * of sz[0] x sz[1] when the group has more than SHORT_SUM_CHUNKS kc rows,
+ * else of sz[2] x sz[3] (short sums: smaller tiles, see tile_sizes); an
+ * empty group is one job (mb = 0) that zeroes its outputs. NULL when out
+ * of memory. */
 static job_t *ragged_jobs(const int64_t *offsets, int64_t E, int64_t I, int64_t J, int64_t kc,
                           const int64_t *sz, int64_t *njobs)
 {
@@ -1397,7 +1404,8 @@ static job_t *ragged_jobs(const int64_t *offsets, int64_t E, int64_t I, int64_t 
         n = 0;
         for (int64_t e = 0; e < E; e++) {
             int64_t me = offsets[e + 1] - offsets[e];
-            int64_t MB = me > kc ? sz[0] : sz[2], NB = me > kc ? sz[1] : sz[3];
+            int64_t lg = me > SHORT_SUM_CHUNKS * kc;
+            int64_t MB = lg ? sz[0] : sz[2], NB = lg ? sz[1] : sz[3];
             if (me == 0) {
                 if (pass)
                     jobs[n] = (job_t){e, 0, 0, 0, 0};
@@ -1443,7 +1451,7 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
     plan_t pl;
     make_plan(&pl, out_t, maxme > 0 ? maxme : 1, 1);
     int nthr = max_threads();
-    int64_t sz[4], njobs; /* MB, NB for the longest group; for one-chunk groups */
+    int64_t sz[4], njobs; /* MB, NB for the longest group; for short sums */
     tile_sizes(budget, nthr, E * I * J, pl.kc, pl.ks, I, J, &sz[0], &sz[1]);
     tile_sizes(budget, nthr, E * I * J, pl.kc, 1, I, J, &sz[2], &sz[3]);
     job_t *jobs = ragged_jobs(offsets, E, I, J, pl.kc, sz, &njobs);
