@@ -66,7 +66,7 @@
 #define BUDGET_MIN (INT64_C(4) << 20)
 #define TILE_MAX (INT64_C(1) << 20) /* output elements in one tile */
 #define TILE_ONE_CHUNK (INT64_C(1) << 16) /* ... when every sum is short: */
-#define SHORT_SUM_CHUNKS 4                /* at most this many chunks */
+#define SHORT_SUM_CHUNKS 1 /* at most this many chunks (4, for Mixtral's dW: no gain measured) */
 #define MID_BATCH 512                  /* misses the middle tier streams K for at once */
 #define CONV_COLS 512                  /* k-major columns converted at once */
 #define PF_CONV 8                      /* K-rows the k-major conversion prefetches ahead */
@@ -975,7 +975,7 @@ static int64_t budget_for(int64_t io_bytes)
  * share of the budget and at most TILE_MAX elements, so that it stays near
  * the cache, and there are enough tiles for the threads (outputs / 4 per
  * thread at most). Sums of at most SHORT_SUM_CHUNKS kc terms (ks: the
- * weight gradients of small and Mixtral-sized groups) take tiles of at most
+ * weight gradients of small groups) take tiles of at most
  * TILE_ONE_CHUNK elements, whose binary64 result is still in L2 when it is
  * certified: a conversion there is a few rows of K per output row, and
  * reading a 1024 x 1024 tile back from L3 cost as much as dgemm's K ~ 32
