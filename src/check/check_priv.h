@@ -87,7 +87,10 @@ typedef struct dl__ck dl__ck_t;
  * propagation's product, an absent stage's propagated error. */
 enum {
     DL__CK_SCR_A, DL__CK_SCR_B, DL__CK_SCR_B2, DL__CK_SCR_RA, DL__CK_SCR_RB, DL__CK_SCR_M,
-    DL__CK_SCR_TMP, DL__CK_SCR_P, DL__CK_SCRATCH
+    DL__CK_SCR_TMP, DL__CK_SCR_P,
+    /* binary32 magnitudes for dl__ck_m_up (float arrays in these slots) */
+    DL__CK_SCR_FA, DL__CK_SCR_FB, DL__CK_SCR_FB2, DL__CK_SCR_FC,
+    DL__CK_SCRATCH
 };
 /* The second chained level (chain.c: dl__ck_chained_second), which the
  * stage walk calls on a FAIL where it is set: 1 when it turned r into a
@@ -144,6 +147,7 @@ struct dl__ck {
     const float *scr_src[DL__CK_SCRATCH]; /* the operand a slot holds whole (NULL: none) */
     int scr_sq[DL__CK_SCRATCH];
     int64_t scr_len[DL__CK_SCRATCH];
+    float scr_lo[DL__CK_SCRATCH], scr_hi[DL__CK_SCRATCH]; /* a float slot's magnitudes' range */
     dl__spare_t spare; /* a two-output exact function's other output (vctx.c) */
     dl__memo_t memo;   /* logistic values of the gates (vctx.c) */
     dl_valueset_t up[DL_VALUE_COUNT]; /* dl__ck_upstream of each value, once have_up */
@@ -234,6 +238,17 @@ typedef struct {
 } dl__ck_mop_t;
 int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
                   double *out);
+/* An upper bound of dl__ck_m_bulk's exact M (or propagation, x as there)
+ * for the fused checks' bounds (absent_delta, prop.c): a grouped
+ * provider's blocks in binary32 (sgemm, about twice dgemm's speed) where
+ * the operands' range rules out overflow and underflow, inflated by
+ * 1 + 2 (K + 4) 2^-24 for the roundings of a sum of K nonnegative
+ * products (any order); elsewhere dl__ck_m_bulk itself. */
+int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
+                double *out);
+/* sqrt(a^2 + b^2) rounded up (an upper bound, not hypot's nearest); a, b
+ * finite and >= 0. */
+double dl__ck_hypot_up(double a, double b);
 /* Scratch slot's array of at least n doubles, owned by ck (contents not
  * kept between calls), or NULL on no memory. */
 double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n);

@@ -55,7 +55,7 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
             x.which = 0;
         }
         double *tmp = dl__ck_scratch(ck, DL__CK_SCR_TMP, n);
-        int rc = tmp ? dl__ck_m_bulk(ck, &sub, cmp->rows, &x, tmp) : DL_ENOMEM;
+        int rc = tmp ? dl__ck_m_up(ck, &sub, cmp->rows, &x, tmp) : DL_ENOMEM;
         if (rc)
             return rc;
         for (int64_t i = 0; i < n; i++)

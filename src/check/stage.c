@@ -195,7 +195,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
         if (!(M = dl__ck_scratch(ck, DL__CK_SCR_M, n)))
             return DL_ENOMEM;
-        if ((rc = dl__ck_m_bulk(ck, cmp.mp, cmp.rows, NULL, M)))
+        if ((rc = dl__ck_m_up(ck, cmp.mp, cmp.rows, NULL, M)))
             return rc;
     }
     const float *g = ck->st[s].exact;
@@ -227,8 +227,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
                 /* the statistical tier: its own error and the propagated
                  * one are independent (root sum of squares) unless coherent */
                 dl[i] = warn != DL__TIER_STAT || ck->st[s].coherent ? own + pr
-                        : pr == 0.0                                  ? fabs(own) /* hypot(x, 0) */
-                                                                     : hypot(own, pr);
+                                                                     : dl__ck_hypot_up(fabs(own), pr);
             }
         }
         ck->st[s].delta[warn] = dl;
