@@ -246,6 +246,9 @@ int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__c
  * products (any order); elsewhere dl__ck_m_bulk itself. */
 int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
                 double *out);
+/* 1: dl__ck_m_up and dl__ck_hypot_up take the binary64 path of before
+ * (dl__ck_m_bulk, hypot): tests compare the two paths' reports. */
+extern int dl__ck_f64_bounds;
 /* sqrt(a^2 + b^2) rounded up (an upper bound, not hypot's nearest); a, b
  * finite and >= 0. */
 double dl__ck_hypot_up(double a, double b);

@@ -445,6 +445,17 @@ static int m_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
     return 0;
 }
 
+/* Rows [off[E], rows) of a grouped provider's out: the identity tail of
+ * zero experts (a copy of its input row, no product), M 0; out is scratch,
+ * so left alone they would hold an earlier call's values. */
+static int tail_zero(const dl__mprov_t *mp, int64_t rows, double *out)
+{
+    if (rows > mp->off[mp->E])
+        memset(out + mp->off[mp->E] * mp->N, 0,
+               (size_t)((rows - mp->off[mp->E]) * mp->N) * sizeof *out);
+    return 0;
+}
+
 int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
                   double *out)
 {
@@ -454,7 +465,7 @@ int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__c
             if (rc)
                 return rc;
         }
-        return 0;
+        return tail_zero(mp, rows, out);
     }
     if (mp->kind == DL__M_RAGGED) {
         for (int64_t e = 0; e < mp->E; e++) {
@@ -583,10 +594,12 @@ static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
     return 0;
 }
 
+int dl__ck_f64_bounds;
+
 int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
                 double *out)
 {
-    if (mp->kind != DL__M_GROUPED)
+    if (mp->kind != DL__M_GROUPED || dl__ck_f64_bounds)
         return dl__ck_m_bulk(ck, mp, rows, x, out);
     for (int64_t e = 0; e < mp->E; e++) {
         const int64_t r0 = mp->off[e], r1 = mp->off[e + 1];
@@ -597,7 +610,7 @@ int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_
         if (rc)
             return rc;
     }
-    return 0;
+    return tail_zero(mp, rows, out);
 }
 
 double dl__ck_hypot_up(double a, double b)
@@ -605,13 +618,15 @@ double dl__ck_hypot_up(double a, double b)
     /* a^2, b^2, their sum and the root each err by at most u = 2^-53
      * relative where nothing under- or overflows (both in [2^-450, 2^450]
      * or zero), so the computed root is >= exact (1 - u)^3 and the factor
-     * 1 + 2^-50 > (1 - u)^-3 (1 + u) makes it an upper bound; hypot itself
-     * outside that range (its result within an ulp: times 1 + 2^-50) */
+     * 1 + 2^-50 > (1 - u)^-3 (1 + u) makes it an upper bound; outside
+     * that range the float after hypot's (which errs by less than an ulp) */
     const double h = a > b ? a : b, l = a > b ? b : a;
     if (l == 0.0)
         return h;
-    if (!(h <= 0x1p450 && l >= 0x1p-450))
-        return hypot(a, b) * (1.0 + 0x1p-50);
+    if (dl__ck_f64_bounds)
+        return hypot(a, b);
+    if (!(h <= 0x1p450 && l >= 0x1p-450)) /* hypot errs by less than an ulp */
+        return nextafter(hypot(a, b), INFINITY);
     return sqrt(a * a + b * b) * (1.0 + 0x1p-50);
 }
 
