@@ -480,45 +480,45 @@ int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__c
 
 /* ------------------------------------ M as a bound in binary32 (fused) */
 
-/* The chunks a float conversion's range is taken over (in parallel, one
- * range per chunk, combined after: no reduction across threads). */
-#define MAGF_CHUNKS 64
+/* x >= 0 (or NaN) rounded up to binary32: up32 without its branch. */
+static inline float up32f(double x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = (float)x};
+    v.u += (double)v.f < x;
+    return v.f;
+}
 
 /* An operand's magnitudes as binary32 into float scratch slot: |x| of
  * floats, their squares rounded up (sq), or a delta (double) rounded up
  * to binary32, or its square so rounded: the operands mag_block gives
- * dgemm, stored as floats (each is a float value there). *lo: the least
- * nonzero magnitude (+inf: none), *hi: the largest (+inf where one is
- * not finite). */
+ * dgemm (each is a float value there), stored as floats. One loop per
+ * kind, each branch-free (they vectorise). */
 static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
-                               int64_t n, int sq, float *lo, float *hi)
+                               int64_t n, int sq)
 {
     float *d = (float *)dl__ck_scratch(ck, slot, n / 2 + 1);
     if (!d)
         return NULL;
     ck->scr_src[slot] = NULL;
-    float clo[MAGF_CHUNKS], chi[MAGF_CHUNKS];
-    const int64_t per = (n + MAGF_CHUNKS - 1) / MAGF_CHUNKS;
+    if (!dsrc && !sq) {
 #pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
-    for (int c = 0; c < MAGF_CHUNKS; c++) {
-        float l = INFINITY, h = 0.0f;
-        const int64_t i1 = (c + 1) * per < n ? (c + 1) * per : n;
-        for (int64_t i = c * per; i < i1; i++) {
-            const float v = !dsrc ? (sq ? (float)up32((double)src[i] * (double)src[i])
-                                        : fabsf(src[i]))
-                                  : (float)fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
-            d[i] = v;
-            h = v <= h ? h : v == v ? v : INFINITY;
-            l = v > 0.0f && v < l ? v : l;
-        }
-        clo[c] = l;
-        chi[c] = h;
-    }
-    *lo = INFINITY;
-    *hi = 0.0f;
-    for (int c = 0; c < MAGF_CHUNKS; c++) {
-        *lo = fminf(*lo, clo[c]);
-        *hi = fmaxf(*hi, chi[c]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = fabsf(src[i]);
+    } else if (!dsrc) {
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = up32f((double)src[i] * (double)src[i]);
+    } else if (!sq) {
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = up32f(fabs(dsrc[i]));
+    } else {
+#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            d[i] = up32f(dsrc[i] * dsrc[i]);
     }
     return d;
 }
@@ -526,37 +526,27 @@ static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const d
 /* magf_block of a whole stable operand (a weight: never a delta), kept
  * while the slot's tag names it (mag_whole's binary32 twin), + off. */
 static const float *magf_whole(dl__ck_t *ck, int slot, const float *base, int64_t whole,
-                               int64_t off, int sq, float *lo, float *hi)
+                               int64_t off, int sq)
 {
     if (!(ck->scr_src[slot] == base && ck->scr_sq[slot] == sq && ck->scr_len[slot] == whole)) {
-        if (!magf_block(ck, slot, base, NULL, whole, sq, &ck->scr_lo[slot], &ck->scr_hi[slot]))
+        if (!magf_block(ck, slot, base, NULL, whole, sq))
             return NULL;
         ck->scr_src[slot] = base;
         ck->scr_sq[slot] = sq;
         ck->scr_len[slot] = whole;
     }
-    *lo = ck->scr_lo[slot];
-    *hi = ck->scr_hi[slot];
     return (const float *)ck->scr[slot] + off;
 }
 
-/* 1 if a binary32 sum of K products of magnitudes in [lo, hi] (each
- * pair's) neither overflows nor underflows: every nonzero product at
- * least 2^-125 (normal, so each rounding is relative), every partial sum
- * at most K hi_a hi_b <= 2^126; and (K + 4) 2^-24 <= 1/2. */
-static int f32_safe(int64_t K, float lo_a, float hi_a, float lo_b, float hi_b)
-{
-    return K < (1 << 22) && (double)hi_a * (double)hi_b * (double)K <= 0x1p126 &&
-           (double)lo_a * (double)lo_b >= 0x1p-125;
-}
-
 /* m_block's grouped case in binary32 for rows [r0, r1) of one group, out
- * an upper bound of the exact M: 1 (nothing written) where f32_safe does
- * not hold for some term. A nonnegative sum of K products rounded to
- * nearest in any order and blocking (K roundings at most per product,
- * nterms - 1 more for the terms' sum) is at least (1 - K u) exact, u =
- * 2^-24, so exact <= C / (1 - K u) <= C (1 + 2 K u); 2 (K + 4) u covers
- * it and the binary64 product's rounding. */
+ * an upper bound of the exact M; 1 (out not valid) where the binary32
+ * sum overflowed (an element not finite: binary64 then) or K is too long.
+ * Each rounding of a nonnegative product or sum, gradual underflow
+ * included, gives z (1 + e) + h, |e| <= u = 2^-24, |h| <= 2^-150; a
+ * product passes at most K + nterms of them (any order and blocking), so
+ * C >= exact (1 - u)^(K+2) - (K+2) 2^-150 and exact <= C (1 + 2 (K + 4) u)
+ * + (K + 4) 2^-148 while (K + 4) u <= 1/2 (the margins cover the binary64
+ * evaluation). */
 static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
                     const dl__ck_mop_t *x, double *out)
 {
@@ -565,21 +555,19 @@ static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
     int64_t Kt = 0;
     for (int t = 0; t < mp->nterms; t++)
         Kt += mp->terms[t].K;
+    if (Kt >= (1 << 22))
+        return 1;
     float *C = (float *)dl__ck_scratch(ck, DL__CK_SCR_FC, R * N / 2 + 1);
     if (!C)
         return DL_ENOMEM;
     for (int t = 0; t < mp->nterms; t++) {
         const dl_gemm_term_t *tm = &mp->terms[t];
         const int64_t K = tm->K;
-        float la = 0.0f, ha = 0.0f, lb = 0.0f, hb = 0.0f;
-        const float *B = magf_whole(ck, DL__CK_SCR_FB + t, tm->rhs, mp->E * K * N, e * K * N,
-                                    sq, &lb, &hb);
+        const float *B = magf_whole(ck, DL__CK_SCR_FB + t, tm->rhs, mp->E * K * N, e * K * N, sq);
         const float *A = magf_block(ck, DL__CK_SCR_FA, tm->lhs + r0 * K,
-                                    x ? x->delta + r0 * K : NULL, R * K, sq, &la, &ha);
+                                    x ? x->delta + r0 * K : NULL, R * K, sq);
         if (!A || !B)
             return DL_ENOMEM;
-        if (!f32_safe(Kt, la, ha, lb, hb))
-            return 1;
         if (K > 0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans,
                         tm->layout == DL_RHS_KN ? CblasNoTrans : CblasTrans, (int)R, (int)N,
@@ -588,10 +576,13 @@ static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
         else if (!t)
             memset(C, 0, (size_t)(R * N) * sizeof *C);
     }
-    const double f = 1.0 + 2.0 * (double)(Kt + 4) * 0x1p-24;
-    for (int64_t i = 0; i < R * N; i++)
-        out[i] = (double)C[i] * f;
-    return 0;
+    const double f = 1.0 + 2.0 * (double)(Kt + 4) * 0x1p-24, a = (double)(Kt + 4) * 0x1p-148;
+    int ok = 1;
+    for (int64_t i = 0; i < R * N; i++) {
+        ok &= C[i] <= 0x1.fffffep127f;
+        out[i] = (double)C[i] * f + a;
+    }
+    return ok ? 0 : 1;
 }
 
 int dl__ck_f64_bounds;
