@@ -604,22 +604,6 @@ int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_
     return tail_zero(mp, rows, out);
 }
 
-double dl__ck_hypot_up(double a, double b)
-{
-    /* a^2, b^2, their sum and the root each err by at most u = 2^-53
-     * relative where nothing under- or overflows (both in [2^-450, 2^450]
-     * or zero), so the computed root is >= exact (1 - u)^3 and the factor
-     * 1 + 2^-50 > (1 - u)^-3 (1 + u) makes it an upper bound; outside
-     * that range the float after hypot's (which errs by less than an ulp) */
-    const double h = a > b ? a : b, l = a > b ? b : a;
-    if (l == 0.0)
-        return h;
-    if (dl__ck_f64_bounds)
-        return hypot(a, b);
-    if (!(h <= 0x1p450 && l >= 0x1p-450)) /* hypot errs by less than an ulp */
-        return nextafter(hypot(a, b), INFINITY);
-    return sqrt(a * a + b * b) * (1.0 + 0x1p-50);
-}
 
 /* ------------------------------------------------------ the comparison */
 
