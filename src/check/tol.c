@@ -577,7 +577,8 @@ static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
             memset(C, 0, (size_t)(R * N) * sizeof *C);
     }
     const double f = 1.0 + 2.0 * (double)(Kt + 4) * 0x1p-24, a = (double)(Kt + 4) * 0x1p-148;
-    int ok = 1;
+    int ok = 1; /* (an integer reduction: the elements are independent) */
+#pragma omp parallel for schedule(static) reduction(& : ok) if (R * N > DL__PAR_MIN)
     for (int64_t i = 0; i < R * N; i++) {
         ok &= C[i] <= 0x1.fffffep127f;
         out[i] = (double)C[i] * f + a;
