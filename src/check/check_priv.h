@@ -147,7 +147,6 @@ struct dl__ck {
     const float *scr_src[DL__CK_SCRATCH]; /* the operand a slot holds whole (NULL: none) */
     int scr_sq[DL__CK_SCRATCH];
     int64_t scr_len[DL__CK_SCRATCH];
-    float scr_lo[DL__CK_SCRATCH], scr_hi[DL__CK_SCRATCH]; /* a float slot's magnitudes' range */
     dl__spare_t spare; /* a two-output exact function's other output (vctx.c) */
     dl__memo_t memo;   /* logistic values of the gates (vctx.c) */
     dl_valueset_t up[DL_VALUE_COUNT]; /* dl__ck_upstream of each value, once have_up */

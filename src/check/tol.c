@@ -597,14 +597,13 @@ int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_
         const int64_t r0 = mp->off[e], r1 = mp->off[e + 1];
         double *o = out + r0 * mp->N;
         int rc = r1 > r0 ? mf_block(ck, mp, r0, r1, x, o) : 0;
-        if (rc == 1) /* outside binary32's safe range: binary64 */
+        if (rc == 1) /* binary32 overflowed (or K too long): binary64 */
             rc = m_block(ck, mp, r0, r1, x, o);
         if (rc)
             return rc;
     }
     return tail_zero(mp, rows, out);
 }
-
 
 /* ------------------------------------------------------ the comparison */
 
