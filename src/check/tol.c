@@ -1241,12 +1241,6 @@ int dl__ck_compare(dl__ck_t *ck, dl__cmp_t *cmp, dl_check_result_t *res)
             merge(&tot, &st[r - r0]);
     }
     free(st);
-    if (getenv("MPRUNE_DBG"))
-        fprintf(stderr, "mstats %s %lldx%lld: elem %lld norms %lld bulk %lld diff %lld exact %lld\n",
-                dl_value_name(cmp->stage), (long long)cmp->rows, (long long)cmp->cols,
-                (long long)dl__ck_m_stats.blocks[0], (long long)dl__ck_m_stats.blocks[1],
-                (long long)dl__ck_m_stats.blocks[2], (long long)dl__ck_m_stats.diff,
-                (long long)dl__ck_m_stats.exact);
     if (rc)
         return rc;
     res->n_checked = tot.checked;
