@@ -537,6 +537,7 @@ typedef struct {
     const mbr_t *br;
     dl__ck_bc_t bcp, bcw; /* the row's PASS and WARN coefficients */
     int prec, emin, nt;   /* nt: the tiers judged (3 with the statistical one) */
+    int shared;           /* bounds_at: PASS and WARN share the rounding part */
     int64_t r;
     double L[3];
 } rowctx_t;
@@ -550,6 +551,9 @@ static void row_ctx(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, const m
                     .L = {L[0], L[1], L[2]}};
     dl__ck_bound_coef(ck, cmp, K, 0, &x->bcp);
     dl__ck_bound_coef(ck, cmp, K, 1, &x->bcw);
+    const dl__ck_bc_t *p = &x->bcp, *w = &x->bcw;
+    x->shared = !p->stat && !w->stat && p->nu == w->nu && p->f2 == w->f2 && p->eta == w->eta &&
+                p->kt == w->kt;
 }
 
 static inline double m_exact(const rowctx_t *x, int64_t idx, int64_t j, double g)
@@ -562,12 +566,31 @@ static inline double m_exact(const rowctx_t *x, int64_t idx, int64_t j, double g
 
 /* The element's PASS, WARN and statistical bounds at M (the last: own
  * worst case + lambda sigma; 0 where the tier does not judge). Each is a
- * non-decreasing function of M, rounding included. */
-static inline void bounds_at(const rowctx_t *x, int64_t idx, double g, double M, double b[3])
+ * non-decreasing function of M, rounding included. The reference path's
+ * (dl__ck_bound_at per tier). */
+static inline void bounds_ref(const rowctx_t *x, int64_t idx, double g, double M, double b[3])
 {
     const dl__cmp_t *cmp = x->cmp;
     b[0] = dl__ck_bound_at(&x->bcp, g, M) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
     const double own_w = dl__ck_bound_at(&x->bcw, g, M);
+    b[1] = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
+    b[2] = cmp->prop[2] ? own_w + x->ck->lambda * cmp->prop[2][idx] : 0.0;
+}
+
+/* The same bounds for the brackets, with dl__ck_bound_at's operations in
+ * its order (bitwise bounds_ref's) where the PASS and WARN coefficients
+ * share their rounding part and take no statistical term (x->shared: so
+ * every comparison's, row_ctx checks it): that part once. */
+static inline void bounds_at(const rowctx_t *x, int64_t idx, double g, double M, double b[3])
+{
+    if (!x->shared) {
+        bounds_ref(x, idx, g, M, b);
+        return;
+    }
+    const dl__cmp_t *cmp = x->cmp;
+    const double r0 = x->bcp.nu * fabs(g) * x->bcp.f2 + x->bcp.eta + x->bcp.kt;
+    const double own_w = M != 0.0 ? r0 + x->bcw.kap * M : r0;
+    b[0] = (M != 0.0 ? r0 + x->bcp.kap * M : r0) + (cmp->prop[0] ? cmp->prop[0][idx] : 0.0);
     b[1] = own_w + (cmp->prop[1] ? cmp->prop[1][idx] : 0.0);
     b[2] = cmp->prop[2] ? own_w + x->ck->lambda * cmp->prop[2][idx] : 0.0;
 }
@@ -603,7 +626,7 @@ static inline void judge_exact(const rowctx_t *x, int64_t idx, double c, double 
                                double M, rowstat_t *s, int *bad)
 {
     double b[3];
-    bounds_at(x, idx, g, M, b);
+    bounds_ref(x, idx, g, M, b);
     if (x->nt > 2 && may_exceed(err, b[2], fmin(1.0, s->err_stat))) {
         const double es = err / b[2];
         if (es > 1.0) {
