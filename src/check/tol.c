@@ -801,6 +801,88 @@ static inline int diff_list(const dl__cmp_t *cmp, int64_t r, int64_t j0, int64_t
 }
 enum { CHUNK = 256 };
 
+/* The dense path of a chunk (columns [j0, j0 + n) of the row, most of
+ * which differ; a bracket, not the exact M): every element's bracket
+ * bounds in straight-line loops (bitwise bracket_bounds'), the row's
+ * lower ends raised by the chunk's (valid for every element: a lower end
+ * of the maximum over the row), then each element the bracket decides
+ * into s; the others (undecided, non-finite, or a bulk M out of range)
+ * into rest, in order, for compare_elem; their count. */
+static int dense_chunk(rowctx_t *x, int64_t j0, int n, rowstat_t *s, int *bad, int32_t *rest)
+{
+    static const double zero[CHUNK];
+    const dl__cmp_t *cmp = x->cmp;
+    const mbr_t *br = x->br;
+    const int64_t base = x->r * cmp->cols + j0, i = x->r - br->r0;
+    const float *cr = cmp->cand + base, *gr = cmp->exact + base;
+    const double *p0 = cmp->prop[0] ? cmp->prop[0] + base : zero,
+                 *p1 = cmp->prop[1] ? cmp->prop[1] + base : zero,
+                 *p2 = cmp->prop[2] ? cmp->prop[2] + base : zero;
+    const double nu = x->bcp.nu, f2 = x->bcp.f2, eta = x->bcp.eta, kt = x->bcp.kt,
+                 kp = x->bcp.kap, kw = x->bcw.kap, lam = x->ck->lambda;
+    const int bulk = br->kind == MB_BULK, st = x->nt > 2;
+    double err[CHUNK], bl[3][CHUNK], bh[3][CHUNK];
+    unsigned char ok[CHUNK];
+    for (int j = 0; j < n; j++) {
+        const double c = cr[j], g = gr[j];
+        err[j] = fabs(c - g);
+        double mlo = 0.0, mhi;
+        if (bulk) {
+            mlo = mhi = br->Ms[i * br->C + j0 + j];
+            ok[j] = mlo >= br->tiny && mlo <= 0x1p100;
+        } else {
+            double m = br->na[0][i] * br->nb[0][j0 + j];
+            if (br->nt > 1)
+                m += br->na[1][i] * br->nb[1][j0 + j];
+            mhi = m * br->fhi;
+            ok[j] = mhi != 0.0;
+        }
+        ok[j] &= isfinite(c) && err[j] != 0.0;
+        const double r0 = nu * fabs(g) * f2 + eta + kt;
+        const double wl = mlo != 0.0 ? r0 + kw * mlo : r0, wh = mhi != 0.0 ? r0 + kw * mhi : r0;
+        bl[0][j] = (mlo != 0.0 ? r0 + kp * mlo : r0) + p0[j];
+        bh[0][j] = (mhi != 0.0 ? r0 + kp * mhi : r0) + p0[j];
+        bl[1][j] = wl + p1[j];
+        bh[1][j] = wh + p1[j];
+        bl[2][j] = st ? wl + lam * p2[j] : 0.0;
+        bh[2][j] = st ? wh + lam * p2[j] : 0.0;
+    }
+    if (bulk)
+        for (int t = 0; t < 3; t++)
+            for (int j = 0; j < n; j++) {
+                const double b = bl[t][j];
+                bl[t][j] = b * (1.0 - br->rel);
+                bh[t][j] = b * ((1.0 + br->rel) * br->fhi);
+            }
+    for (int j = 0; j < n; j++)
+        if (ok[j])
+            raise_lower(x->L, x->nt, err[j], (const double[3]){bh[0][j], bh[1][j], bh[2][j]});
+    int nr = 0;
+    for (int j = 0; j < n; j++) {
+        if (!ok[j]) {
+            rest[nr] = (int32_t)(j0 + j);
+            nr += !(err[j] == 0.0 && isfinite(cr[j])) || isinf(cr[j]);
+            continue;
+        }
+        int und = 0, over[3] = {0, 0, 0};
+        for (int t = 0; t < x->nt; t++) {
+            const int w = surely_within(err[j], bl[t][j]);
+            over[t] = !w && surely_over(err[j], bh[t][j]);
+            und |= !surely_below(err[j], bl[t][j], x->L[t]) || (!w && !over[t]);
+        }
+        if (und) {
+            rest[nr++] = (int32_t)(j0 + j);
+            continue;
+        }
+        s->over_pass += over[0];
+        s->over_warn += over[1];
+        s->over_stat += st && over[2];
+        *bad |= over[1] | (st && over[2]);
+        ulp_abs(x, err[j], gr[j], s);
+    }
+    return nr;
+}
+
 /* Compares row r into *out, M by br, the block's lower ends L. The
  * figures live in locals while the row runs; each chunk's differing
  * elements are judged in order (an equal finite element adds nothing to
@@ -820,10 +902,16 @@ static void compare_row(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r, con
     int bad = 0, nw = 0;
     int32_t list[CHUNK], wait[2 * CHUNK];
     for (int64_t j0 = 0; j0 < C; j0 += CHUNK) {
-        const int nl = diff_list(cmp, r, j0, C - j0 < CHUNK ? C - j0 : CHUNK, list);
+        const int n = C - j0 < CHUNK ? (int)(C - j0) : CHUNK;
+        int nl = diff_list(cmp, r, j0, n, list);
+        if (br->kind != MB_EXACT && x.shared && 2 * nl > n) /* the dense path first */
+            nl = dense_chunk(&x, j0, n, &s, &bad, list);
+        else
+            for (int i = 0; i < nl; i++)
+                list[i] += (int32_t)j0;
         for (int i = 0; i < nl; i++)
-            if (compare_elem(&x, j0 + list[i], 0, &s, &bad, ne))
-                wait[nw++] = (int32_t)(j0 + list[i]);
+            if (compare_elem(&x, list[i], 0, &s, &bad, ne))
+                wait[nw++] = list[i];
         if (nw >= CHUNK || j0 + CHUNK >= C) {
             for (int i = 0; i < nw; i++)
                 compare_elem(&x, wait[i], 1, &s, &bad, ne);
