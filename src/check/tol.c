@@ -801,13 +801,50 @@ static inline int diff_list(const dl__cmp_t *cmp, int64_t r, int64_t j0, int64_t
 }
 enum { CHUNK = 256 };
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__CK_CLONES                                                                          \
+    __attribute__((target_clones("avx512f", "avx2", "default"),                                \
+                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define DL__CK_CLONES
+#endif
+
+/* The bounds of n elements at M mlo and mhi (bitwise bounds_at's where
+ * the row's coefficients are shared), straight-line: the compiler
+ * vectorises it (the clones compute the same IEEE operations). */
+DL__CK_CLONES static void dense_bounds(const rowctx_t *x, int n, const float *restrict cr,
+                                       const float *restrict gr, const double *restrict mlo,
+                                       const double *restrict mhi, const double *restrict p0,
+                                       const double *restrict p1, const double *restrict p2,
+                                       int st, double *restrict err, double (*restrict bl)[CHUNK],
+                                       double (*restrict bh)[CHUNK])
+{
+    const double nu = x->bcp.nu, f2 = x->bcp.f2, eta = x->bcp.eta, kt = x->bcp.kt,
+                 kp = x->bcp.kap, kw = x->bcw.kap, lam = st ? x->ck->lambda : 0.0;
+    for (int j = 0; j < n; j++) {
+        const double g = gr[j], ml = mlo[j], mh = mhi[j];
+        err[j] = fabs((double)cr[j] - g);
+        const double r0 = nu * fabs(g) * f2 + eta + kt;
+        /* both sides computed, then selected: no control flow */
+        const double wl0 = r0 + kw * ml, wh0 = r0 + kw * mh, pl = r0 + kp * ml,
+                     ph = r0 + kp * mh;
+        const double wl = ml != 0.0 ? wl0 : r0, wh = mh != 0.0 ? wh0 : r0;
+        bl[0][j] = (ml != 0.0 ? pl : r0) + p0[j];
+        bh[0][j] = (mh != 0.0 ? ph : r0) + p0[j];
+        bl[1][j] = wl + p1[j];
+        bh[1][j] = wh + p1[j];
+        bl[2][j] = wl + lam * p2[j];
+        bh[2][j] = wh + lam * p2[j];
+    }
+}
+
 /* The dense path of a chunk (columns [j0, j0 + n) of the row, most of
  * which differ; a bracket, not the exact M): every element's bracket
- * bounds in straight-line loops (bitwise bracket_bounds'), the row's
- * lower ends raised by the chunk's (valid for every element: a lower end
- * of the maximum over the row), then each element the bracket decides
- * into s; the others (undecided, non-finite, or a bulk M out of range)
- * into rest, in order, for compare_elem; their count. */
+ * bounds at once (dense_bounds; bitwise bracket_bounds'), the row's lower
+ * ends raised by the chunk's (valid for every element: a lower end of the
+ * maximum over the row), then each element the bracket decides into s;
+ * the others (undecided, non-finite, or a bulk M out of range) into rest,
+ * in order, for compare_elem; their count. */
 static int dense_chunk(rowctx_t *x, int64_t j0, int n, rowstat_t *s, int *bad, int32_t *rest)
 {
     static const double zero[CHUNK];
@@ -815,48 +852,37 @@ static int dense_chunk(rowctx_t *x, int64_t j0, int n, rowstat_t *s, int *bad, i
     const mbr_t *br = x->br;
     const int64_t base = x->r * cmp->cols + j0, i = x->r - br->r0;
     const float *cr = cmp->cand + base, *gr = cmp->exact + base;
-    const double *p0 = cmp->prop[0] ? cmp->prop[0] + base : zero,
-                 *p1 = cmp->prop[1] ? cmp->prop[1] + base : zero,
-                 *p2 = cmp->prop[2] ? cmp->prop[2] + base : zero;
-    const double nu = x->bcp.nu, f2 = x->bcp.f2, eta = x->bcp.eta, kt = x->bcp.kt,
-                 kp = x->bcp.kap, kw = x->bcw.kap, lam = x->ck->lambda;
     const int bulk = br->kind == MB_BULK, st = x->nt > 2;
-    double err[CHUNK], bl[3][CHUNK], bh[3][CHUNK];
+    double err[CHUNK], bl[3][CHUNK], bh[3][CHUNK], mlo[CHUNK], mhi[CHUNK];
     unsigned char ok[CHUNK];
     for (int j = 0; j < n; j++) {
-        const double c = cr[j], g = gr[j];
-        err[j] = fabs(c - g);
-        double mlo = 0.0, mhi;
         if (bulk) {
-            mlo = mhi = br->Ms[i * br->C + j0 + j];
-            ok[j] = mlo >= br->tiny && mlo <= 0x1p100;
+            mlo[j] = mhi[j] = br->Ms[i * br->C + j0 + j];
+            ok[j] = mlo[j] >= br->tiny && mlo[j] <= 0x1p100;
         } else {
             double m = br->na[0][i] * br->nb[0][j0 + j];
             if (br->nt > 1)
                 m += br->na[1][i] * br->nb[1][j0 + j];
-            mhi = m * br->fhi;
-            ok[j] = mhi != 0.0;
+            mlo[j] = 0.0;
+            mhi[j] = m * br->fhi;
+            ok[j] = mhi[j] != 0.0;
         }
-        ok[j] &= isfinite(c) && err[j] != 0.0;
-        const double r0 = nu * fabs(g) * f2 + eta + kt;
-        const double wl = mlo != 0.0 ? r0 + kw * mlo : r0, wh = mhi != 0.0 ? r0 + kw * mhi : r0;
-        bl[0][j] = (mlo != 0.0 ? r0 + kp * mlo : r0) + p0[j];
-        bh[0][j] = (mhi != 0.0 ? r0 + kp * mhi : r0) + p0[j];
-        bl[1][j] = wl + p1[j];
-        bh[1][j] = wh + p1[j];
-        bl[2][j] = st ? wl + lam * p2[j] : 0.0;
-        bh[2][j] = st ? wh + lam * p2[j] : 0.0;
     }
+    dense_bounds(x, n, cr, gr, mlo, mhi, cmp->prop[0] ? cmp->prop[0] + base : zero,
+                 cmp->prop[1] ? cmp->prop[1] + base : zero,
+                 cmp->prop[2] ? cmp->prop[2] + base : zero, st, err, bl, bh);
     if (bulk)
-        for (int t = 0; t < 3; t++)
+        for (int t = 0; t < x->nt; t++)
             for (int j = 0; j < n; j++) {
                 const double b = bl[t][j];
                 bl[t][j] = b * (1.0 - br->rel);
                 bh[t][j] = b * ((1.0 + br->rel) * br->fhi);
             }
-    for (int j = 0; j < n; j++)
+    for (int j = 0; j < n; j++) {
+        ok[j] &= isfinite(cr[j]) && err[j] != 0.0;
         if (ok[j])
             raise_lower(x->L, x->nt, err[j], (const double[3]){bh[0][j], bh[1][j], bh[2][j]});
+    }
     int nr = 0;
     for (int j = 0; j < n; j++) {
         if (!ok[j]) {
@@ -876,8 +902,8 @@ static int dense_chunk(rowctx_t *x, int64_t j0, int n, rowstat_t *s, int *bad, i
         }
         s->over_pass += over[0];
         s->over_warn += over[1];
-        s->over_stat += st && over[2];
-        *bad |= over[1] | (st && over[2]);
+        s->over_stat += over[2];
+        *bad |= over[1] | over[2];
         ulp_abs(x, err[j], gr[j], s);
     }
     return nr;
