@@ -267,6 +267,24 @@ static inline double dl__ck_hypot_up(double a, double b)
         return nextafter(hypot(a, b), INFINITY);
     return sqrt(a * a + b * b) * (1.0 + 0x1p-50);
 }
+/* How the comparison obtains M of the elements that differ (tol.c;
+ * tolerances.md, "M of a compared element"): DL__CK_M_PRUNED brackets M
+ * and takes dl__ck_m_elem only where a bracket leaves a figure open;
+ * DL__CK_M_EXACT, the reference, takes it for every element that differs
+ * (DROPLESS_CHECK_M=exact in the environment does too); DL__CK_M_MUTANT
+ * prunes with an upper end too small (a negative control for the tests).
+ * dl__ck_m_mode -1 (the default): from the environment. The figures of
+ * the first two are bitwise the same. */
+enum { DL__CK_M_PRUNED, DL__CK_M_EXACT, DL__CK_M_MUTANT };
+extern int dl__ck_m_mode;
+/* What the comparisons took since these were last zeroed: blocks by path
+ * (0 per element, 1 norms' brackets, 2 bulk brackets; only the last two
+ * counted), elements differing in bracketed blocks, and the exact M
+ * those took. */
+typedef struct {
+    int64_t blocks[3], diff, exact;
+} dl__ck_m_stats_t;
+extern dl__ck_m_stats_t dl__ck_m_stats;
 /* Scratch slot's array of at least n doubles, owned by ck (contents not
  * kept between calls), or NULL on no memory. */
 double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n);
