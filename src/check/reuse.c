@@ -1,0 +1,296 @@
+/* Recomputing only what a candidate's upstream changes (issue 31, item 1).
+ * Where the parts of its upstream that an element (a row, an expert's
+ * slab) of stage s depends on are bitwise the golden's, its exact value IS
+ * the golden's stored one: the runner starts from that, gathers the
+ * changed units of every upstream value into compact arrays, calls the
+ * stage's own exact function (dl__exact_<name>) on them through a vctx of
+ * the compact sizes, and scatters the result back. Which units an element
+ * depends on is the value's reuse column (DL_VALUE_MAP, desc.c):
+ *   EACH    element i on element i of each upstream value (same dims); the
+ *           unit is an element where every dimension of s is one of the
+ *           vctx's sizes, else a row of its first dimension;
+ *   ROW     row r of the first dimension (T or M) on row r of each
+ *           upstream value with that first dimension: a GEMM's output row
+ *           on its lhs row (the weights are inputs: the golden's), a
+ *           token's softmax on its logits;
+ *   EXPERT  expert e's slab of a ragged-K weight gradient on the sorted
+ *           rows [off[e], off[e+1]) of each upstream value.
+ * The stage functions round each element once, from exact sums, so an
+ * element's bits do not depend on which other rows are in the call. Valid
+ * only where the element's whole dependency is the golden's: the inputs
+ * and the configuration are (the runner judges against the golden's), the
+ * dispatch must be for sorted-row and expert values (golden_dispatch), the
+ * zero experts' identity tail (rows outside every group) is left to the
+ * whole recomputation, and every upstream float value must have the
+ * golden's counterpart in its layout; otherwise 0 is returned and the
+ * caller recomputes everything. */
+#include "config.h"
+#include <string.h>
+#include "check/check_priv.h"
+
+dl__ck_reuse_test_t dl__ck_reuse_test;
+
+/* The vctx size of dimension symbol c, or NULL where it has none (S, R, V,
+ * P: sizes the stage functions take from the configuration). */
+static int64_t *vdim(dl__vctx_t *v, char c)
+{
+    switch (c) {
+    case 'T': return &v->T;
+    case 'M': return &v->M;
+    case 'd': return &v->d;
+    case 'f': return &v->f;
+    case 'E': return &v->E;
+    case 'k': return &v->k;
+    default: return NULL;
+    }
+}
+
+/* The plan of one partial recomputation. */
+typedef struct {
+    int shape;            /* DL__CK_REUSE_* */
+    int elem;             /* EACH by element (unit = element) */
+    int64_t rows;         /* rows of the upstream values (elements when elem) */
+    int64_t units;        /* rows, or E for EXPERT */
+    dl_valueset_t floats; /* the upstream float values */
+    int grouped;          /* rows are sorted rows: the call takes compact group offsets */
+} plan_t;
+
+/* 1 when the dispatch the runner uses is the golden's (stage.c's rule). */
+static int dispatch_golden(const dl__ck_t *ck)
+{
+    const void *e = ck->st[DL_VALUE_TOPK_IDS].eff, *g = ck->st[DL_VALUE_TOPK_IDS].gold;
+    return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
+}
+
+/* Whether stage s can be recomputed in part, and how (*p). */
+static int make_plan(const dl__ck_t *ck, dl_value_t s, dl_valueset_t up, plan_t *p)
+{
+    const char *dims = dl_value_dims(s);
+    memset(p, 0, sizeof *p);
+    p->shape = dl__ck_desc(s)->reuse;
+    if (p->shape < DL__CK_REUSE_EACH || !ck->st[s].gold || ck->st[s].numel <= 0)
+        return 0;
+    const char lead = p->shape == DL__CK_REUSE_EXPERT ? 'M' : dims[0];
+    if (dims[0] != 'T' && (!dispatch_golden(ck) || ck->c->route.zero_experts > 0))
+        return 0;
+    dl__vctx_t v = {0};
+    p->elem = p->shape == DL__CK_REUSE_EACH;
+    for (const char *c = dims; *c; c++)
+        p->elem &= vdim(&v, *c) != NULL;
+    for (int u = 0; u < DL_VALUE_COUNT; u++) {
+        if (!((up >> u) & 1) || dl_value_store((dl_value_t)u) > DL_STORE_F32)
+            continue; /* the dispatch: the golden's (above) */
+        const char *ud = dl_value_dims((dl_value_t)u);
+        if (!ck->st[u].gold || !ck->st[u].eff || ud[0] != lead ||
+            (p->shape == DL__CK_REUSE_EACH && strcmp(ud, dims)))
+            return 0;
+        p->floats |= DL_VALUE_BIT(u);
+    }
+    p->rows = p->elem ? ck->st[s].numel : dl_value_dim(ck->c, lead);
+    p->units = p->shape == DL__CK_REUSE_EXPERT ? ck->E : p->rows;
+    p->grouped = lead == 'M' && !p->elem;
+    return p->floats && p->rows > 0 && (p->shape != DL__CK_REUSE_EXPERT || dims[0] == 'E');
+}
+
+/* Rows [first, end) of unit i. */
+static void unit_rows(const plan_t *p, const int64_t *off, int64_t i, int64_t *first, int64_t *end)
+{
+    *first = p->shape == DL__CK_REUSE_EXPERT ? off[i] : i;
+    *end = p->shape == DL__CK_REUSE_EXPERT ? off[i + 1] : i + 1;
+}
+
+/* chg[i] = 1 where unit i of some upstream value differs from the golden's
+ * bitwise; the count. */
+static int64_t changed_units(const dl__ck_t *ck, const plan_t *p, uint8_t *chg)
+{
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    memset(chg, 0, (size_t)p->units);
+    for (int u = 0; u < DL_VALUE_COUNT; u++) {
+        if (!((p->floats >> u) & 1) || ck->st[u].eff == ck->st[u].gold)
+            continue;
+        const int64_t len = ck->st[u].numel / p->rows;
+        const char *e = ck->st[u].eff, *g = ck->st[u].gold;
+#pragma omp parallel for schedule(static) if (ck->st[u].numel > DL__PAR_MIN)
+        for (int64_t i = 0; i < p->units; i++) {
+            int64_t a, b;
+            unit_rows(p, off, i, &a, &b);
+            const size_t at = (size_t)(a * len) * sizeof(float), sz = (size_t)((b - a) * len) * sizeof(float);
+            if (!chg[i] && memcmp(e + at, g + at, sz))
+                chg[i] = 1;
+        }
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < p->units; i++)
+        n += chg[i];
+    /* the negative control of the tests: the first changed unit reused */
+    if (dl__ck_reuse_test.mode == DL__CK_REUSE_TEST_MUTANT)
+        for (int64_t i = 0; i < p->units; i++)
+            if (chg[i]) {
+                chg[i] = 0;
+                n--;
+                break;
+            }
+    return n;
+}
+
+/* The compact group offsets: the changed units' rows of each expert. */
+static void compact_offsets(const dl__ck_t *ck, const plan_t *p, const uint8_t *chg, int64_t *co)
+{
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    int64_t q = 0, n = 0;
+    for (int64_t e = 0; e < ck->E; e++) {
+        co[e] = n;
+        if (p->shape == DL__CK_REUSE_EXPERT) {
+            n += chg[e] ? off[e + 1] - off[e] : 0;
+            continue;
+        }
+        for (; q < off[e + 1]; q++)
+            n += chg[q];
+    }
+    co[ck->E] = n;
+}
+
+/* Copies the changed units of array src (len elements a row) into dst
+ * (gather) or back (scatter, dst the whole array); the elements moved. */
+static int64_t move_units(const dl__ck_t *ck, const plan_t *p, const uint8_t *chg, int64_t len,
+                          const float *whole, float *compact, int scatter)
+{
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    int64_t at = 0;
+    for (int64_t i = 0; i < p->units; i++) {
+        if (!chg[i])
+            continue;
+        int64_t a, b;
+        unit_rows(p, off, i, &a, &b);
+        const size_t sz = (size_t)((b - a) * len) * sizeof(float);
+        if (scatter)
+            memcpy((float *)whole + a * len, compact + at, sz);
+        else
+            memcpy(compact + at, whole + a * len, sz);
+        at += (b - a) * len;
+    }
+    return at;
+}
+
+/* The compact operands of a plan, kept for the next stage when it has the
+ * same upstream on the same arrays (d_h_up after d_h_gate: then the two-
+ * output SwiGLU backward keeps its second output for it, v->spare). */
+static int compact_inputs(dl__ck_t *ck, dl_value_t s, const plan_t *p, const uint8_t *chg,
+                          int64_t nchg, dl__ck_reuse_t *r)
+{
+    int same = r->stage == (int)s - 1 && r->floats == p->floats && r->shape == p->shape &&
+               r->elem == p->elem && r->nchg == nchg;
+    for (int u = 0; same && u < DL_VALUE_COUNT; u++)
+        same = !((p->floats >> u) & 1) || r->on[u] == ck->st[u].eff;
+    r->stage = (int)s;
+    if (same)
+        return 0;
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        if (r->arr[u]) {
+            dl__ck_give(ck, r->arr[u], r->bytes[u]);
+            r->arr[u] = NULL;
+        }
+    *r = (dl__ck_reuse_t){.stage = (int)s, .floats = p->floats, .shape = p->shape,
+                          .elem = p->elem, .nchg = nchg};
+    for (int u = 0; u < DL_VALUE_COUNT; u++) {
+        if (!((p->floats >> u) & 1))
+            continue;
+        const int64_t len = ck->st[u].numel / p->rows;
+        int64_t n = 0;
+        for (int64_t i = 0; i < p->units; i++) /* the compact array's length */
+            if (chg[i]) {
+                int64_t a, b;
+                unit_rows(p, ck->st[DL_VALUE_GROUP_OFFSETS].eff, i, &a, &b);
+                n += (b - a) * len;
+            }
+        if (!(r->arr[u] = dl__ck_take(ck, n > 0 ? n : 1, sizeof(float), 0)))
+            return DL_ENOMEM;
+        r->bytes[u] = (size_t)(n > 0 ? n : 1) * sizeof(float);
+        r->on[u] = ck->st[u].eff;
+        move_units(ck, p, chg, len, ck->st[u].eff, r->arr[u], 0);
+    }
+    return 0;
+}
+
+/* The vctx of the compact call: sizes of the changed units, the compact
+ * upstream, nothing else of the runner's values (a stage function that
+ * read a value its row does not name would fail, not read wrong rows). */
+static void compact_vctx(dl__ck_t *ck, dl_value_t s, const plan_t *p, const dl__ck_reuse_t *r,
+                         int64_t nrows, const int64_t *co, dl__vctx_t *v)
+{
+    dl__ck_vctx(ck, -1, v);
+    for (int u = 0; u < DL_VALUE_COUNT; u++)
+        v->v[u] = (p->floats >> u) & 1 ? r->arr[u] : NULL;
+    v->v[DL_VALUE_GROUP_OFFSETS] = co;
+    const char *dims = dl_value_dims(s);
+    if (p->elem) {
+        for (const char *c = dims; *c; c++)
+            *vdim(v, *c) = c == dims ? nrows : 1;
+    } else {
+        *vdim(v, p->shape == DL__CK_REUSE_EXPERT ? 'M' : dims[0]) = nrows;
+    }
+}
+
+/* The compact call and the scatter into x (the golden's value). */
+static int recompute_units(dl__ck_t *ck, dl_value_t s, const plan_t *p, const uint8_t *chg,
+                           int64_t nchg, float *x)
+{
+    dl__ck_reuse_t *r = &ck->reuse;
+    int64_t *co = NULL;
+    int rc;
+    if ((rc = compact_inputs(ck, s, p, chg, nchg, r)))
+        return rc;
+    if (p->grouped && !(co = dl__ck_alloc(ck, ck->E + 1, sizeof *co)))
+        return DL_ENOMEM;
+    if (co)
+        compact_offsets(ck, p, chg, co);
+    const int64_t n = ck->st[s].numel;
+    const int expert = p->shape == DL__CK_REUSE_EXPERT;
+    /* rows of the call: changed units, or the changed experts' rows */
+    const int64_t nrows = expert ? co[ck->E] : nchg;
+    const int64_t len = expert ? n / ck->E : n / p->rows; /* per unit of s */
+    const int64_t cn = expert ? n : nchg * len;
+    dl__vctx_t v;
+    compact_vctx(ck, s, p, r, nrows, co, &v);
+    float *cx = dl__ck_take(ck, cn > 0 ? cn : 1, sizeof *cx, 1);
+    if (!cx)
+        return DL_ENOMEM;
+    rc = dl__ck_desc(s)->exact(&v, cx);
+    if (!rc && expert) { /* the changed experts' slabs, in place */
+        for (int64_t e = 0; e < ck->E; e++)
+            if (chg[e])
+                memcpy(x + e * len, cx + e * len, (size_t)len * sizeof *x);
+    } else if (!rc) {
+        plan_t q = *p;
+        q.shape = DL__CK_REUSE_ROW; /* s's units are its rows (or elements) */
+        move_units(ck, &q, chg, len, x, cx, 1);
+    }
+    dl__ck_give(ck, cx, (size_t)(cn > 0 ? cn : 1) * sizeof *cx);
+    return rc;
+}
+
+int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x)
+{
+    plan_t p;
+    const dl_valueset_t up = dl__ck_upstream(ck, s);
+    ck->st[s].reused = -1;
+    if (dl__ck_reuse_test.mode == DL__CK_REUSE_TEST_FULL || ck->opt.recompute_all ||
+        !make_plan(ck, s, up, &p))
+        return 0;
+    uint8_t *chg = dl__ck_take(ck, p.units, 1, 0);
+    if (!chg)
+        return DL_ENOMEM;
+    const int64_t nchg = changed_units(ck, &p, chg);
+    int rc = 0;
+    /* nearly all changed: the whole call costs no more than the gathers */
+    if (nchg * 10 > p.units * 9 && dl__ck_reuse_test.mode != DL__CK_REUSE_TEST_MUTANT) {
+        dl__ck_give(ck, chg, (size_t)p.units);
+        return 0;
+    }
+    memcpy(x, ck->st[s].gold, (size_t)ck->st[s].numel * sizeof *x);
+    if (nchg > 0)
+        rc = recompute_units(ck, s, &p, chg, nchg, x);
+    ck->st[s].reused = nchg;
+    dl__ck_give(ck, chg, (size_t)p.units);
+    return rc ? rc : 1;
+}
