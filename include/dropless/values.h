@@ -36,7 +36,7 @@ extern "C" {
  *          only: the expert projections' biases and their gradients), HASH
  *          (route.hash_vocab > 0: the token ids and the hash table).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
- * value"; IN and AUX rows: NONE, NONE, 0, 0, NONE):
+ * value"; IN and AUX rows: NONE, NONE, 0, 0, NONE, NONE):
  *   check  how the value is judged: NUM against its exact value within the
  *          tolerance, DW the same plus "an empty expert's gradient is
  *          zero", END the same plus drift against the golden (an end

@@ -277,20 +277,17 @@ int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x)
     if (dl__ck_reuse_test.mode == DL__CK_REUSE_TEST_FULL || ck->opt.recompute_all ||
         !make_plan(ck, s, up, &p))
         return 0;
-    uint8_t *chg = dl__ck_take(ck, p.units, 1, 0);
+    uint8_t *chg = dl__ck_alloc(ck, p.units, 1); /* small: the run's */
     if (!chg)
         return DL_ENOMEM;
     const int64_t nchg = changed_units(ck, &p, chg);
     int rc = 0;
     /* nearly all changed: the whole call costs no more than the gathers */
-    if (nchg * 10 > p.units * 9 && dl__ck_reuse_test.mode != DL__CK_REUSE_TEST_MUTANT) {
-        dl__ck_give(ck, chg, (size_t)p.units);
+    if (nchg * 10 > p.units * 9 && dl__ck_reuse_test.mode != DL__CK_REUSE_TEST_MUTANT)
         return 0;
-    }
     memcpy(x, ck->st[s].gold, (size_t)ck->st[s].numel * sizeof *x);
     if (nchg > 0)
         rc = recompute_units(ck, s, &p, chg, nchg, x);
     ck->st[s].reused = nchg;
-    dl__ck_give(ck, chg, (size_t)p.units);
     return rc ? rc : 1;
 }
