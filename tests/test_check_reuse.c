@@ -52,9 +52,10 @@ static float step(float x, dl_dtype_t t)
 }
 
 /* Whether element j of value s is perturbed: a few elements of a few token
- * rows, of expert 1's sorted rows only (so the other experts' slabs of the
- * weight gradients stay the golden's), one element of expert 2's weight
- * gradient. */
+ * rows; of the sorted rows, a few columns of expert 1's first row (its
+ * weight gradients' slabs recomputed by columns) and a fifth of the
+ * elements of expert 2's rows (its slabs recomputed whole), the other
+ * experts' left alone; one element of expert 2's weight gradient. */
 static int perturbed(const dl_golden_file_t *gf, dl_value_t s, int64_t j)
 {
     const char *dims = dl_value_dims(s);
@@ -62,7 +63,7 @@ static int perturbed(const dl_golden_file_t *gf, dl_value_t s, int64_t j)
     const int64_t len = rows > 0 ? n / rows : 1, r = j / len;
     if (dims[0] == 'M') {
         const int64_t *off = gf->fwd.group_offsets;
-        return r >= off[1] && r < off[2] && (j % 5 == 0);
+        return (r == off[1] || (r >= off[2] && r < off[3])) && j % 5 == 0;
     }
     if (dims[0] == 'T')
         return r % 7 == 3 && j % len % 3 == 0;

@@ -85,7 +85,8 @@ typedef struct {
  * for the next stage when it reads the same arrays in the same units. */
 typedef struct {
     int stage, shape, elem;
-    int64_t nchg;
+    int64_t nchg, units;
+    uint8_t *chg; /* the changed units' mask it was gathered by */
     dl_valueset_t floats;
     const void *on[DL_VALUE_COUNT]; /* the effective arrays gathered */
     float *arr[DL_VALUE_COUNT];     /* their changed units, compact */

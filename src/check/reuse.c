@@ -179,7 +179,8 @@ static int compact_inputs(dl__ck_t *ck, dl_value_t s, const plan_t *p, const uin
                           int64_t nchg, dl__ck_reuse_t *r)
 {
     int same = r->stage == (int)s - 1 && r->floats == p->floats && r->shape == p->shape &&
-               r->elem == p->elem && r->nchg == nchg;
+               r->elem == p->elem && r->nchg == nchg && r->units == p->units && r->chg &&
+               !memcmp(r->chg, chg, (size_t)p->units);
     for (int u = 0; same && u < DL_VALUE_COUNT; u++)
         same = !((p->floats >> u) & 1) || r->on[u] == ck->st[u].eff;
     r->stage = (int)s;
@@ -191,7 +192,11 @@ static int compact_inputs(dl__ck_t *ck, dl_value_t s, const plan_t *p, const uin
             r->arr[u] = NULL;
         }
     *r = (dl__ck_reuse_t){.stage = (int)s, .floats = p->floats, .shape = p->shape,
-                          .elem = p->elem, .nchg = nchg};
+                          .elem = p->elem, .nchg = nchg, .units = p->units,
+                          .chg = dl__ck_alloc(ck, p->units, 1)};
+    if (!r->chg)
+        return DL_ENOMEM;
+    memcpy(r->chg, chg, (size_t)p->units);
     for (int u = 0; u < DL_VALUE_COUNT; u++) {
         if (!((p->floats >> u) & 1))
             continue;
@@ -269,6 +274,138 @@ static int recompute_units(dl__ck_t *ck, dl_value_t s, const plan_t *p, const ui
     return rc;
 }
 
+/* EXPERT, finer: element (e, i, j) of a ragged-K weight gradient
+ * a_e^T b_e depends on column i of a and column j of b over expert e's
+ * rows only. A changed expert whose changes fall in a few columns is
+ * recomputed as its rows i of changed a columns (a compacted to them, the
+ * a column size of the call their count) and its columns j of changed b
+ * columns (b compacted likewise), by the stage's function on that
+ * expert's rows alone (E = 1). The operands: a, whose columns are s's
+ * second dimension (none for a bias gradient: ones), and b, its last. */
+typedef struct {
+    int a, b;      /* the operands' values (a: -1 for a bias gradient) */
+    char ca, cb;   /* their column symbols */
+    int64_t I, N;  /* their columns */
+} dw_t;
+
+static int dw_operands(const dl__ck_t *ck, dl_value_t s, const plan_t *p, dw_t *o)
+{
+    const char *dims = dl_value_dims(s);
+    const size_t r = strlen(dims);
+    *o = (dw_t){.a = -1, .b = -1, .ca = r == 3 ? dims[1] : 0, .cb = dims[r - 1], .I = 1};
+    dl__vctx_t v = {0};
+    if (!ck->swiglu || o->ca == o->cb || !vdim(&v, o->cb) || (o->ca && !vdim(&v, o->ca)))
+        return 0; /* a plain FFN's d_w_down: x_sorted's columns are not s's */
+    for (int u = 0; u < DL_VALUE_COUNT; u++) {
+        if (!((p->floats >> u) & 1))
+            continue;
+        const char c = dl_value_dims((dl_value_t)u)[1];
+        if (c == o->ca && o->a < 0)
+            o->a = u;
+        else if (c == o->cb && o->b < 0)
+            o->b = u;
+        else
+            return 0;
+    }
+    if (o->a >= 0)
+        o->I = ck->st[o->a].numel / ck->M;
+    if (o->b >= 0)
+        o->N = ck->st[o->b].numel / ck->M;
+    return o->b >= 0 && (r == 2) == (o->a < 0);
+}
+
+/* sel[j] = 1 where column j (of len) of value u differs from the golden's
+ * on rows [r0, r0 + m); the count. */
+static int64_t changed_cols(const dl__ck_t *ck, int u, int64_t r0, int64_t m, int64_t len,
+                            uint8_t *sel)
+{
+    memset(sel, 0, (size_t)len);
+    if (u < 0 || ck->st[u].eff == ck->st[u].gold)
+        return 0;
+    const uint32_t *e = ck->st[u].eff, *g = ck->st[u].gold;
+    for (int64_t r = r0; r < r0 + m; r++)
+        for (int64_t j = 0; j < len; j++)
+            sel[j] |= e[r * len + j] != g[r * len + j];
+    int64_t n = 0;
+    for (int64_t j = 0; j < len; j++)
+        n += sel[j];
+    return n;
+}
+
+/* One call of expert e on the selected columns sel (ns of them) of operand
+ * pass (0: a, 1: b), the other whole; scattered into x. */
+static int dw_call(dl__ck_t *ck, dl_value_t s, const dw_t *o, int64_t e, int pass,
+                   const uint8_t *sel, int64_t ns, float *x)
+{
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    const int64_t r0 = off[e], m = off[e + 1] - off[e], I = o->I, N = o->N;
+    const int u = pass ? o->b : o->a, w = pass ? o->a : o->b;
+    const int64_t lu = pass ? N : I, lw = pass ? I : N, cn = pass ? I * ns : ns * N;
+    float *cu = dl__ck_take(ck, m * ns, sizeof *cu, 0), *cw = NULL;
+    float *cx = dl__ck_take(ck, cn, sizeof *cx, 1);
+    if (!cu || !cx || (w >= 0 && !(cw = dl__ck_take(ck, m * lw, sizeof *cw, 0))))
+        return DL_ENOMEM;
+    const float *eu = ck->st[u].eff;
+    for (int64_t r = 0, k = 0; r < m; r++)
+        for (int64_t j = 0; j < lu; j++)
+            if (sel[j])
+                cu[k++] = eu[(r0 + r) * lu + j];
+    if (cw)
+        memcpy(cw, (const float *)ck->st[w].eff + r0 * lw, (size_t)(m * lw) * sizeof *cw);
+    const int64_t co[2] = {0, m};
+    dl__vctx_t v;
+    dl__ck_vctx(ck, -1, &v);
+    for (int q = 0; q < DL_VALUE_COUNT; q++)
+        v.v[q] = q == u ? cu : q == w ? cw : NULL;
+    v.v[DL_VALUE_GROUP_OFFSETS] = co;
+    v.E = 1;
+    v.M = m;
+    *vdim(&v, pass ? o->cb : o->ca) = ns;
+    int rc = dl__ck_desc(s)->exact(&v, cx);
+    float *xe = x + e * I * N;
+    for (int64_t i = 0, k = 0; !rc && i < (pass ? I : lu); i++) {
+        if (!pass && sel[i])
+            memcpy(xe + i * N, cx + k++ * N, (size_t)N * sizeof *x);
+        for (int64_t j = 0, q = 0; pass && j < N; j++)
+            if (sel[j])
+                xe[i * N + j] = cx[i * ns + q++];
+    }
+    dl__ck_give(ck, cu, (size_t)(m * ns > 0 ? m * ns : 1) * sizeof *cu);
+    dl__ck_give(ck, cx, (size_t)(cn > 0 ? cn : 1) * sizeof *cx);
+    if (cw)
+        dl__ck_give(ck, cw, (size_t)(m * lw > 0 ? m * lw : 1) * sizeof *cw);
+    return rc;
+}
+
+/* The changed experts of chg whose changes lie in few columns, recomputed
+ * by columns into x; their chg cleared. */
+static int dw_columns(dl__ck_t *ck, dl_value_t s, const plan_t *p, uint8_t *chg, float *x)
+{
+    dw_t o;
+    if (!dw_operands(ck, s, p, &o))
+        return 0;
+    const int64_t *off = ck->st[DL_VALUE_GROUP_OFFSETS].eff;
+    uint8_t *ci = dl__ck_alloc(ck, o.I, 1), *cj = dl__ck_alloc(ck, o.N, 1);
+    if (!ci || !cj)
+        return DL_ENOMEM;
+    for (int64_t e = 0; e < ck->E; e++) {
+        if (!chg[e])
+            continue;
+        const int64_t m = off[e + 1] - off[e];
+        const int64_t nI = changed_cols(ck, o.a, off[e], m, o.I, ci);
+        const int64_t nJ = changed_cols(ck, o.b, off[e], m, o.N, cj);
+        /* the elements the two calls give, against the expert's whole slab */
+        if ((nI * o.N + nJ * o.I) * 2 > o.I * o.N)
+            continue;
+        int rc = 0;
+        if ((nI && (rc = dw_call(ck, s, &o, e, 0, ci, nI, x))) ||
+            (nJ && (rc = dw_call(ck, s, &o, e, 1, cj, nJ, x))))
+            return rc;
+        chg[e] = 0;
+    }
+    return 0;
+}
+
 int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x)
 {
     plan_t p;
@@ -280,14 +417,23 @@ int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x)
     uint8_t *chg = dl__ck_alloc(ck, p.units, 1); /* small: the run's */
     if (!chg)
         return DL_ENOMEM;
-    const int64_t nchg = changed_units(ck, &p, chg);
+    int64_t nchg = changed_units(ck, &p, chg);
+    const int64_t nunits = nchg;
     int rc = 0;
-    /* nearly all changed: the whole call costs no more than the gathers */
-    if (nchg * 10 > p.units * 9 && dl__ck_reuse_test.mode != DL__CK_REUSE_TEST_MUTANT)
-        return 0;
     memcpy(x, ck->st[s].gold, (size_t)ck->st[s].numel * sizeof *x);
+    if (p.shape == DL__CK_REUSE_EXPERT && nchg > 0) { /* by columns where few changed */
+        if ((rc = dw_columns(ck, s, &p, chg, x)))
+            return rc;
+        nchg = 0;
+        for (int64_t e = 0; e < p.units; e++)
+            nchg += chg[e];
+    }
+    /* nearly all changed: the whole call costs no more than the gathers */
+    if (nchg * 10 > p.units * 9 && nchg == nunits &&
+        dl__ck_reuse_test.mode != DL__CK_REUSE_TEST_MUTANT)
+        return 0;
     if (nchg > 0)
         rc = recompute_units(ck, s, &p, chg, nchg, x);
-    ck->st[s].reused = nchg;
+    ck->st[s].reused = nunits;
     return rc ? rc : 1;
 }
