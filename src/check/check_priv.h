@@ -89,8 +89,10 @@ typedef struct {
     uint8_t *chg; /* the changed units' mask it was gathered by */
     dl_valueset_t floats;
     const void *on[DL_VALUE_COUNT]; /* the effective arrays gathered */
-    float *arr[DL_VALUE_COUNT];     /* their changed units, compact */
-    size_t bytes[DL_VALUE_COUNT];
+    float *arr[DL_VALUE_COUNT];     /* their changed units, compact (in buf) */
+#define DL__CK_REUSE_BUFS (DL_VALUE_COUNT + 4)
+    float *buf[DL__CK_REUSE_BUFS];  /* reuse.c's buffers, the run's memory */
+    int64_t cap[DL__CK_REUSE_BUFS];
 } dl__ck_reuse_t;
 
 typedef struct dl__ck dl__ck_t;

@@ -172,6 +172,37 @@ static int64_t move_units(const dl__ck_t *ck, const plan_t *p, const uint8_t *ch
     return at;
 }
 
+/* The compact buffers: one per upstream value (the cached compact
+ * operands), the call's output, and a weight gradient's column calls'
+ * operands and output; each grows (by half again over the need) and is
+ * reused by every later stage of the run, so no pooled array is taken at
+ * a size other than its own. */
+#define BUF_OUT DL_VALUE_COUNT
+#define BUF_DW_U (DL_VALUE_COUNT + 1)
+#define BUF_DW_W (DL_VALUE_COUNT + 2)
+#define BUF_DW_X (DL_VALUE_COUNT + 3)
+_Static_assert(BUF_DW_X < DL__CK_REUSE_BUFS, "reuse.c's buffers");
+
+/* Buffer slot of at least n floats, or NULL on no memory. */
+static float *buffer(dl__ck_t *ck, int slot, int64_t n)
+{
+    dl__ck_reuse_t *r = &ck->reuse;
+    float *b = r->buf[slot];
+    /* the memo and the spare are keyed by operand addresses: nothing kept
+     * on what the buffer held before stays */
+    for (int i = 0; b && i < 3; i++) {
+        if (i < 2 && ck->memo.slot[i].key == b)
+            ck->memo.slot[i].v = NULL;
+        if (ck->spare.v && ck->spare.on[i] == b)
+            ck->spare.v = NULL;
+    }
+    if (r->cap[slot] < n) {
+        b = r->buf[slot] = dl__ck_alloc(ck, n + n / 2 + 1, sizeof *b);
+        r->cap[slot] = b ? n + n / 2 + 1 : 0;
+    }
+    return b;
+}
+
 /* The compact operands of a plan, kept for the next stage when it has the
  * same upstream on the same arrays (d_h_up after d_h_gate: then the two-
  * output SwiGLU backward keeps its second output for it, v->spare). */
@@ -186,15 +217,12 @@ static int compact_inputs(dl__ck_t *ck, dl_value_t s, const plan_t *p, const uin
     r->stage = (int)s;
     if (same)
         return 0;
-    for (int u = 0; u < DL_VALUE_COUNT; u++)
-        if (r->arr[u]) {
-            dl__ck_give(ck, r->arr[u], r->bytes[u]);
-            r->arr[u] = NULL;
-        }
-    *r = (dl__ck_reuse_t){.stage = (int)s, .floats = p->floats, .shape = p->shape,
-                          .elem = p->elem, .nchg = nchg, .units = p->units,
-                          .chg = dl__ck_alloc(ck, p->units, 1)};
-    if (!r->chg)
+    r->floats = p->floats;
+    r->shape = p->shape;
+    r->elem = p->elem;
+    r->nchg = nchg;
+    r->units = p->units;
+    if (!(r->chg = dl__ck_alloc(ck, p->units, 1)))
         return DL_ENOMEM;
     memcpy(r->chg, chg, (size_t)p->units);
     for (int u = 0; u < DL_VALUE_COUNT; u++) {
@@ -208,9 +236,9 @@ static int compact_inputs(dl__ck_t *ck, dl_value_t s, const plan_t *p, const uin
                 unit_rows(p, ck->st[DL_VALUE_GROUP_OFFSETS].eff, i, &a, &b);
                 n += (b - a) * len;
             }
-        if (!(r->arr[u] = dl__ck_take(ck, n > 0 ? n : 1, sizeof(float), 0)))
+        r->on[u] = NULL; /* until filled */
+        if (!(r->arr[u] = buffer(ck, u, n)))
             return DL_ENOMEM;
-        r->bytes[u] = (size_t)(n > 0 ? n : 1) * sizeof(float);
         r->on[u] = ck->st[u].eff;
         move_units(ck, p, chg, len, ck->st[u].eff, r->arr[u], 0);
     }
@@ -257,9 +285,10 @@ static int recompute_units(dl__ck_t *ck, dl_value_t s, const plan_t *p, const ui
     const int64_t cn = expert ? n : nchg * len;
     dl__vctx_t v;
     compact_vctx(ck, s, p, r, nrows, co, &v);
-    float *cx = dl__ck_take(ck, cn > 0 ? cn : 1, sizeof *cx, 1);
+    float *cx = buffer(ck, BUF_OUT, cn);
     if (!cx)
         return DL_ENOMEM;
+    memset(cx, 0, (size_t)cn * sizeof *cx);
     rc = dl__ck_desc(s)->exact(&v, cx);
     if (!rc && expert) { /* the changed experts' slabs, in place */
         for (int64_t e = 0; e < ck->E; e++)
@@ -270,7 +299,6 @@ static int recompute_units(dl__ck_t *ck, dl_value_t s, const plan_t *p, const ui
         q.shape = DL__CK_REUSE_ROW; /* s's units are its rows (or elements) */
         move_units(ck, &q, chg, len, x, cx, 1);
     }
-    dl__ck_give(ck, cx, (size_t)(cn > 0 ? cn : 1) * sizeof *cx);
     return rc;
 }
 
@@ -341,10 +369,10 @@ static int dw_call(dl__ck_t *ck, dl_value_t s, const dw_t *o, int64_t e, int pas
     const int64_t r0 = off[e], m = off[e + 1] - off[e], I = o->I, N = o->N;
     const int u = pass ? o->b : o->a, w = pass ? o->a : o->b;
     const int64_t lu = pass ? N : I, lw = pass ? I : N, cn = pass ? I * ns : ns * N;
-    float *cu = dl__ck_take(ck, m * ns, sizeof *cu, 0), *cw = NULL;
-    float *cx = dl__ck_take(ck, cn, sizeof *cx, 1);
-    if (!cu || !cx || (w >= 0 && !(cw = dl__ck_take(ck, m * lw, sizeof *cw, 0))))
+    float *cu = buffer(ck, BUF_DW_U, m * ns), *cw = NULL, *cx = buffer(ck, BUF_DW_X, cn);
+    if (!cu || !cx || (w >= 0 && !(cw = buffer(ck, BUF_DW_W, m * lw))))
         return DL_ENOMEM;
+    memset(cx, 0, (size_t)cn * sizeof *cx);
     const float *eu = ck->st[u].eff;
     for (int64_t r = 0, k = 0; r < m; r++)
         for (int64_t j = 0; j < lu; j++)
@@ -370,10 +398,6 @@ static int dw_call(dl__ck_t *ck, dl_value_t s, const dw_t *o, int64_t e, int pas
             if (sel[j])
                 xe[i * N + j] = cx[i * ns + q++];
     }
-    dl__ck_give(ck, cu, (size_t)(m * ns > 0 ? m * ns : 1) * sizeof *cu);
-    dl__ck_give(ck, cx, (size_t)(cn > 0 ? cn : 1) * sizeof *cx);
-    if (cw)
-        dl__ck_give(ck, cw, (size_t)(m * lw > 0 ? m * lw : 1) * sizeof *cw);
     return rc;
 }
 
