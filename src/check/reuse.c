@@ -78,8 +78,13 @@ static int make_plan(const dl__ck_t *ck, dl_value_t s, dl_valueset_t up, plan_t 
     for (const char *c = dims; *c; c++)
         p->elem &= vdim(&v, *c) != NULL;
     for (int u = 0; u < DL_VALUE_COUNT; u++) {
-        if (!((up >> u) & 1) || dl_value_store((dl_value_t)u) > DL_STORE_F32)
-            continue; /* the dispatch: the golden's (above) */
+        if (!((up >> u) & 1))
+            continue;
+        if (dl_value_store((dl_value_t)u) > DL_STORE_F32) { /* ids and the dispatch */
+            if (!dispatch_golden(ck))
+                return 0;
+            continue;
+        }
         const char *ud = dl_value_dims((dl_value_t)u);
         if (!ck->st[u].gold || !ck->st[u].eff || ud[0] != lead ||
             (p->shape == DL__CK_REUSE_EACH && strcmp(ud, dims)))
