@@ -76,7 +76,24 @@ typedef struct {
      * what such a value feeds) propagates linearly, never by root sum of
      * squares */
     int coherent;
+    /* reuse.c: the units (elements, rows, experts) of exact recomputed on
+     * a changed upstream, the rest the golden's; -1: recomputed whole */
+    int64_t reused;
 } dl__ck_stage_t;
+
+/* reuse.c: the compact upstream of the last partial recomputation, kept
+ * for the next stage when it reads the same arrays in the same units. */
+typedef struct {
+    int stage, shape, elem;
+    int64_t nchg, units;
+    uint8_t *chg; /* the changed units' mask it was gathered by */
+    dl_valueset_t floats;
+    const void *on[DL_VALUE_COUNT]; /* the effective arrays gathered */
+    float *arr[DL_VALUE_COUNT];     /* their changed units, compact (in buf) */
+#define DL__CK_REUSE_BUFS (DL_VALUE_COUNT + 4)
+    float *buf[DL__CK_REUSE_BUFS];  /* reuse.c's buffers, the run's memory */
+    int64_t cap[DL__CK_REUSE_BUFS];
+} dl__ck_reuse_t;
 
 typedef struct dl__ck dl__ck_t;
 #define DL__CK_POOL 32 /* arrays a run keeps for reuse (dl__ck_give) */
@@ -156,6 +173,7 @@ struct dl__ck {
     void *pool[DL__CK_POOL];
     size_t pool_bytes[DL__CK_POOL];
     int n_pool;
+    dl__ck_reuse_t reuse; /* reuse.c */
 };
 
 /* result.c */
@@ -337,6 +355,14 @@ int dl__ck_zero_drops(dl__ck_t *ck);
 #define DL__CK_PART_EXPERTS 2
 #define DL__CK_PART_COMBINE 3
 
+/* What an element of a value depends on, the reuse column of
+ * DL_VALUE_MAP (values.h); DL__CK_REUSE_##reuse maps a row's column. */
+#define DL__CK_REUSE_NONE 0
+#define DL__CK_REUSE_ALL 1
+#define DL__CK_REUSE_EACH 2
+#define DL__CK_REUSE_ROW 3
+#define DL__CK_REUSE_EXPERT 4
+
 /* desc.c: one descriptor per stage value. */
 #define DL__CK_COPY 1u      /* a permutation of an input: compared bitwise */
 #define DL__CK_DW 2u        /* a weight gradient: empty experts' rows must be zero */
@@ -359,6 +385,7 @@ typedef struct {
     int (*prop)(const dl__vctx_t *v, const float *g, int64_t numel, double *out);
     int prop_gemm;
     int part; /* the part column: DL__CK_PART_* */
+    int reuse; /* the reuse column: DL__CK_REUSE_* */
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* Why descriptor d (of a value stored as store) describes no check, or
@@ -400,6 +427,24 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
  * propagated): within that bound r becomes a WARN saying so (1), else r
  * stays (0); or an error. */
 int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
+
+/* reuse.c: stage s's exact value into x (numel floats) as the golden's
+ * with only the units its reuse column says a changed upstream reaches
+ * recomputed, by its own exact function on compact copies: 1 when done,
+ * 0 when it does not apply (the caller recomputes the whole), or an error. */
+int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x);
+/* The tests' switch (only tests set it; 0 in a run): mode FULL recomputes
+ * whole as before this path existed, MUTANT reuses the first changed unit
+ * (a defect the tests must catch); seen, where set, is called with each
+ * recomputed exact value. */
+#define DL__CK_REUSE_TEST_FULL 1
+#define DL__CK_REUSE_TEST_MUTANT 2
+typedef struct {
+    int mode;
+    void (*seen)(void *ctx, const dl__ck_t *ck, dl_value_t s, const float *exact);
+    void *ctx;
+} dl__ck_reuse_test_t;
+extern dl__ck_reuse_test_t dl__ck_reuse_test;
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);

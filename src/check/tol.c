@@ -49,7 +49,7 @@ const dl_check_profile_t *dl__ck_prof(const dl__ck_t *ck, dl_value_t s)
 #define PART_AUX(part)
 #define PART_FW(part) DL__CK_PART_##part,
 #define PART_BW(part) PART_FW(part)
-#define PART(g, E, nm, st, dims, cond, ck, pr, up, plain, part) PART_##g(part)
+#define PART(g, E, nm, st, dims, cond, ck, pr, up, plain, part, ...) PART_##g(part)
 static const unsigned char value_part[] = {DL_VALUE_MAP(PART)};
 _Static_assert(sizeof value_part == DL_VALUE_COUNT, "one part per stage value of DL_VALUE_MAP");
 static const char *const part_names[] = {
