@@ -82,6 +82,12 @@ double dl__exp_parts(double x, double xl, int *k);
 int dl__sigmoid(double x, dl_dtype_t t, double *out);
 int dl__silu_mul(double g, double u, dl_dtype_t t, double *out);
 int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out);
+/* Over arrays (out may be g, u or dh, element for element): which
+ * DL__ACT_H out = silu(g) u, DL__ACT_DU silu(g) dh, DL__ACT_DG silu'(g) dh u
+ * (the scalar functions' results, bit for bit; a vector fast path for the
+ * common lanes). Returns 0 or the scalar functions' error. */
+int dl__silu_array(int which, const float *g, const float *u, const float *dh, int64_t n,
+                   dl_dtype_t t, float *out);
 
 /* The activations of act.c, correctly rounded to t (the stages' types
  * fp32, bf16, fp16; DL_F64 only where the interval path resolves it):
