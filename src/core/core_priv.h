@@ -21,6 +21,19 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
 #define DL__UNLIKELY(x) (x)
 #endif
 
+/* Vector clones of a hot loop where the compiler and CPU allow it (the
+ * clones do the same IEEE operations: the build has -ffp-contract=off). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DL__VEC_CLONES
+#endif
+#ifdef __GNUC__
+#define DL__ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define DL__ALWAYS_INLINE static inline
+#endif
+
 __extension__ typedef unsigned __int128 dl__u128;
 
 /* Interval certification: the exact value is known to lie within

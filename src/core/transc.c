@@ -447,13 +447,6 @@ int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out)
  * operation inside an arm, and the loop would not vectorise (so the
  * lanes' results are doubles: a conversion to float is such an operation). */
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define DL__VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DL__VEC_CLONES
-#endif
-#define DL__ALWAYS_INLINE static inline __attribute__((always_inline))
-
 enum { LANES = 256 }; /* elements per block: the block's results live on the stack */
 
 DL__ALWAYS_INLINE uint64_t dbits(double x)
