@@ -434,9 +434,9 @@ int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out)
  *     a power of two commutes with each rounding while no operand leaves
  *     binary64's normal range: |a|, |p| >= 2^-298 (products of two nonzero
  *     floats), 2^k >= 2^-61, (1 + E)^2 <= 4, and a nonzero F = (1 + g) + E
- *     is a multiple of 2^-55 (1 + g a multiple of 2^-23 for g in (-2, -1/2),
- *     of 2^-24 above, E of 2^-55 there, |F| >= 1/2 elsewhere), so every
- *     product stays above 2^-500;
+ *     is a multiple of 2^-55 (for g in (-2, -1/2): 1 + g a multiple of
+ *     2^-24, E in (0.13, 0.61) of 2^-55, and the sum exact; |F| > 1/2
+ *     elsewhere), so every product stays above 2^-500;
  *   - certify_scaled with k < 0 calls dl__certify on the scaled pair
  *     unless the value is below 2^-199 (then it is no normal of t and the
  *     lane falls back here too).
