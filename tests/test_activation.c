@@ -457,6 +457,115 @@ START_TEST(mpfr_round_helper)
 }
 END_TEST
 
+/* dl__silu_array's vector path against the scalar functions it stands
+ * for: the same bits on every element and the same MPFR fallbacks (a lane
+ * the vector path decides must be one the scalar's binary64 path decides:
+ * a vector bound tighter than the scalar's would decide near-midpoint
+ * lanes itself, and fall back less), and MPFR's value on the adversarial
+ * inputs: fp32 results within ~2^-48 of a midpoint (silu(g) u, silu'(g)
+ * u for both signs of g), gates where the reduction's floor changes (v =
+ * -|g|/ln2 + 1/2 near an integer), the ends of the vector range (|g| near
+ * 42), zero operands, and results at the types' subnormal and overflow
+ * edges. */
+static float near_mid_u(double fg) /* u in [1, 2) putting fg u nearest an fp32 midpoint */
+{
+    int e;
+    frexp(fabs(fg), &e);
+    double best = 1, bu = 1;
+    for (uint32_t j = 1u << 23; j < 1u << 24; j++) {
+        double uj = ldexp(j, -23), h = fabs(fg) * uj;
+        int eh = h >= ldexp(1, e) ? e : e - 1;
+        double units = ldexp(h, 23 - eh), d = fabs(units - floor(units) - 0.5);
+        if (d < best)
+            best = d, bu = uj;
+    }
+    return (float)bu;
+}
+
+static void vec_vs_scalar(const float *g, const float *u, const float *dh, int n, dl_dtype_t t,
+                          int with_mpfr)
+{
+    float *o = malloc(n * sizeof *o);
+    for (int which = 0; which < 3; which++) {
+        uint64_t f0 = dl__mpfr_fallbacks();
+        ck_assert_int_eq(dl__silu_array(which, g, u, dh, n, t, o), 0);
+        uint64_t fv = dl__mpfr_fallbacks() - f0;
+        f0 = dl__mpfr_fallbacks();
+        for (int i = 0; i < n; i++) {
+            double r;
+            if (which == DL__ACT_DG)
+                ck_assert_int_eq(dl__dsilu_mul(g[i], (double)dh[i] * u[i], t, &r), 0);
+            else
+                ck_assert_int_eq(dl__silu_mul(g[i], which == DL__ACT_H ? u[i] : dh[i], t, &r), 0);
+            ck_assert_msg(same_value(o[i], r), "%s which %d (%a, %a, %a): vector %a, scalar %a",
+                          dl_dtype_name(t), which, g[i], u[i], dh[i], o[i], r);
+            if (with_mpfr) {
+                double w = which == DL__ACT_H ? ref_swiglu(g[i], u[i], t)
+                         : which == DL__ACT_DU ? ref_swiglu(g[i], dh[i], t)
+                                               : ref_dg(g[i], u[i], dh[i], t);
+                ck_assert_msg(same_value(o[i], w), "%s which %d (%a, %a, %a) = %a, MPFR %a",
+                              dl_dtype_name(t), which, g[i], u[i], dh[i], o[i], w);
+            }
+        }
+        uint64_t fs = dl__mpfr_fallbacks() - f0;
+        ck_assert_msg(fv == fs, "%s which %d: %llu MPFR fallbacks, the scalar functions %llu",
+                      dl_dtype_name(t), which, (unsigned long long)fv, (unsigned long long)fs);
+    }
+    free(o);
+}
+
+START_TEST(silu_array_vs_scalar)
+{
+    dl_test_rng_t r = {4242};
+    enum { NM = 24, NF = 60 * 6, NE = 64, NR = 30000 };
+    const int n = 2 * NM + NF + NE + NR;
+    float *g = malloc(n * sizeof *g), *u = malloc(n * sizeof *u), *dh = malloc(n * sizeof *dh);
+    int i = 0;
+    for (int q = 0; q < NM; q++, i += 2) { /* near-midpoint fp32: h, then d_g */
+        double gq = (q % 2 ? -1 : 1) * (q < 8 ? 0.3 * dl_test_unif(&r) : q < 16 ? 3 * dl_test_unif(&r) : 5 + 30 * dl_test_unif(&r));
+        g[i] = g[i + 1] = (float)gq;
+        double s = 1 / (1 + exp(-(double)g[i]));
+        u[i] = near_mid_u(g[i] * s);
+        dh[i] = 1.0f;
+        u[i + 1] = near_mid_u(s * (1 + g[i] * (1 - s)));
+        dh[i + 1] = 1.0f;
+    }
+    for (int j = 1; j <= 60; j++) { /* floor's steps: |g| = (j - 1/2) ln2, neighbours */
+        float c = (float)((j - 0.5) * 0.6931471805599453);
+        float v[6] = {c, nextafterf(c, 0), nextafterf(c, 100), -c, -nextafterf(c, 0), -nextafterf(c, 100)};
+        for (int q = 0; q < 6; q++, i++)
+            g[i] = v[q], u[i] = (float)(1 + dl_test_unif(&r)), dh[i] = (float)dl_test_normal(&r);
+    }
+    static const float edge_g[8] = {42.0f, 0x1.4ffffep5f, -42.0f, -0x1.4ffffep5f, 0.0f, -0.0f, 0x1p-149f, -0x1p-126f};
+    for (int q = 0; q < NE; q++, i++) { /* the vector range's ends, zeros, tiny and huge results */
+        g[i] = q < 32 ? edge_g[q % 8] : (float)dl_test_normal(&r);
+        const float m[8] = {0.0f, -0.0f, 0x1p-149f, 0x1.8p-133f, 0x1p-24f, 3e38f, -3e38f, 65504.0f};
+        u[i] = m[q % 8], dh[i] = m[(q / 8) % 8];
+    }
+    for (; i < n; i++) { /* random, wide multipliers (subnormal and overflowing results) */
+        g[i] = (float)random_gate(&r);
+        if (isinf(g[i]))
+            g[i] = 1.0f;
+        u[i] = (float)random_mult(&r, DL_F32);
+        dh[i] = (float)random_mult(&r, DL_F32);
+    }
+    const int nadv = 2 * NM + NF + NE;
+    for (int ti = 0; ti < 3; ti++) {
+        dl_dtype_t t = act_types[ti];
+        float *gg = malloc(n * sizeof *gg), *uu = malloc(n * sizeof *uu), *dd = malloc(n * sizeof *dd);
+        for (int j = 0; j < n; j++) { /* onto t's grid (fp32 keeps the near-midpoint inputs) */
+            gg[j] = on_grid(g[j], t), uu[j] = on_grid(u[j], t), dd[j] = on_grid(dh[j], t);
+            if (isinf(gg[j]) || isinf(uu[j]) || isinf(dd[j]))
+                gg[j] = uu[j] = dd[j] = copysignf(t == DL_F16 ? 65504.0f : 3e38f, gg[j]);
+        }
+        vec_vs_scalar(gg, uu, dd, nadv, t, 1);
+        vec_vs_scalar(gg + nadv, uu + nadv, dd + nadv, n - nadv, t, 0);
+        free(gg), free(uu), free(dd);
+    }
+    free(g), free(u), free(dh);
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -468,6 +577,7 @@ int main(void)
         DL_TEST("swiglu", "edges", swiglu_errors, 60),
         DL_TEST("swiglu", "adversarial", swiglu_adversarial_midpoints, 60),
         DL_TEST("swiglu", "threads", swiglu_threads_same_bits, 60),
+        DL_TEST("swiglu", "vector", silu_array_vs_scalar, 120),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -481,6 +481,41 @@ START_TEST(bad_inputs)
 }
 END_TEST
 
+/* Validation over arrays of several of check_tensor's chunks (65536
+ * floats): one bad element anywhere (first, either side of a chunk
+ * boundary, last) is found, in every weight, for each type; a NaN wins
+ * over an off-grid value wherever the two are; a clean layer passes. */
+START_TEST(validation_chunks)
+{
+    const dl_dtype_t ts[3] = {DL_F32, DL_BF16, DL_F16};
+    for (int ti = 0; ti < 3; ti++) {
+        layer_t *L = layer_new(701, 4, 64, 48, 45, 2, 0, ts[ti], DL_FFN_SWIGLU);
+        const int64_t n = 45 * 64 * 48, pos[5] = {0, 65535, 65536, 131072 + 7, n - 1};
+        float *w[3] = {L->wg, L->wu, L->wd};
+        /* off grid: fp32 has no off-grid float, so only NaN/Inf there */
+        const float off = ts[ti] == DL_F32 ? INFINITY : 1.0f + 0x1p-20f;
+        const int want_off = ts[ti] == DL_F32 ? DL_ENONFINITE : DL_EGRID;
+        ck_assert_int_eq(dl_moe_inputs_validate(&L->c, &L->in, 1), 0);
+        for (int a = 0; a < 3; a++)
+            for (int p = 0; p < 5; p++) {
+                float keep = w[a][pos[p]];
+                w[a][pos[p]] = off;
+                ck_assert_int_eq(dl_moe_inputs_validate(&L->c, &L->in, 1), want_off);
+                w[a][pos[p]] = NAN;
+                ck_assert_int_eq(dl_moe_inputs_validate(&L->c, &L->in, 1), DL_ENONFINITE);
+                float keep2 = w[a][pos[4 - p]];
+                w[a][pos[4 - p]] = off; /* NaN and off-grid in one array (or both off-grid at p = 2) */
+                ck_assert_int_eq(dl_moe_inputs_validate(&L->c, &L->in, 1),
+                                 p == 2 ? want_off : DL_ENONFINITE);
+                w[a][pos[4 - p]] = keep2;
+                w[a][pos[p]] = keep;
+            }
+        ck_assert_int_eq(dl_moe_inputs_validate(&L->c, &L->in, 1), 0);
+        layer_free(L);
+    }
+}
+END_TEST
+
 /* The input validation's bit test agrees with isfinite and dl_on_grid on
  * every exponent and sign with the low bits that matter for each grid
  * (every pattern of the top 16 bits, 24 patterns of the low 16), and on
@@ -576,6 +611,7 @@ int main(void)
         DL_TEST("vjp-finite-differences", "central-differences", fd_sigmoid_scaled, 300),
         DL_TEST("layer", "determinism-and-errors", threads_same_bits, 120),
         DL_TEST("layer", "determinism-and-errors", bad_inputs, 120),
+        DL_TEST("layer", "validation", validation_chunks, 60),
         DL_TEST("layer", "determinism-and-errors", route_stages_alone, 120),
         DL_TEST("layer", "determinism-and-errors", validation_bits_match_on_grid, 120),
         DL_TEST("layer", "schedule", schedule_row_sets, 60),

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-/* X(group, ENUM, name, store, dims, cond, check, prop, up, up_plain, part),
+/* X(group, ENUM, name, store, dims, cond, check, prop, up, up_plain, part, reuse),
  * one row per array:
  *   group  IN an input (dl_moe_inputs_t), FW a forward stage value
  *          (dl_moe_forward_t), AUX a forward array that is not a stage value
@@ -36,7 +36,7 @@ extern "C" {
  *          only: the expert projections' biases and their gradients), HASH
  *          (route.hash_vocab > 0: the token ids and the hash table).
  * What the conformance runner needs (doc/architecture.md, "Adding a stage
- * value"; IN and AUX rows: NONE, NONE, 0, 0, NONE):
+ * value"; IN and AUX rows: NONE, NONE, 0, 0, NONE, NONE):
  *   check  how the value is judged: NUM against its exact value within the
  *          tolerance, DW the same plus "an empty expert's gradient is
  *          zero", END the same plus drift against the golden (an end
@@ -65,82 +65,94 @@ extern "C" {
  *          whose part is NONE, naming the value. It is the last column so
  *          that a row written before it merges by one added ", PART" at
  *          its end (the build fails on a row without it: desc.c's DESC
- *          takes every column).
+ *          takes every column);
+ *   reuse  what an element of the value depends on, so that the runner
+ *          recomputes only what a candidate's upstream changes (its exact
+ *          value starts as the golden's and only the changed part goes
+ *          through dl__exact_<name> on compact copies, src/check/reuse.c):
+ *          EACH element i on element i of each upstream value (same
+ *          dims), ROW row r of its first dimension on row r of each
+ *          upstream value (a GEMM's output row on its lhs row, a token's
+ *          softmax on its row), EXPERT an expert's slab on that expert's
+ *          sorted rows (a ragged-K weight gradient), ALL on everything (or
+ *          on an input row by row: recomputed whole), NONE for the rows
+ *          not recomputed by a function (IN, AUX, IDS, TOKENS, SORTED). A
+ *          row added before it merges by one more ", ALL".
  * Adding a row (and its stage's functions) is all it takes to add an array
  * to the format, the enum, the schedule's bookkeeping and the runner. */
 #if DL_EXTRA_VALUE
 /* configure --enable-extra-value: the synthetic value y_half (moe.h) */
-#define DL__EXTRA_VALUE_ROW(X) X(FW, Y_HALF, y_half, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS)
+#define DL__EXTRA_VALUE_ROW(X) X(FW, Y_HALF, y_half, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS, ALL)
 #else
 #define DL__EXTRA_VALUE_ROW(X)
 #endif
 #define DL_VALUE_MAP(X)                                             \
-    X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_ROUTER_WEIGHT, router_weight, RT, "dR", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_EXPERT_BIAS, expert_bias, F32, "R", BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_ROUTER_BIAS, router_bias, F32, "R", ROUTER_BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_W_GATE, w_gate, ACT, "Edf", GATE, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_B_GATE, b_gate, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_B_UP, b_up, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_B_DOWN, b_down, ACT, "Ed", FFN_BIAS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED_GATED, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_TOKEN_IDS, token_ids, I32, "T", HASH, NONE, NONE, 0, 0, NONE) \
-    X(IN, IN_HASH_TABLE, hash_table, I32, "Vk", HASH, NONE, NONE, 0, 0, NONE) \
-    X(FW, ROUTER_LOGITS, router_logits, F32, "TR", ALWAYS, NUM, GEMM, 0, 0, ROUTER) \
-    X(FW, ROUTER_SCORES, router_scores, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0, ROUTER) \
-    X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS, IDS, NONE, DL__UP(ROUTER_SCORES) | DL__UP(ROUTER_LOGITS), 0, NONE) \
-    X(FW, TOPK_WEIGHTS, topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS), 0, ROUTER) \
-    X(AUX, TIE_MARGIN, tie_margin, F32, "T", ALWAYS, NONE, NONE, 0, 0, NONE) \
-    X(FW, SORT_PERM, sort_perm, I32, "M", ALWAYS, TOKENS, NONE, DL__UP(TOPK_IDS), 0, NONE) \
-    X(FW, INV_PERM, inv_perm, I32, "M", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE) \
-    X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE) \
-    X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE) \
-    X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH | DL__UP(ROUTER_SCORES), 0, NONE) \
-    X(FW, H_GATE, h_gate, ACT, "Mf", GATE, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(FW, H_UP, h_up, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0, EXPERTS) \
-    X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH, EXPERTS) \
+    X(IN, IN_X, x, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_ROUTER_WEIGHT, router_weight, RT, "dR", ALWAYS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_EXPERT_BIAS, expert_bias, F32, "R", BIAS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_ROUTER_BIAS, router_bias, F32, "R", ROUTER_BIAS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_W_GATE, w_gate, ACT, "Edf", GATE, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_W_UP, w_up, ACT, "Edf", SWIGLU, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_W_DOWN, w_down, ACT, "Efd", ALWAYS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_B_GATE, b_gate, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_B_UP, b_up, ACT, "Ef", FFN_BIAS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_B_DOWN, b_down, ACT, "Ed", FFN_BIAS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_SHARED_W_GATE, shared_w_gate, ACT, "dS", SHARED_GATED, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_SHARED_W_UP, shared_w_up, ACT, "dS", SHARED, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_SHARED_W_DOWN, shared_w_down, ACT, "Sd", SHARED, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_SHARED_GATE_WEIGHT, shared_gate_weight, ACT, "d", SHARED_GATE, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_D_OUT, d_out, ACT, "Td", ALWAYS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_TOKEN_IDS, token_ids, I32, "T", HASH, NONE, NONE, 0, 0, NONE, NONE) \
+    X(IN, IN_HASH_TABLE, hash_table, I32, "Vk", HASH, NONE, NONE, 0, 0, NONE, NONE) \
+    X(FW, ROUTER_LOGITS, router_logits, F32, "TR", ALWAYS, NUM, GEMM, 0, 0, ROUTER, ALL) \
+    X(FW, ROUTER_SCORES, router_scores, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_LOGITS), 0, ROUTER, ROW) \
+    X(FW, TOPK_IDS, topk_ids, I32, "Tk", ALWAYS, IDS, NONE, DL__UP(ROUTER_SCORES) | DL__UP(ROUTER_LOGITS), 0, NONE, NONE) \
+    X(FW, TOPK_WEIGHTS, topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS), 0, ROUTER, ALL) \
+    X(AUX, TIE_MARGIN, tie_margin, F32, "T", ALWAYS, NONE, NONE, 0, 0, NONE, NONE) \
+    X(FW, SORT_PERM, sort_perm, I32, "M", ALWAYS, TOKENS, NONE, DL__UP(TOPK_IDS), 0, NONE, NONE) \
+    X(FW, INV_PERM, inv_perm, I32, "M", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE, NONE) \
+    X(FW, GROUP_SIZES, group_sizes, I64, "E", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE, NONE) \
+    X(FW, GROUP_OFFSETS, group_offsets, I64, "P", ALWAYS, SORTED, NONE, DL__UP(TOPK_IDS), 0, NONE, NONE) \
+    X(FW, X_SORTED, x_sorted, ACT, "Md", ALWAYS, COPY, NONE, DL__UP_DISPATCH | DL__UP(ROUTER_SCORES), 0, NONE, ALL) \
+    X(FW, H_GATE, h_gate, ACT, "Mf", GATE, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0, EXPERTS, ROW) \
+    X(FW, H_UP, h_up, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(X_SORTED) | DL__UP_DISPATCH, 0, EXPERTS, ROW) \
+    X(FW, H_ACT, h_act, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP), 0, EXPERTS, EACH) \
+    X(FW, Y_SORTED, y_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(H_ACT) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP_DISPATCH, EXPERTS, ROW) \
     DL__EXTRA_VALUE_ROW(X)                                          \
-    X(FW, SHARED_H_GATE, shared_h_gate, ACT, "TS", SHARED_GATED, NUM, GEMM, 0, 0, EXPERTS) \
-    X(FW, SHARED_H_UP, shared_h_up, ACT, "TS", SHARED, NUM, GEMM, 0, 0, EXPERTS) \
-    X(FW, SHARED_H_ACT, shared_h_act, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP), 0, EXPERTS) \
-    X(FW, SHARED_Y, shared_y, ACT, "Td", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT), 0, EXPERTS) \
-    X(FW, SHARED_GATE_LOGIT, shared_gate_logit, F32, "T", SHARED_GATE, NUM, GEMM, 0, 0, ROUTER) \
-    X(FW, SHARED_GATE, shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE_LOGIT), 0, ROUTER) \
-    X(FW, OUT, out, ACT, "Td", ALWAYS, OUT, ELEM, DL__UP(Y_SORTED) | DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH | DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0, COMBINE) \
-    X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0, COMBINE) \
-    X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0, COMBINE) \
-    X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_W_DOWN, d_w_down, F32, "Efd", ALWAYS, DW, GEMM, DL__UP(H_ACT) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, EXPERTS) \
-    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", GATE, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0, EXPERTS) \
-    X(BW, D_H_UP, d_h_up, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0, EXPERTS) \
-    X(BW, D_X_SORTED, d_x_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(D_H_GATE) | DL__UP(D_H_UP) | DL__UP_DISPATCH, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, EXPERTS) \
-    X(BW, D_W_GATE, d_w_gate, F32, "Edf", GATE, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_W_UP, d_w_up, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_UP) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_B_DOWN, d_b_down, F32, "Ed", FFN_BIAS, DW, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_B_GATE, d_b_gate, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_B_UP, d_b_up, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_UP) | DL__UP_DISPATCH, 0, EXPERTS) \
-    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS) | DL__UP(D_X_SORTED) | DL__UP_DISPATCH, 0, ROUTER) \
-    X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0, ROUTER) \
-    X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dR", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
-    X(BW, D_ROUTER_BIAS, d_router_bias, F32, "R", ROUTER_BIAS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER) \
-    X(BW, D_SHARED_GATE, d_shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0, COMBINE) \
-    X(BW, D_SHARED_GATE_LOGIT, d_shared_gate_logit, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE) | DL__UP(D_SHARED_GATE), 0, ROUTER) \
-    X(BW, D_SHARED_GATE_WEIGHT, d_shared_gate_weight, F32, "d", SHARED_GATE, NUM, GEMM, DL__UP(D_SHARED_GATE_LOGIT), 0, ROUTER) \
-    X(BW, D_SHARED_Y, d_shared_y, ACT, "Td", SHARED, NUM, ELEM, DL__UP(SHARED_GATE), 0, COMBINE) \
-    X(BW, D_SHARED_H_ACT, d_shared_h_act, ACT, "TS", SHARED, NUM, GEMM, DL__UP(D_SHARED_Y), 0, EXPERTS) \
-    X(BW, D_SHARED_W_DOWN, d_shared_w_down, F32, "Sd", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT) | DL__UP(D_SHARED_Y), 0, EXPERTS) \
-    X(BW, D_SHARED_H_GATE, d_shared_h_gate, ACT, "TS", SHARED_GATED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS) \
-    X(BW, D_SHARED_H_UP, d_shared_h_up, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS) \
-    X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED_GATED, NUM, GEMM, DL__UP(D_SHARED_H_GATE), 0, EXPERTS) \
-    X(BW, D_SHARED_W_UP, d_shared_w_up, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_UP), 0, EXPERTS) \
-    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH | DL__UP(D_SHARED_H_GATE) | DL__UP(D_SHARED_H_UP) | DL__UP(D_SHARED_GATE_LOGIT), 0, COMBINE)
+    X(FW, SHARED_H_GATE, shared_h_gate, ACT, "TS", SHARED_GATED, NUM, GEMM, 0, 0, EXPERTS, ALL) \
+    X(FW, SHARED_H_UP, shared_h_up, ACT, "TS", SHARED, NUM, GEMM, 0, 0, EXPERTS, ALL) \
+    X(FW, SHARED_H_ACT, shared_h_act, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP), 0, EXPERTS, EACH) \
+    X(FW, SHARED_Y, shared_y, ACT, "Td", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT), 0, EXPERTS, ROW) \
+    X(FW, SHARED_GATE_LOGIT, shared_gate_logit, F32, "T", SHARED_GATE, NUM, GEMM, 0, 0, ROUTER, ALL) \
+    X(FW, SHARED_GATE, shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE_LOGIT), 0, ROUTER, EACH) \
+    X(FW, OUT, out, ACT, "Td", ALWAYS, OUT, ELEM, DL__UP(Y_SORTED) | DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH | DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0, COMBINE, ALL) \
+    X(BW, D_TOPK_WEIGHTS, d_topk_weights, F32, "Tk", ALWAYS, NUM, ELEM, DL__UP(Y_SORTED) | DL__UP_DISPATCH, 0, COMBINE, ALL) \
+    X(BW, D_Y_SORTED, d_y_sorted, ACT, "Md", ALWAYS, NUM, ELEM, DL__UP(TOPK_WEIGHTS) | DL__UP_DISPATCH, 0, COMBINE, ALL) \
+    X(BW, D_H_ACT, d_h_act, ACT, "Mf", SWIGLU, NUM, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS, ROW) \
+    X(BW, D_W_DOWN, d_w_down, F32, "Efd", ALWAYS, DW, GEMM, DL__UP(H_ACT) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, DL__UP(X_SORTED) | DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, EXPERTS, EXPERT) \
+    X(BW, D_H_GATE, d_h_gate, ACT, "Mf", GATE, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0, EXPERTS, EACH) \
+    X(BW, D_H_UP, d_h_up, ACT, "Mf", SWIGLU, NUM, ELEM, DL__UP(H_GATE) | DL__UP(H_UP) | DL__UP(D_H_ACT), 0, EXPERTS, EACH) \
+    X(BW, D_X_SORTED, d_x_sorted, ACT, "Md", ALWAYS, NUM, GEMM, DL__UP(D_H_GATE) | DL__UP(D_H_UP) | DL__UP_DISPATCH, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, EXPERTS, ROW) \
+    X(BW, D_W_GATE, d_w_gate, F32, "Edf", GATE, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0, EXPERTS, EXPERT) \
+    X(BW, D_W_UP, d_w_up, F32, "Edf", SWIGLU, DW, GEMM, DL__UP(X_SORTED) | DL__UP(D_H_UP) | DL__UP_DISPATCH, 0, EXPERTS, EXPERT) \
+    X(BW, D_B_DOWN, d_b_down, F32, "Ed", FFN_BIAS, DW, GEMM, DL__UP(D_Y_SORTED) | DL__UP_DISPATCH, 0, EXPERTS, EXPERT) \
+    X(BW, D_B_GATE, d_b_gate, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_GATE) | DL__UP_DISPATCH, 0, EXPERTS, EXPERT) \
+    X(BW, D_B_UP, d_b_up, F32, "Ef", FFN_BIAS, DW, GEMM, DL__UP(D_H_UP) | DL__UP_DISPATCH, 0, EXPERTS, EXPERT) \
+    X(BW, D_ROUTER_SCORES, d_router_scores, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_TOPK_WEIGHTS) | DL__UP(D_X_SORTED) | DL__UP_DISPATCH, 0, ROUTER, ALL) \
+    X(BW, D_ROUTER_LOGITS, d_router_logits, F32, "TR", ALWAYS, NUM, ELEM, DL__UP(ROUTER_SCORES) | DL__UP(D_ROUTER_SCORES), 0, ROUTER, ROW) \
+    X(BW, D_ROUTER_WEIGHT, d_router_weight, F32, "dR", ALWAYS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER, ALL) \
+    X(BW, D_ROUTER_BIAS, d_router_bias, F32, "R", ROUTER_BIAS, NUM, GEMM, DL__UP(D_ROUTER_LOGITS), 0, ROUTER, ALL) \
+    X(BW, D_SHARED_GATE, d_shared_gate, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_Y) | DL__UP(SHARED_GATE), 0, COMBINE, ALL) \
+    X(BW, D_SHARED_GATE_LOGIT, d_shared_gate_logit, F32, "T", SHARED_GATE, NUM, ELEM, DL__UP(SHARED_GATE) | DL__UP(D_SHARED_GATE), 0, ROUTER, EACH) \
+    X(BW, D_SHARED_GATE_WEIGHT, d_shared_gate_weight, F32, "d", SHARED_GATE, NUM, GEMM, DL__UP(D_SHARED_GATE_LOGIT), 0, ROUTER, ALL) \
+    X(BW, D_SHARED_Y, d_shared_y, ACT, "Td", SHARED, NUM, ELEM, DL__UP(SHARED_GATE), 0, COMBINE, ALL) \
+    X(BW, D_SHARED_H_ACT, d_shared_h_act, ACT, "TS", SHARED, NUM, GEMM, DL__UP(D_SHARED_Y), 0, EXPERTS, ROW) \
+    X(BW, D_SHARED_W_DOWN, d_shared_w_down, F32, "Sd", SHARED, NUM, GEMM, DL__UP(SHARED_H_ACT) | DL__UP(D_SHARED_Y), 0, EXPERTS, ALL) \
+    X(BW, D_SHARED_H_GATE, d_shared_h_gate, ACT, "TS", SHARED_GATED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS, EACH) \
+    X(BW, D_SHARED_H_UP, d_shared_h_up, ACT, "TS", SHARED, NUM, ELEM, DL__UP(SHARED_H_GATE) | DL__UP(SHARED_H_UP) | DL__UP(D_SHARED_H_ACT), 0, EXPERTS, EACH) \
+    X(BW, D_SHARED_W_GATE, d_shared_w_gate, F32, "dS", SHARED_GATED, NUM, GEMM, DL__UP(D_SHARED_H_GATE), 0, EXPERTS, ALL) \
+    X(BW, D_SHARED_W_UP, d_shared_w_up, F32, "dS", SHARED, NUM, GEMM, DL__UP(D_SHARED_H_UP), 0, EXPERTS, ALL) \
+    X(BW, D_X, d_x, ACT, "Td", ALWAYS, END, ELEM, DL__UP(D_X_SORTED) | DL__UP(ROUTER_SCORES) | DL__UP(TOPK_IDS) | DL__UP(D_ROUTER_LOGITS) | DL__UP_DISPATCH | DL__UP(D_SHARED_H_GATE) | DL__UP(D_SHARED_H_UP) | DL__UP(D_SHARED_GATE_LOGIT), 0, COMBINE, ALL)
 
 /* The row's enumerator, for FW and BW rows only. */
 #define DL__VALUE_ENUM_IN(E)

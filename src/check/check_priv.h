@@ -76,7 +76,24 @@ typedef struct {
      * what such a value feeds) propagates linearly, never by root sum of
      * squares */
     int coherent;
+    /* reuse.c: the units (elements, rows, experts) of exact recomputed on
+     * a changed upstream, the rest the golden's; -1: recomputed whole */
+    int64_t reused;
 } dl__ck_stage_t;
+
+/* reuse.c: the compact upstream of the last partial recomputation, kept
+ * for the next stage when it reads the same arrays in the same units. */
+typedef struct {
+    int stage, shape, elem;
+    int64_t nchg, units;
+    uint8_t *chg; /* the changed units' mask it was gathered by */
+    dl_valueset_t floats;
+    const void *on[DL_VALUE_COUNT]; /* the effective arrays gathered */
+    float *arr[DL_VALUE_COUNT];     /* their changed units, compact (in buf) */
+#define DL__CK_REUSE_BUFS (DL_VALUE_COUNT + 4)
+    float *buf[DL__CK_REUSE_BUFS];  /* reuse.c's buffers, the run's memory */
+    int64_t cap[DL__CK_REUSE_BUFS];
+} dl__ck_reuse_t;
 
 typedef struct dl__ck dl__ck_t;
 #define DL__CK_POOL 32 /* arrays a run keeps for reuse (dl__ck_give) */
@@ -87,7 +104,10 @@ typedef struct dl__ck dl__ck_t;
  * propagation's product, an absent stage's propagated error. */
 enum {
     DL__CK_SCR_A, DL__CK_SCR_B, DL__CK_SCR_B2, DL__CK_SCR_RA, DL__CK_SCR_RB, DL__CK_SCR_M,
-    DL__CK_SCR_TMP, DL__CK_SCR_P, DL__CK_SCRATCH
+    DL__CK_SCR_TMP, DL__CK_SCR_P,
+    /* binary32 magnitudes for dl__ck_m_up (float arrays in these slots) */
+    DL__CK_SCR_FA, DL__CK_SCR_FB, DL__CK_SCR_FB2, DL__CK_SCR_FC,
+    DL__CK_SCRATCH
 };
 /* The second chained level (chain.c: dl__ck_chained_second), which the
  * stage walk calls on a FAIL where it is set: 1 when it turned r into a
@@ -153,6 +173,7 @@ struct dl__ck {
     void *pool[DL__CK_POOL];
     size_t pool_bytes[DL__CK_POOL];
     int n_pool;
+    dl__ck_reuse_t reuse; /* reuse.c */
 };
 
 /* result.c */
@@ -234,6 +255,54 @@ typedef struct {
 } dl__ck_mop_t;
 int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
                   double *out);
+/* An upper bound of dl__ck_m_bulk's exact M (or propagation, x as there)
+ * for the fused checks' bounds (absent_delta, prop.c): a grouped
+ * provider's blocks in binary32 (sgemm, about twice dgemm's speed) where
+ * the operands' range rules out overflow and underflow, inflated by
+ * 1 + 2 (K + 4) 2^-24 for the roundings of a sum of K nonnegative
+ * products (any order); elsewhere dl__ck_m_bulk itself. */
+int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
+                double *out);
+/* 1: dl__ck_m_up and dl__ck_hypot_up take the binary64 path of before
+ * (dl__ck_m_bulk, hypot): tests compare the two paths' reports. */
+extern int dl__ck_f64_bounds;
+/* sqrt(a^2 + b^2) rounded up (an upper bound, not hypot's nearest); a, b
+ * >= 0 (inline: the absent stages' statistical tier takes one per
+ * element). */
+static inline double dl__ck_hypot_up(double a, double b)
+{
+    /* a^2, b^2, their sum and the root each err by at most u = 2^-53
+     * relative where nothing under- or overflows (both in [2^-450, 2^450]
+     * or zero), so the computed root is >= exact (1 - u)^3 and the factor
+     * 1 + 2^-50 > (1 - u)^-3 (1 + u) makes it an upper bound; outside
+     * that range the float after hypot's (which errs by less than an ulp) */
+    const double h = a > b ? a : b, l = a > b ? b : a;
+    if (l == 0.0)
+        return h;
+    if (dl__ck_f64_bounds)
+        return hypot(a, b);
+    if (!(h <= 0x1p450 && l >= 0x1p-450)) /* hypot errs by less than an ulp */
+        return nextafter(hypot(a, b), INFINITY);
+    return sqrt(a * a + b * b) * (1.0 + 0x1p-50);
+}
+/* How the comparison obtains M of the elements that differ (tol.c;
+ * tolerances.md, "M of a compared element"): DL__CK_M_PRUNED brackets M
+ * and takes dl__ck_m_elem only where a bracket leaves a figure open;
+ * DL__CK_M_EXACT, the reference, takes it for every element that differs
+ * (DROPLESS_CHECK_M=exact in the environment does too); DL__CK_M_MUTANT
+ * prunes with an upper end too small (a negative control for the tests).
+ * dl__ck_m_mode -1 (the default): from the environment. The figures of
+ * the first two are bitwise the same. */
+enum { DL__CK_M_PRUNED, DL__CK_M_EXACT, DL__CK_M_MUTANT };
+extern int dl__ck_m_mode;
+/* What the comparisons took since these were last zeroed: blocks by path
+ * (0 per element, 1 norms' brackets, 2 bulk brackets; only the last two
+ * counted), elements differing in bracketed blocks, and the exact M
+ * those took. */
+typedef struct {
+    int64_t blocks[3], diff, exact;
+} dl__ck_m_stats_t;
+extern dl__ck_m_stats_t dl__ck_m_stats;
 /* Scratch slot's array of at least n doubles, owned by ck (contents not
  * kept between calls), or NULL on no memory. */
 double *dl__ck_scratch(dl__ck_t *ck, int slot, int64_t n);
@@ -286,6 +355,14 @@ int dl__ck_zero_drops(dl__ck_t *ck);
 #define DL__CK_PART_EXPERTS 2
 #define DL__CK_PART_COMBINE 3
 
+/* What an element of a value depends on, the reuse column of
+ * DL_VALUE_MAP (values.h); DL__CK_REUSE_##reuse maps a row's column. */
+#define DL__CK_REUSE_NONE 0
+#define DL__CK_REUSE_ALL 1
+#define DL__CK_REUSE_EACH 2
+#define DL__CK_REUSE_ROW 3
+#define DL__CK_REUSE_EXPERT 4
+
 /* desc.c: one descriptor per stage value. */
 #define DL__CK_COPY 1u      /* a permutation of an input: compared bitwise */
 #define DL__CK_DW 2u        /* a weight gradient: empty experts' rows must be zero */
@@ -308,6 +385,7 @@ typedef struct {
     int (*prop)(const dl__vctx_t *v, const float *g, int64_t numel, double *out);
     int prop_gemm;
     int part; /* the part column: DL__CK_PART_* */
+    int reuse; /* the reuse column: DL__CK_REUSE_* */
 } dl__ck_desc_t;
 const dl__ck_desc_t *dl__ck_desc(dl_value_t s);
 /* Why descriptor d (of a value stored as store) describes no check, or
@@ -349,6 +427,24 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
  * propagated): within that bound r becomes a WARN saying so (1), else r
  * stays (0); or an error. */
 int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
+
+/* reuse.c: stage s's exact value into x (numel floats) as the golden's
+ * with only the units its reuse column says a changed upstream reaches
+ * recomputed, by its own exact function on compact copies: 1 when done,
+ * 0 when it does not apply (the caller recomputes the whole), or an error. */
+int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x);
+/* The tests' switch (only tests set it; 0 in a run): mode FULL recomputes
+ * whole as before this path existed, MUTANT reuses the first changed unit
+ * (a defect the tests must catch); seen, where set, is called with each
+ * recomputed exact value. */
+#define DL__CK_REUSE_TEST_FULL 1
+#define DL__CK_REUSE_TEST_MUTANT 2
+typedef struct {
+    int mode;
+    void (*seen)(void *ctx, const dl__ck_t *ck, dl_value_t s, const float *exact);
+    void *ctx;
+} dl__ck_reuse_test_t;
+extern dl__ck_reuse_test_t dl__ck_reuse_test;
 
 /* stage.c */
 int dl__ck_stages(dl__ck_t *ck);

@@ -2,8 +2,10 @@
  * (dropless/values.h): what it is a function of (up, up_plain), how it is
  * judged (check), and the functions beside its stage that give its exact
  * value on the effective upstream, the scale M of its rounding error and
- * the propagation of an absent upstream's error (stages_priv.h), and the
- * part of the layer a per-part profile names it by (part). Nothing
+ * the propagation of an absent upstream's error (stages_priv.h), the
+ * part of the layer a per-part profile names it by (part), and what its
+ * elements depend on (reuse: how much of it a changed upstream makes the
+ * runner recompute, reuse.c). Nothing
  * here lists a value by hand, so none can be left out: a row without its
  * functions does not link, and a row whose columns do not describe a check
  * stops the runner before it judges anything (dl__ck_table_check). The
@@ -27,14 +29,14 @@
 #define PROP_ELEM(nm) dl__prop_##nm, 0
 #define PROP_GEMM(nm) NULL, 1
 #define PROP_NONE(nm) NULL, 0
-#define DESC_IN(nm, ck, pr, up, plain, part)
-#define DESC_AUX(nm, ck, pr, up, plain, part)
-#define DESC_FW(nm, ck, pr, up, plain, part) \
-    {up, plain, FNS_##ck(nm), PROP_##pr(nm), DL__CK_PART_##part},
-#define DESC_BW(nm, ck, pr, up, plain, part) DESC_FW(nm, ck, pr, up, plain, part)
+#define DESC_IN(nm, ck, pr, up, plain, part, reuse)
+#define DESC_AUX(nm, ck, pr, up, plain, part, reuse)
+#define DESC_FW(nm, ck, pr, up, plain, part, reuse) \
+    {up, plain, FNS_##ck(nm), PROP_##pr(nm), DL__CK_PART_##part, DL__CK_REUSE_##reuse},
+#define DESC_BW(nm, ck, pr, up, plain, part, reuse) DESC_FW(nm, ck, pr, up, plain, part, reuse)
 /* every column by name: a row that lacks one does not build */
-#define DESC(g, E, nm, st, dims, cond, ck, pr, up, plain, part) \
-    DESC_##g(nm, ck, pr, up, plain, part)
+#define DESC(g, E, nm, st, dims, cond, ck, pr, up, plain, part, reuse) \
+    DESC_##g(nm, ck, pr, up, plain, part, reuse)
 /* in dl_value_t order: the map's FW and BW rows */
 static const dl__ck_desc_t table[] = {DL_VALUE_MAP(DESC)};
 _Static_assert(sizeof table / sizeof *table == DL_VALUE_COUNT,
@@ -52,6 +54,10 @@ const char *dl__ck_desc_gap(const dl__ck_desc_t *d, dl_store_t store)
         return "it has upstream values but its prop column is NONE";
     if (d->exact && !(d->flags & DL__CK_COPY) && d->part == DL__CK_PART_NONE)
         return "it is judged within a tolerance but its part column is NONE (no profile part)";
+    if (d->exact && d->reuse == DL__CK_REUSE_NONE)
+        return "its exact value is recomputed but its reuse column is NONE (use ALL)";
+    if (!d->exact && d->reuse != DL__CK_REUSE_NONE)
+        return "its reuse column names a shape but nothing recomputes it (use NONE)";
     return NULL;
 }
 

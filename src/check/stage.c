@@ -195,7 +195,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
         if (!(M = dl__ck_scratch(ck, DL__CK_SCR_M, n)))
             return DL_ENOMEM;
-        if ((rc = dl__ck_m_bulk(ck, cmp.mp, cmp.rows, NULL, M)))
+        if ((rc = dl__ck_m_up(ck, cmp.mp, cmp.rows, NULL, M)))
             return rc;
     }
     const float *g = ck->st[s].exact;
@@ -227,8 +227,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
                 /* the statistical tier: its own error and the propagated
                  * one are independent (root sum of squares) unless coherent */
                 dl[i] = warn != DL__TIER_STAT || ck->st[s].coherent ? own + pr
-                        : pr == 0.0                                  ? fabs(own) /* hypot(x, 0) */
-                                                                     : hypot(own, pr);
+                                                                     : dl__ck_hypot_up(fabs(own), pr);
             }
         }
         ck->st[s].delta[warn] = dl;
@@ -400,9 +399,13 @@ static int exact_value(dl__ck_t *ck, dl_value_t s)
         float *x = dl__ck_take(ck, n, sizeof *x, 1);
         if (!x)
             return DL_ENOMEM;
-        int rc = dl__ck_exact(ck, s, x);
-        if (rc)
+        /* where parts of the upstream are the golden's, so are the parts
+         * of s that depend only on them (reuse.c); else all of it */
+        int rc = dl__ck_exact_reuse(ck, s, x);
+        if (rc < 0 || (rc == 0 && (rc = dl__ck_exact(ck, s, x))))
             return rc;
+        if (dl__ck_reuse_test.seen)
+            dl__ck_reuse_test.seen(dl__ck_reuse_test.ctx, ck, s, x);
         ck->st[s].exact = x;
         ck->st[s].recomputed = ck->st[s].exact_owned = 1;
     }

@@ -21,6 +21,19 @@ _Static_assert(FLT_EVAL_METHOD == 0, "dropless needs FLT_EVAL_METHOD == 0 (SSE2 
 #define DL__UNLIKELY(x) (x)
 #endif
 
+/* Vector clones of a hot loop where the compiler and CPU allow it (the
+ * clones do the same IEEE operations: the build has -ffp-contract=off). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DL__VEC_CLONES
+#endif
+#ifdef __GNUC__
+#define DL__ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define DL__ALWAYS_INLINE static inline
+#endif
+
 __extension__ typedef unsigned __int128 dl__u128;
 
 /* Interval certification: the exact value is known to lie within
@@ -82,6 +95,12 @@ double dl__exp_parts(double x, double xl, int *k);
 int dl__sigmoid(double x, dl_dtype_t t, double *out);
 int dl__silu_mul(double g, double u, dl_dtype_t t, double *out);
 int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out);
+/* Over arrays (out may be g, u or dh, element for element): which
+ * DL__ACT_H out = silu(g) u, DL__ACT_DU silu(g) dh, DL__ACT_DG silu'(g) dh u
+ * (the scalar functions' results, bit for bit; a vector fast path for the
+ * common lanes). Returns 0 or the scalar functions' error. */
+int dl__silu_array(int which, const float *g, const float *u, const float *dh, int64_t n,
+                   dl_dtype_t t, float *out);
 
 /* The activations of act.c, correctly rounded to t (the stages' types
  * fp32, bf16, fp16; DL_F64 only where the interval path resolves it):

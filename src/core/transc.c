@@ -8,6 +8,7 @@
 #include "config.h"
 #include <math.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <mpfr.h>
 #include "core/core_priv.h"
 
@@ -413,6 +414,182 @@ int dl__dsilu_mul(double g, double p, dl_dtype_t t, double *out)
     }
     silu_ctx_t c = {g, p};
     return dl__ziv_locked(dsilu_eval, &c, t, out);
+}
+
+/* ------------------------------------------- SiLU products over arrays
+ *
+ * dl__silu_mul and dl__dsilu_mul element by element cost a call, a branch
+ * per case, ldexp/ilogb calls and two dl_round calls per element. Most
+ * elements take one path: |g| < 42, nonzero operands, a result that is a
+ * normal number of t. For those lanes the loops below do the same binary64
+ * operations as the scalar functions, branch-free so that they vectorise,
+ * and certify in the same way, so a decided lane holds exactly the
+ * scalar's result; every other lane (NaN in the block) goes through the
+ * scalar function. The operations are the same because:
+ *   - E = exp(-|g|) is y 2^k with k >= -61 for |g| < 42: the scalar's
+ *     ldexp(y, k), here y times 2^k built from k's bits;
+ *   - for g < 0 the scalar computes m = (a y) / (1 + E) (or (p y) / (1 +
+ *     E)^2 and the rest of dl__dsilu_mul's terms) and certifies m, err
+ *     scaled by 2^k; here the same operations on a E = a y 2^k. Scaling by
+ *     a power of two commutes with each rounding while no operand leaves
+ *     binary64's normal range: |a|, |p| >= 2^-298 (products of two nonzero
+ *     floats), 2^k >= 2^-61, (1 + E)^2 <= 4, and a nonzero F = (1 + g) + E
+ *     is a multiple of 2^-55 (for g in (-2, -1/2): 1 + g a multiple of
+ *     2^-24, E in (0.13, 0.61) of 2^-55, and the sum exact; |F| > 1/2
+ *     elsewhere), so every product stays above 2^-500;
+ *   - certify_scaled with k < 0 calls dl__certify on the scaled pair
+ *     unless the value is below 2^-199 (then it is no normal of t and the
+ *     lane falls back here too).
+ * cert_lane is dl__certify (ends widened by one double ulp, both rounded,
+ * equal) for ends that are normal numbers of t, rounding by the bits as
+ * dl_round does there. Both arms of every select are computed first: with
+ * trapping math (the default) GCC does not if-convert a floating-point
+ * operation inside an arm, and the loop would not vectorise (so the
+ * lanes' results are doubles: a conversion to float is such an operation). */
+
+enum { LANES = 256 }; /* elements per block: the block's results live on the stack */
+
+DL__ALWAYS_INLINE uint64_t dbits(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, 8);
+    return b;
+}
+
+DL__ALWAYS_INLINE double dof(uint64_t b)
+{
+    double x;
+    memcpy(&x, &b, 8);
+    return x;
+}
+
+/* dl__certify(y, err, t) where both widened ends are normal numbers of t
+ * below its overflow threshold; NaN otherwise (undecided or out of range). */
+DL__ALWAYS_INLINE double cert_lane(double y, double err, dl_dtype_t t)
+{
+    const int s = t == DL_F32 ? 29 : t == DL_BF16 ? 45 : 42; /* 53 - p */
+    const uint64_t lo_norm = t == DL_F16 ? UINT64_C(0x3f10000000000000)  /* 2^-14 */
+                                         : UINT64_C(0x3810000000000000); /* 2^-126 */
+    const uint64_t inf_at = t == DL_F16 ? UINT64_C(0x40f0000000000000)   /* 2^16 */
+                                        : UINT64_C(0x47f0000000000000);  /* 2^128 */
+    const uint64_t half = (UINT64_C(1) << (s - 1)) - 1, keep = ~((UINT64_C(1) << s) - 1);
+    const double a = fabs(y);
+    /* |lo| and |hi| of dl__certify: next_down/next_up of a -+ err in magnitude */
+    const uint64_t ml = dbits(a - err) - 1, mh = dbits(a + err) + 1;
+    const uint64_t rl = (ml + half + ((ml >> s) & 1)) & keep;
+    const uint64_t rh = (mh + half + ((mh >> s) & 1)) & keep;
+    const int ok = (rl == rh) & (ml >= lo_norm) & (ml < inf_at) & (rl < inf_at) & (a - err > 0);
+    const double r = dof(rl | (dbits(y) & (UINT64_C(1) << 63)));
+    return ok ? r : NAN;
+}
+
+/* E = exp(-|g|) = dl__exp_parts(-|g|, 0)'s y times 2^k, for |g| < 42 (the
+ * same operations; 2^k from k's bits by the 1.5 2^52 trick) */
+DL__ALWAYS_INLINE double exp_neg_lane(double ag)
+{
+    const double x = -ag;
+    /* floor(v) (vector floor does not vectorise under trapping math):
+     * (v + 1.5 2^52) - 1.5 2^52 rounds v to an integer, exactly for |v| <
+     * 2^51, then one step down where that went up */
+    const double v = x * INV_LN2 + 0.5, rv = (v + 0x1.8p52) - 0x1.8p52;
+    const double kd = rv - (rv > v ? 1.0 : 0.0);
+    const double hi = x - kd * LN2_HI;
+    const double lo = kd * LN2_LO;
+    const double r = (hi - lo) + 0.0;
+    /* dl__exp_parts' Horner loop, written out (a loop inside the lane loop
+     * keeps it from vectorising) */
+    double p = C[14];
+    p = C[13] + r * p, p = C[12] + r * p, p = C[11] + r * p, p = C[10] + r * p;
+    p = C[9] + r * p, p = C[8] + r * p, p = C[7] + r * p, p = C[6] + r * p;
+    p = C[5] + r * p, p = C[4] + r * p, p = C[3] + r * p, p = C[2] + r * p;
+    p = C[1] + r * p, p = C[0] + r * p;
+    const uint64_t k = dbits(kd + 0x1.8p52) - UINT64_C(0x4338000000000000); /* kd, two's complement */
+    return p * dof((k + 1023) << 52);
+}
+
+/* silu(g) m: dl__silu_mul's |g| < 42 branch */
+DL__ALWAYS_INLINE double silu_lane(float gf, float mf, dl_dtype_t t)
+{
+    const double g = gf, a = g * (double)mf, ag = fabs(g);
+    const double e = exp_neg_lane(ag) /* any value for |g| >= 42: the lane is not used */;
+    const double ae = a * e, h = (g > 0 ? a : ae) / (1.0 + e);
+    const double o = cert_lane(h, fabs(h) * 0x1p-48, t);
+    return (gf != 0.0f) & (mf != 0.0f) & (ag < 42) ? o : NAN;
+}
+
+/* silu'(g) dh u: dl__dsilu_mul's 0 < |g| < 42 branches, p = dh u exact */
+DL__ALWAYS_INLINE double dsilu_lane(float gf, float uf, float dhf, dl_dtype_t t)
+{
+    const double g = gf, p = (double)dhf * uf, ag = fabs(g);
+    const double e = exp_neg_lane(ag) /* any value for |g| >= 42: the lane is not used */;
+    const double d1 = 1.0 + e;
+    /* g > 0 */
+    const double num = 1.0 + e * (1.0 + g);
+    const double rp = (p * num) / (d1 * d1);
+    const double errp = fabs(rp) * 0x1p-47;
+    /* g < 0 (scaled by 2^k) */
+    const double f1 = 1.0 + g, f = f1 + e;
+    const double bf = ((fabs(f1) + fabs(f)) * 0x1p-53 + e * 0x1p-49 + fabs(f) * 0x1p-900) * 1.01;
+    const double m = (p * e) / (d1 * d1);
+    const double rn = m * f;
+    const double errn = (fabs(m) * (0x1p-46 * (fabs(f) + bf) + bf) + fabs(rn) * 0x1p-53) * 1.01;
+    const double op = cert_lane(rp, errp, t), on = cert_lane(rn, errn, t);
+    const double o = g > 0 ? op : on;
+    return (gf != 0.0f) & (p != 0.0) & (ag < 42) ? o : NAN;
+}
+
+/* One block of at most LANES elements, t a constant (always inlined) */
+DL__ALWAYS_INLINE void silu_block_t(int which, const float *g, const float *u, const float *dh,
+                                    int n, dl_dtype_t t, double *o)
+{
+    if (which == DL__ACT_DG) {
+#pragma omp simd
+        for (int i = 0; i < n; i++)
+            o[i] = dsilu_lane(g[i], u[i], dh[i], t);
+    } else {
+        const float *m = which == DL__ACT_H ? u : dh;
+#pragma omp simd
+        for (int i = 0; i < n; i++)
+            o[i] = silu_lane(g[i], m[i], t);
+    }
+}
+
+DL__VEC_CLONES
+static void silu_block(int which, const float *g, const float *u, const float *dh, int n,
+                       dl_dtype_t t, double *o)
+{
+    if (t == DL_F32)
+        silu_block_t(which, g, u, dh, n, DL_F32, o);
+    else if (t == DL_BF16)
+        silu_block_t(which, g, u, dh, n, DL_BF16, o);
+    else
+        silu_block_t(which, g, u, dh, n, DL_F16, o);
+}
+
+int dl__silu_array(int which, const float *g, const float *u, const float *dh, int64_t n,
+                   dl_dtype_t t, float *out)
+{
+    double blk[LANES];
+    int rc = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += LANES) {
+        const int nb = n - i0 < LANES ? (int)(n - i0) : LANES;
+        if (t == DL_F64) /* only the scalar functions handle binary64 */
+            for (int i = 0; i < nb; i++)
+                blk[i] = NAN;
+        else
+            silu_block(which, g + i0, u + i0, dh ? dh + i0 : NULL, nb, t, blk);
+        for (int i = 0; i < nb; i++) {
+            const int64_t j = i0 + i;
+            double r = blk[i];
+            if (blk[i] != blk[i]) { /* undecided or another branch: the scalar function */
+                int e = which == DL__ACT_DG ? dl__dsilu_mul(g[j], (double)dh[j] * u[j], t, &r)
+                                            : dl__silu_mul(g[j], which == DL__ACT_H ? u[j] : dh[j], t, &r);
+                rc = e ? e : rc;
+            }
+            out[j] = (float)r;
+        }
+    }
+    return rc;
 }
 
 /* ------------------------------------------------------------- softmax */

@@ -15,7 +15,7 @@
 #define UP_AUX(up, plain)
 #define UP_FW(up, plain) {up, plain},
 #define UP_BW(up, plain) {up, plain},
-#define UP_ROW(g, E, n, st, dims, cond, check, prop, up, plain, part) UP_##g(up, plain)
+#define UP_ROW(g, E, n, st, dims, cond, check, prop, up, plain, ...) UP_##g(up, plain)
 static const dl_valueset_t value_up[DL_VALUE_COUNT][2] = {DL_VALUE_MAP(UP_ROW)};
 
 static dl_valueset_t deps(int s, int hidden)

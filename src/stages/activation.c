@@ -41,9 +41,33 @@ static int act_args(const dl_moe_config_t *c, int64_t n)
 
 /* which: DL__ACT_H (dh unused), DL__ACT_DG or DL__ACT_DU, over n elements
  * of type t; kind 0 is SiLU (transc.c's kernels) */
+/* SiLU: dl__silu_array's vector path, over chunks of independent outputs */
+static int silu_loop(dl_dtype_t t, int which, const float *g, const float *u, const float *dh,
+                     int64_t n, float *out)
+{
+    enum { CHUNK = 4096 };
+    int rc = 0;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int64_t c = 0; c < (n + CHUNK - 1) / CHUNK; c++) {
+        const int64_t i0 = c * CHUNK, m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        int e = dl__silu_array(which, g + i0, u + i0, dh ? dh + i0 : NULL, m, t, out + i0);
+        if (e) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            rc = e;
+        }
+    }
+    return rc;
+}
+
 static int act_loop(int kind, double alpha, double limit, dl_dtype_t t, int which,
                     const float *g, const float *u, const float *dh, int64_t n, float *out)
 {
+    if (!kind)
+        return silu_loop(t, which, g, u, dh, n, out);
     int rc = 0;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
@@ -51,12 +75,7 @@ static int act_loop(int kind, double alpha, double limit, dl_dtype_t t, int whic
     for (int64_t i = 0; i < n; i++) {
         double r = 0.0;
         int e;
-        if (kind)
-            e = dl__act_eval(kind, alpha, limit, which, g[i], u[i], dh ? dh[i] : 0.0, t, &r);
-        else if (which == DL__ACT_DG)
-            e = dl__dsilu_mul(g[i], (double)dh[i] * u[i], t, &r); /* the product is exact */
-        else
-            e = dl__silu_mul(g[i], which == DL__ACT_H ? u[i] : dh[i], t, &r);
+        e = dl__act_eval(kind, alpha, limit, which, g[i], u[i], dh ? dh[i] : 0.0, t, &r);
         if (e) {
 #ifdef _OPENMP
 #pragma omp atomic write
