@@ -16,14 +16,17 @@
 
 /* ------------------------------------------- M in binary32 against MPFR */
 
-enum { V_NORMAL, V_WIDE, V_ROUNDS_DOWN, V_SUBNORMAL, V_HUGE, V_ZEROS, V_KINDS };
+enum { V_NORMAL, V_WIDE, V_ROUNDS_DOWN, V_SUBNORMAL, V_HUGE, V_ZEROS, V_UNDERFLOW, V_KINDS };
 
 /* One operand element of kind v (i: its index in its array, lhs: 1 for
  * the left operand). V_ROUNDS_DOWN: every product after the first of a
  * dot is 1 + just under half an ulp below the running sum (fp32 loses
  * each one); V_SUBNORMAL: products that underflow in binary32 (the
  * absolute term covers them); V_HUGE: products that overflow it (the
- * binary64 path must be taken). */
+ * binary64 path must be taken); V_UNDERFLOW: every product of every dot
+ * just under 2^-150, so binary32 rounds each to 0 and the sum is 0: only
+ * the absolute term keeps the result above the exact sum (V_SUBNORMAL's
+ * tiny products sit beside normal ones, which the relative part covers). */
 static float elem(dl_test_rng_t *r, int v, int64_t i, int lhs)
 {
     const double z = dl_test_normal(r);
@@ -38,6 +41,8 @@ static float elem(dl_test_rng_t *r, int v, int64_t i, int lhs)
         return i % 7 == 0 ? 1e30f : (float)z;
     case V_ZEROS:
         return i % 3 ? 0.0f : (float)z;
+    case V_UNDERFLOW: /* 2^-75 times 2^-75 (1 - a little): below the midpoint 2^-150 */
+        return lhs ? 0x1p-75f : (float)(0x1p-75 * (1.0 - (double)(1 + dl_test_next(r) % 255) * 0x1p-20));
     default:
         return (float)z;
     }

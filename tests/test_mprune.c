@@ -308,6 +308,43 @@ START_TEST(env_switch)
 }
 END_TEST
 
+/* A tie between an element whose M is 0 (its rhs column all zero) and an
+ * earlier one of the same row whose M is too small to move its bound: the
+ * two ratios are bitwise equal, and the first index must stay the worst
+ * on the pruned path too (an M = 0 element judged at once, ahead of the
+ * row's waiting ones, took the tie: the review of 2026-12-02 d). */
+START_TEST(tie_with_zero_m)
+{
+    syn_t s;
+    build(&s, 39); /* grouped, one term (KN), bf16 output, few-ulp candidates */
+    const int64_t N = s.cmp.cols, K = s.mp.terms[0].K, j1 = 60, j2 = 70;
+    float *w = (float *)s.mp.terms[0].rhs; /* expert 0's [K, N] */
+    for (int64_t k = 0; k < K; k++) {
+        w[k * N + j1] = 0x1p-60f; /* M of row 0 at j1: about 2^-54, no weight in a bound near 2^-7 */
+        w[k * N + j2] = 0.0f;
+    }
+    for (int64_t q = s.off[0]; q < s.off[1]; q++)
+        for (int64_t j = j1; j <= j2; j += j2 - j1) /* the columns changed: candidates equal */
+            s.cand[q * N + j] = s.exact[q * N + j] = (float)dl_round(dot(&s, q, j), s.cmp.t);
+    /* every candidate exact but rows 0-2 of group 0, a few ulps off (enough
+     * elements differ for the norms' bracket to be taken, none near the tie) */
+    for (int64_t i = 0; i < s.cmp.rows * N; i++)
+        s.cand[i] = i < 3 * N ? (float)dl_round(s.exact[i] * (1.0 + 0x1p-7), s.cmp.t) : s.exact[i];
+    s.exact[j1] = s.exact[j2] = 1.0f; /* row 0: the same g, the same error, larger than any other */
+    s.cand[j1] = s.cand[j2] = 1.5f;
+    out_t ref, pr;
+    run_mode(&s, DL__CK_M_EXACT, &ref);
+    memset(&dl__ck_m_stats, 0, sizeof dl__ck_m_stats);
+    run_mode(&s, DL__CK_M_PRUNED, &pr);
+    ck_assert_int_gt(dl__ck_m_stats.blocks[MB_NORMS_T], 0);
+    ck_assert_int_eq(ref.res.worst_index, j1);
+    ck_assert_int_eq(pr.res.worst_index, j1);
+    ck_assert(same(&s, &ref, &pr));
+    free_out(&ref), free_out(&pr);
+    destroy(&s);
+}
+END_TEST
+
 /* The negative control: pruning with the upper end of M halved (MB_NORMS
  * and MB_BULK alike) changes some variant's figures, so the equality
  * above can fail. */
@@ -335,6 +372,7 @@ int main(void)
     const dl_test_t tests[] = {
         DL_TEST_LOOP("pruned M", "equals exact M", pruned_equals_exact, 0, 48, 120),
         DL_TEST("pruned M", "equals exact M", env_switch, 60),
+        DL_TEST("pruned M", "equals exact M", tie_with_zero_m, 60),
         DL_TEST("pruned M", "negative control", mutant_is_caught, 120),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);

@@ -906,7 +906,12 @@ static inline int compare_elem(rowctx_t *x, int64_t j, int final, rowstat_t *s, 
     }
     double lo, hi, bl[3], bh[3];
     if (x->br->kind == MB_NORMS && (m_bracket(x->br, x->r, j, &lo, &hi), hi == 0.0)) {
-        judge_exact(x, idx, c, g, err, 0.0, s, bad); /* M = 0: [0, 0] holds nothing else */
+        /* M = 0 ([0, 0] holds nothing else), but judged in index order
+         * with the row's waiting elements: an earlier one that ties with
+         * it must stay the worst, as on the reference path */
+        if (!final)
+            return 1;
+        judge_exact(x, idx, c, g, err, 0.0, s, bad);
         return 0;
     }
     const int bulk = x->br->kind == MB_BULK;
