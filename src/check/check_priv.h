@@ -433,6 +433,10 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
  * recomputed, by its own exact function on compact copies: 1 when done,
  * 0 when it does not apply (the caller recomputes the whole), or an error. */
 int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x);
+/* 1 when the dispatch the runner uses is the golden's (the same effective
+ * topk_ids, no missing row): only then do the golden's sorted-row and
+ * expert values line up with the candidate's rows (stage.c). */
+int dl__ck_golden_dispatch(const dl__ck_t *ck);
 /* The tests' switch (only tests set it; 0 in a run): mode FULL recomputes
  * whole as before this path existed, MUTANT reuses the first changed unit
  * (a defect the tests must catch); seen, where set, is called with each

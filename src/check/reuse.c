@@ -19,9 +19,9 @@
  * element's bits do not depend on which other rows are in the call. Valid
  * only where the element's whole dependency is the golden's: the inputs
  * and the configuration are (the runner judges against the golden's), the
- * dispatch must be for sorted-row and expert values (golden_dispatch), the
- * zero experts' identity tail (rows outside every group) is left to the
- * whole recomputation, and every upstream float value must have the
+ * dispatch must be for sorted-row and expert values
+ * (dl__ck_golden_dispatch, stage.c), the zero experts' identity tail
+ * (rows outside every group) is left to the whole recomputation, and every upstream float value must have the
  * golden's counterpart in its layout; otherwise 0 is returned and the
  * caller recomputes everything. */
 #include "config.h"
@@ -55,13 +55,6 @@ typedef struct {
     int grouped;          /* rows are sorted rows: the call takes compact group offsets */
 } plan_t;
 
-/* 1 when the dispatch the runner uses is the golden's (stage.c's rule). */
-static int dispatch_golden(const dl__ck_t *ck)
-{
-    const void *e = ck->st[DL_VALUE_TOPK_IDS].eff, *g = ck->st[DL_VALUE_TOPK_IDS].gold;
-    return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
-}
-
 /* Whether stage s can be recomputed in part, and how (*p). */
 static int make_plan(const dl__ck_t *ck, dl_value_t s, dl_valueset_t up, plan_t *p)
 {
@@ -71,7 +64,7 @@ static int make_plan(const dl__ck_t *ck, dl_value_t s, dl_valueset_t up, plan_t 
     if (p->shape < DL__CK_REUSE_EACH || !ck->st[s].gold || ck->st[s].numel <= 0)
         return 0;
     const char lead = p->shape == DL__CK_REUSE_EXPERT ? 'M' : dims[0];
-    if (dims[0] != 'T' && (!dispatch_golden(ck) || ck->c->route.zero_experts > 0))
+    if (dims[0] != 'T' && (!dl__ck_golden_dispatch(ck) || ck->c->route.zero_experts > 0))
         return 0;
     dl__vctx_t v = {0};
     p->elem = p->shape == DL__CK_REUSE_EACH;
@@ -81,7 +74,7 @@ static int make_plan(const dl__ck_t *ck, dl_value_t s, dl_valueset_t up, plan_t 
         if (!((up >> u) & 1))
             continue;
         if (dl_value_store((dl_value_t)u) > DL_STORE_F32) { /* ids and the dispatch */
-            if (!dispatch_golden(ck))
+            if (!dl__ck_golden_dispatch(ck))
                 return 0;
             continue;
         }

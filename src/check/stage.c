@@ -255,7 +255,7 @@ static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
 
 /* 1 if the dispatch the runner uses is the golden's: only then do the
  * golden's upstream arrays line up with the candidate's rows. */
-static int golden_dispatch(const dl__ck_t *ck)
+int dl__ck_golden_dispatch(const dl__ck_t *ck)
 {
     const void *e = ck->st[DL_VALUE_TOPK_IDS].eff, *g = ck->st[DL_VALUE_TOPK_IDS].gold;
     return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
@@ -273,7 +273,7 @@ static int against_golden_upstream(dl__ck_t *ck, dl_value_t s, const float *cg, 
     for (int u = 0; u < DL_VALUE_COUNT; u++)
         differs |= ((up >> u) & 1) && !ck->st[u].eff_golden;
     if (r->verdict <= DL_VERDICT_PASS || !ck->st[s].gold || (!differs && !ck->st[s].prop_used) ||
-        !golden_dispatch(ck))
+        !dl__ck_golden_dispatch(ck))
         return 0;
     const void *save[DL_VALUE_COUNT];
     for (int u = 0; u < DL_VALUE_COUNT; u++) {
