@@ -435,7 +435,7 @@ int dl__ck_chained_second(dl__ck_t *ck, dl_value_t s, dl_check_result_t *r);
 int dl__ck_exact_reuse(dl__ck_t *ck, dl_value_t s, float *x);
 /* 1 when the dispatch the runner uses is the golden's (the same effective
  * topk_ids, no missing row): only then do the golden's sorted-row and
- * expert values line up with the candidate's rows (stage.c). */
+ * expert values line up with the candidate's rows (reuse.c). */
 int dl__ck_golden_dispatch(const dl__ck_t *ck);
 /* The tests' switch (only tests set it; 0 in a run): mode FULL recomputes
  * whole as before this path existed, MUTANT reuses the first changed unit

@@ -20,7 +20,7 @@
  * only where the element's whole dependency is the golden's: the inputs
  * and the configuration are (the runner judges against the golden's), the
  * dispatch must be for sorted-row and expert values
- * (dl__ck_golden_dispatch, stage.c), the zero experts' identity tail
+ * (dl__ck_golden_dispatch), the zero experts' identity tail
  * (rows outside every group) is left to the whole recomputation, and every upstream float value must have the
  * golden's counterpart in its layout; otherwise 0 is returned and the
  * caller recomputes everything. */
@@ -54,6 +54,14 @@ typedef struct {
     dl_valueset_t floats; /* the upstream float values */
     int grouped;          /* rows are sorted rows: the call takes compact group offsets */
 } plan_t;
+
+/* 1 if the dispatch the runner uses is the golden's: only then do the
+ * golden's upstream arrays line up with the candidate's rows. */
+int dl__ck_golden_dispatch(const dl__ck_t *ck)
+{
+    const void *e = ck->st[DL_VALUE_TOPK_IDS].eff, *g = ck->st[DL_VALUE_TOPK_IDS].gold;
+    return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
+}
 
 /* Whether stage s can be recomputed in part, and how (*p). */
 static int make_plan(const dl__ck_t *ck, dl_value_t s, dl_valueset_t up, plan_t *p)

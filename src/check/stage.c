@@ -253,14 +253,6 @@ static int add_propagation(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp)
     return 0;
 }
 
-/* 1 if the dispatch the runner uses is the golden's: only then do the
- * golden's upstream arrays line up with the candidate's rows. */
-int dl__ck_golden_dispatch(const dl__ck_t *ck)
-{
-    const void *e = ck->st[DL_VALUE_TOPK_IDS].eff, *g = ck->st[DL_VALUE_TOPK_IDS].gold;
-    return e && g && !memcmp(e, g, (size_t)ck->M * sizeof(int32_t)) && !ck->row_missing;
-}
-
 /* Judges stage s once more, on the golden's upstream: the candidate may
  * have computed it from golden inputs (a stage-by-stage harness) and its
  * upstream stages separately. Where that judgement is better, it replaces
