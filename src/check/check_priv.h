@@ -421,6 +421,13 @@ dl_dtype_t dl__ck_stage_type(const dl__ck_t *ck, dl_value_t s);
  * upstream stage carries an error. cmp is the stage's comparison setup. */
 int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, int keep,
                      double **out);
+/* dl__ck_propagate's sums into p (numel[s] doubles, zeroed here when an
+ * upstream carries an error), without the first-order slack: the caller
+ * multiplies by DL__CK_PROP_SLACK (absent_delta, in its bound loop).
+ * Returns 1 if anything was propagated, 0 if nothing (p untouched), or
+ * an error. */
+#define DL__CK_PROP_SLACK (1.0 + 0x1p-20)
+int dl__ck_propagate_into(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double *p);
 
 /* chain.c: a stage that FAILs on the candidate's own upstream, judged as
  * the candidate's only stage (the exact inputs, absent upstream error

@@ -93,10 +93,9 @@ static int prop_elem(dl__ck_t *ck, dl_value_t s, int warn, double *out)
     return dl__ck_desc(s)->prop(&v, ck->st[s].exact, ck->st[s].numel, out);
 }
 
-int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, int keep,
-                     double **out)
+/* 1 if an upstream of s carries an error in this tier. */
+static int prop_has(dl__ck_t *ck, dl_value_t s, int warn)
 {
-    *out = NULL;
     const dl_valueset_t up = dl__ck_upstream(ck, s);
     int has = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
@@ -104,15 +103,15 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     if (!has && ck->c->route.zero_experts > 0) /* the identity tail's own upstream */
         has = (s == DL_VALUE_D_X_SORTED && ck->st[DL_VALUE_D_Y_SORTED].delta[warn]) ||
               (s == DL_VALUE_Y_SORTED && ck->st[DL_VALUE_X_SORTED].delta[warn]);
-    if (!has)
+    return has;
+}
+
+int dl__ck_propagate_into(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, double *p)
+{
+    if (!prop_has(ck, s, warn))
         return 0;
     const int64_t n = ck->st[s].numel;
-    double *p = keep ? dl__ck_alloc(ck, n, sizeof *p) /* zeroed */
-                     : dl__ck_scratch(ck, DL__CK_SCR_P, n);
-    if (!p)
-        return DL_ENOMEM;
-    if (!keep)
-        memset(p, 0, (size_t)(n > 0 ? n : 1) * sizeof *p);
+    memset(p, 0, (size_t)(n > 0 ? n : 1) * sizeof *p);
     int any = 0, rc = 0;
     if (dl__ck_desc(s)->prop)
         any = prop_elem(ck, s, warn, p);
@@ -122,11 +121,27 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     if (rc < 0)
         return rc;
     any |= identity_tail(ck, s, warn, p);
-    /* first order: the neglected terms are O(delta^2); a relative 2^-20
+    return any != 0;
+}
+
+int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn, int keep,
+                     double **out)
+{
+    *out = NULL;
+    const int64_t n = ck->st[s].numel;
+    if (!prop_has(ck, s, warn))
+        return 0;
+    double *p = keep ? dl__ck_alloc(ck, n, sizeof *p) : dl__ck_scratch(ck, DL__CK_SCR_P, n);
+    if (!p)
+        return DL_ENOMEM;
+    const int any = dl__ck_propagate_into(ck, s, cmp, warn, p);
+    if (any < 0)
+        return any;
+    /* first order: the neglected terms are O(delta^2); DL__CK_PROP_SLACK
      * covers them and the binary64 evaluation of the sums */
 #pragma omp parallel for schedule(static) if (any && n > DL__PAR_MIN)
     for (int64_t i = 0; i < (any ? n : 0); i++)
-        p[i] *= 1.0 + 0x1p-20;
+        p[i] *= DL__CK_PROP_SLACK;
     *out = any ? p : NULL;
     return 0;
 }

@@ -180,9 +180,116 @@ int dl__ck_setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     return setup_cmp(ck, s, cmp, mp);
 }
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__AD_CLONES                                                                          \
+    __attribute__((target_clones("avx512f", "avx2", "default"),                                \
+                   optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno")))
+#else
+#define DL__AD_CLONES
+#endif
+enum { BCHUNK = 256 };
+
+/* dl__ck_bound_at of n elements at M m, into own: bitwise its value (the
+ * same IEEE operations in the same order, straight-line so that the
+ * compiler vectorises it; the clones compute the same operations). Its
+ * branches become selects of values computed on both sides: the
+ * statistical tier's ulp is dl__ck_ulp's, from top's exponent bits (top
+ * finite and >= 0 where it is taken: 2^(e-1) for top in [2^(e-1), 2^e),
+ * floored at 2^emin = lo, times hs = 2^(1-p), all exact), fmin of two
+ * values that are not NaN a select. */
+DL__AD_CLONES static void own_bounds(const dl__ck_bc_t *restrict bc, double hs, double lo, int n,
+                                     const float *restrict g, const double *restrict m,
+                                     double *restrict own)
+{
+    const double nu = bc->nu, f2 = bc->f2, c0 = bc->eta, kt = bc->kt, kap = bc->kap;
+    const double uo = bc->uo, kw = bc->kw;
+    const int stat = bc->stat;
+    for (int j = 0; j < n; j++) {
+        const double ag = fabs((double)g[j]), M = m[j];
+        const double b0 = nu * ag * f2 + c0 + kt;
+        const double top = ag * f2 + kw * M;
+        uint64_t u;
+        memcpy(&u, &top, sizeof u);
+        u &= 0x7ff0000000000000u;
+        double e2;
+        memcpy(&e2, &u, sizeof e2);
+        const double half = 0.5 * ((e2 > lo ? e2 : lo) * hs), ut = uo * top, alt = uo * ag * f2;
+        const double r = fabs(top) <= 0x1.fffffffffffffp1023 ? (ut < half ? ut : half) : alt;
+        const double bs = b0 + r;
+        const double b = stat ? bs : b0, bk = b + kap * M;
+        own[j] = M != 0.0 ? bk : b;
+    }
+}
+
+/* own + pr (pr the propagated error in dl times the first-order slack)
+ * into dl: the PASS/WARN tiers and a coherent statistical tier. */
+DL__AD_CLONES static void add_own(int n, const double *restrict own, double *restrict dl)
+{
+    for (int j = 0; j < n; j++)
+        dl[j] = own[j] + dl[j] * DL__CK_PROP_SLACK;
+}
+
+/* dl__ck_hypot_up(|own|, pr) for pr as add_own's (or 0: !any), into res:
+ * the sums of squares here, straight-line, the roots (a libm call each)
+ * after; 1 where an element leaves the fast path's range (the caller
+ * takes dl__ck_hypot_up itself then). */
+DL__AD_CLONES static int rss_sums(int n, const double *restrict own, const double *restrict dl,
+                                  double *restrict res, double *restrict hv)
+{
+    int off = 0;
+    for (int j = 0; j < n; j++) {
+        const double a = fabs(own[j]), b = dl[j] * DL__CK_PROP_SLACK;
+        const double h = a > b ? a : b, l = a > b ? b : a, ss = a * a + b * b;
+        /* !(h <= 2^450 && l >= 2^-450), NaN included, as a value */
+        off |= (l != 0.0) & ((h > 0x1p450) | (l < 0x1p-450) | (h != h) | (l != l));
+        hv[j] = l == 0.0 ? h : -1.0; /* >= 0: the root is h itself */
+        res[j] = ss;
+    }
+    return off;
+}
+
+static int rss_own(int n, const double *own, const double *dl, int any, double *res)
+{
+    static const double zero[BCHUNK];
+    double hv[BCHUNK];
+    if (rss_sums(n, own, any ? dl : zero, res, hv))
+        return 1;
+    for (int j = 0; j < n; j++)
+        res[j] = hv[j] >= 0.0 ? hv[j] : sqrt(res[j]) * (1.0 + 0x1p-50);
+    return 0;
+}
+
+/* One row of an absent stage's deltas of one tier: its own bound at g and
+ * m (NULL: M = |g|) plus the propagated error already in dl (any), as
+ * dl__ck_bound_at and dl__ck_hypot_up give them, chunk by chunk. */
+static void row_deltas(const dl__ck_bc_t *bc, int64_t n, const float *g, const double *m,
+                       double *dl, int any, int rss)
+{
+    const double hs = ldexp(1.0, 1 - dl_dtype_precision(bc->t)), lo = bc->eta / hs;
+    double own[BCHUNK], buf[BCHUNK];
+    for (int64_t j0 = 0; j0 < n; j0 += BCHUNK) {
+        const int c = n - j0 < BCHUNK ? (int)(n - j0) : BCHUNK;
+        if (!m)
+            for (int j = 0; j < c; j++)
+                buf[j] = fabs((double)g[j0 + j]);
+        own_bounds(bc, hs, lo, c, g + j0, m ? m + j0 : buf, own);
+        if (!rss && any) {
+            add_own(c, own, dl + j0);
+        } else if (!rss) {
+            memcpy(dl + j0, own, (size_t)c * sizeof *own);
+        } else if (!rss_own(c, own, dl + j0, any, buf) && !dl__ck_f64_bounds) {
+            memcpy(dl + j0, buf, (size_t)c * sizeof *buf);
+        } else {
+            for (int j = 0; j < c; j++)
+                dl[j0 + j] = dl__ck_hypot_up(fabs(own[j]), any ? dl[j0 + j] * DL__CK_PROP_SLACK : 0.0);
+        }
+    }
+}
+
 /* An absent stage a provided one depends on: the bound on the error of the
  * candidate's hidden value, per element, its own PASS/WARN bound at the
- * exact value plus what its own absent upstream propagates. */
+ * exact value plus what its own absent upstream propagates (written into
+ * the delta array itself, then the bound added in one pass). */
 static int absent_delta(dl__ck_t *ck, dl_value_t s)
 {
     dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .exact = ck->st[s].exact};
@@ -190,13 +297,17 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     int rc = setup_cmp(ck, s, &cmp, &mp);
     if (rc)
         return rc;
-    const int64_t n = ck->st[s].numel;
-    double *M = NULL; /* bulk M in scratch (the propagations below use other slots) */
+    const int64_t n = ck->st[s].numel, nrc = cmp.rows * cmp.cols;
+    const double *M = NULL; /* bulk M in scratch (the propagations below use other slots) */
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
-        if (!(M = dl__ck_scratch(ck, DL__CK_SCR_M, n)))
+        double *m = dl__ck_scratch(ck, DL__CK_SCR_M, n);
+        if (!m)
             return DL_ENOMEM;
-        if ((rc = dl__ck_m_up(ck, cmp.mp, cmp.rows, NULL, M)))
+        if ((rc = dl__ck_m_up(ck, cmp.mp, cmp.rows, NULL, m)))
             return rc;
+        M = m;
+    } else if (cmp.mp && cmp.mp->kind == DL__M_ARRAY) {
+        M = cmp.mp->arr;
     }
     const float *g = ck->st[s].exact;
     /* coherent: its own operands rounded to the input grid, or fed by a
@@ -208,27 +319,27 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
             ((up >> u) & 1) && ck->st[u].delta[DL__TIER_STAT] && ck->st[u].coherent;
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers && !rc; warn++) {
-        double *p, *dl = NULL;
-        if ((rc = dl__ck_propagate(ck, s, &cmp, warn, 0, &p)) ||
-            !(dl = dl__ck_take(ck, n, sizeof *dl, cmp.rows * cmp.cols != n))) {
-            rc = rc ? rc : DL_ENOMEM;
+        double *dl = dl__ck_take(ck, n, sizeof *dl, nrc != n);
+        const int any = dl ? dl__ck_propagate_into(ck, s, &cmp, warn, dl) : DL_ENOMEM;
+        if (any < 0) {
+            rc = any;
             break;
         }
+        if (any && nrc != n) /* the elements no row holds stay 0 */
+            memset(dl + nrc, 0, (size_t)(n - nrc) * sizeof *dl);
+        /* the statistical tier: its own error and the propagated one are
+         * independent (root sum of squares) unless coherent */
+        const int rss = warn == DL__TIER_STAT && !ck->st[s].coherent;
+        dl__ck_bc_t bc0;
+        if (!cmp.row_K)
+            dl__ck_bound_coef(ck, &cmp, cmp.K, warn, &bc0);
 #pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t r = 0; r < cmp.rows; r++) {
-            const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
-            dl__ck_bc_t bc;
-            dl__ck_bound_coef(ck, &cmp, K, warn, &bc);
-            for (int64_t j = 0; j < cmp.cols; j++) {
-                const int64_t i = r * cmp.cols + j;
-                const double m = !cmp.mp ? fabs((double)g[i])
-                                 : cmp.mp->kind == DL__M_ARRAY ? cmp.mp->arr[i] : M[i];
-                const double own = dl__ck_bound_at(&bc, g[i], m), pr = p ? p[i] : 0.0;
-                /* the statistical tier: its own error and the propagated
-                 * one are independent (root sum of squares) unless coherent */
-                dl[i] = warn != DL__TIER_STAT || ck->st[s].coherent ? own + pr
-                                                                     : dl__ck_hypot_up(fabs(own), pr);
-            }
+            dl__ck_bc_t bc = bc0;
+            if (cmp.row_K)
+                dl__ck_bound_coef(ck, &cmp, cmp.row_K[r], warn, &bc);
+            row_deltas(&bc, cmp.cols, g + r * cmp.cols, M ? M + r * cmp.cols : NULL,
+                       dl + r * cmp.cols, any, rss);
         }
         ck->st[s].delta[warn] = dl;
     }
