@@ -263,6 +263,19 @@ int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__c
  * products (any order); elsewhere dl__ck_m_bulk itself. */
 int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
                 double *out);
+/* Vector clones of the absent stages' straight-line loops (stage.c,
+ * tol.c's binary32 magnitudes): the clones compute the same IEEE
+ * operations (-ffp-contract=off), so their values are bitwise the
+ * scalar ones. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL__CK_VEC                                                                             \
+    __attribute__((target_clones("avx512f", "avx2", "default"),                                \
+                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define DL__CK_VEC
+#endif
+/* Elements per call of such a loop inside a parallel loop over chunks. */
+#define DL__CK_VCHUNK 4096
 /* 1: dl__ck_m_up and dl__ck_hypot_up take the binary64 path of before
  * (dl__ck_m_bulk, hypot): tests compare the two paths' reports. */
 extern int dl__ck_f64_bounds;

@@ -28,6 +28,13 @@ static int delta_of(const dl__ck_t *ck, const void *p, int warn)
     return -1;
 }
 
+/* out += t on [i0, i1) (vectorised). */
+DL__CK_VEC static void add_to(int64_t i0, int64_t i1, const double *restrict t, double *restrict out)
+{
+    for (int64_t i = i0; i < i1; i++)
+        out[i] += t[i];
+}
+
 /* GEMM stages: out += |other operand| * delta, one magnitude GEMM per
  * operand that carries a delta; in the statistical tier, for an operand
  * whose errors are independent across its elements, the root sum of
@@ -54,13 +61,22 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
             sub.terms[0] = mp->terms[o];
             x.which = 0;
         }
-        double *tmp = dl__ck_scratch(ck, DL__CK_SCR_TMP, n);
+        /* out is all +0 before the first operand (0 + t = t for t >= 0):
+         * that one goes into out itself */
+        double *tmp = *any ? dl__ck_scratch(ck, DL__CK_SCR_TMP, n) : out;
         int rc = tmp ? dl__ck_m_up(ck, &sub, cmp->rows, &x, tmp) : DL_ENOMEM;
         if (rc)
             return rc;
+        const int64_t nc = (n + DL__CK_VCHUNK - 1) / DL__CK_VCHUNK;
 #pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            out[i] += rss ? sqrt(tmp[i]) : tmp[i];
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
+            if (rss)
+                for (int64_t i = i0; i < i1; i++)
+                    out[i] = tmp == out ? sqrt(tmp[i]) : out[i] + sqrt(tmp[i]);
+            else if (tmp != out)
+                add_to(i0, i1, tmp, out);
+        }
         *any = 1;
     }
     return 0;

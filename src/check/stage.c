@@ -180,13 +180,6 @@ int dl__ck_setup_cmp(dl__ck_t *ck, dl_value_t s, dl__cmp_t *cmp, dl__mprov_t *mp
     return setup_cmp(ck, s, cmp, mp);
 }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define DL__AD_CLONES                                                                          \
-    __attribute__((target_clones("avx512f", "avx2", "default"),                                \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic", "no-math-errno")))
-#else
-#define DL__AD_CLONES
-#endif
 enum { BCHUNK = 256 };
 
 /* dl__ck_bound_at of n elements at M m, into own: bitwise its value (the
@@ -197,7 +190,7 @@ enum { BCHUNK = 256 };
  * finite and >= 0 where it is taken: 2^(e-1) for top in [2^(e-1), 2^e),
  * floored at 2^emin = lo, times hs = 2^(1-p), all exact), fmin of two
  * values that are not NaN a select. */
-DL__AD_CLONES static void own_bounds(const dl__ck_bc_t *restrict bc, double hs, double lo, int n,
+DL__CK_VEC static void own_bounds(const dl__ck_bc_t *restrict bc, double hs, double lo, int n,
                                      const float *restrict g, const double *restrict m,
                                      double *restrict own)
 {
@@ -223,7 +216,7 @@ DL__AD_CLONES static void own_bounds(const dl__ck_bc_t *restrict bc, double hs, 
 
 /* own + pr (pr the propagated error in dl times the first-order slack)
  * into dl: the PASS/WARN tiers and a coherent statistical tier. */
-DL__AD_CLONES static void add_own(int n, const double *restrict own, double *restrict dl)
+DL__CK_VEC static void add_own(int n, const double *restrict own, double *restrict dl)
 {
     for (int j = 0; j < n; j++)
         dl[j] = own[j] + dl[j] * DL__CK_PROP_SLACK;
@@ -233,7 +226,7 @@ DL__AD_CLONES static void add_own(int n, const double *restrict own, double *res
  * the sums of squares here, straight-line, the roots (a libm call each)
  * after; 1 where an element leaves the fast path's range (the caller
  * takes dl__ck_hypot_up itself then). */
-DL__AD_CLONES static int rss_sums(int n, const double *restrict own, const double *restrict dl,
+DL__CK_VEC static int rss_sums(int n, const double *restrict own, const double *restrict dl,
                                   double *restrict res, double *restrict hv)
 {
     int off = 0;

@@ -491,11 +491,40 @@ static inline float up32f(double x)
     return v.f;
 }
 
+/* The four kinds of binary32 magnitudes (magf_block), on [i0, i1):
+ * straight-line loops the compiler vectorises (an OpenMP region's own
+ * body does not: its shared operands go through a struct). */
+DL__CK_VEC static void magf_abs(int64_t i0, int64_t i1, const float *restrict s, float *restrict d)
+{
+    for (int64_t i = i0; i < i1; i++)
+        d[i] = fabsf(s[i]);
+}
+
+DL__CK_VEC static void magf_sq(int64_t i0, int64_t i1, const float *restrict s, float *restrict d)
+{
+    for (int64_t i = i0; i < i1; i++)
+        d[i] = up32f((double)s[i] * (double)s[i]);
+}
+
+DL__CK_VEC static void magf_dabs(int64_t i0, int64_t i1, const double *restrict s,
+                                 float *restrict d)
+{
+    for (int64_t i = i0; i < i1; i++)
+        d[i] = up32f(fabs(s[i]));
+}
+
+DL__CK_VEC static void magf_dsq(int64_t i0, int64_t i1, const double *restrict s,
+                                float *restrict d)
+{
+    for (int64_t i = i0; i < i1; i++)
+        d[i] = up32f(s[i] * s[i]);
+}
+
 /* An operand's magnitudes as binary32 into float scratch slot: |x| of
  * floats, their squares rounded up (sq), or a delta (double) rounded up
  * to binary32, or its square so rounded: the operands mag_block gives
- * dgemm (each is a float value there), stored as floats. One loop per
- * kind, each branch-free (they vectorise). */
+ * dgemm (each is a float value there), stored as floats; in parallel
+ * over chunks. */
 static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
                                int64_t n, int sq)
 {
@@ -503,28 +532,26 @@ static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const d
     if (!d)
         return NULL;
     ck->scr_src[slot] = NULL;
-    if (!dsrc && !sq) {
+    const int64_t nc = (n + DL__CK_VCHUNK - 1) / DL__CK_VCHUNK;
 #pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = fabsf(src[i]);
-    } else if (!dsrc) {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = up32f((double)src[i] * (double)src[i]);
-    } else if (!sq) {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = up32f(fabs(dsrc[i]));
-    } else {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
-        for (int64_t i = 0; i < n; i++)
-            d[i] = up32f(dsrc[i] * dsrc[i]);
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
+        if (!dsrc && !sq)
+            magf_abs(i0, i1, src, d);
+        else if (!dsrc)
+            magf_sq(i0, i1, src, d);
+        else if (!sq)
+            magf_dabs(i0, i1, dsrc, d);
+        else
+            magf_dsq(i0, i1, dsrc, d);
     }
     return d;
 }
 
 /* magf_block of a whole stable operand (a weight: never a delta), kept
- * while the slot's tag names it (mag_whole's binary32 twin), + off. */
+ * while the slot's tag names it (mag_whole's binary32 twin), + off. (More
+ * slots, one per weight and kind, converted less but cost more fresh
+ * pages than the conversions they saved: measured, fusedck.) */
 static const float *magf_whole(dl__ck_t *ck, int slot, const float *base, int64_t whole,
                                int64_t off, int sq)
 {
@@ -536,6 +563,19 @@ static const float *magf_whole(dl__ck_t *ck, int slot, const float *base, int64_
         ck->scr_len[slot] = whole;
     }
     return (const float *)ck->scr[slot] + off;
+}
+
+/* out = C f + a on [i0, i1) (mf_block's bound); 0 where a C is not a
+ * finite float. */
+DL__CK_VEC static int inflate(int64_t i0, int64_t i1, const float *restrict C, double f, double a,
+                              double *restrict out)
+{
+    int ok = 1;
+    for (int64_t i = i0; i < i1; i++) {
+        ok &= C[i] <= 0x1.fffffep127f;
+        out[i] = (double)C[i] * f + a;
+    }
+    return ok;
 }
 
 /* m_block's grouped case in binary32 for rows [r0, r1) of one group, out
@@ -578,10 +618,11 @@ static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
     }
     const double f = 1.0 + 2.0 * (double)(Kt + 4) * 0x1p-24, a = (double)(Kt + 4) * 0x1p-148;
     int ok = 1; /* (an integer reduction: the elements are independent) */
-#pragma omp parallel for schedule(static) reduction(& : ok) if (R * N > DL__PAR_MIN)
-    for (int64_t i = 0; i < R * N; i++) {
-        ok &= C[i] <= 0x1.fffffep127f;
-        out[i] = (double)C[i] * f + a;
+    const int64_t n = R * N, nc = (n + DL__CK_VCHUNK - 1) / DL__CK_VCHUNK;
+#pragma omp parallel for schedule(static) reduction(& : ok) if (n > DL__PAR_MIN)
+    for (int64_t c = 0; c < nc; c++) {
+        const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
+        ok &= inflate(i0, i1, C, f, a, out);
     }
     return ok ? 0 : 1;
 }
