@@ -103,12 +103,12 @@ START_TEST(m_up_mpfr)
         mp.terms[t] = (dl_gemm_term_t){a, K, b, layout};
         store[2 * t] = a, store[2 * t + 1] = b;
     }
-    double *delta = NULL;
+    float *delta = NULL;
     dl__ck_mop_t xo = {0}, *x = NULL;
     if (withx) {
         delta = malloc((size_t)(rows * K0 + 1) * sizeof *delta);
-        for (int64_t i = 0; i < rows * K0; i++) /* not on the binary32 grid: rounded up */
-            delta[i] = fabs((double)mp.terms[0].lhs[i]) * (1.0 + 0x1p-30);
+        for (int64_t i = 0; i < rows * K0; i++) /* stored as the runner does: rounded up */
+            delta[i] = dl__ck_up32f(fabs((double)mp.terms[0].lhs[i]) * (1.0 + 0x1p-30));
         xo = (dl__ck_mop_t){.delta = delta, .which = 0, .sq = withx == 2};
         x = &xo;
     }

@@ -70,13 +70,13 @@ static int unrounded_upstream(dl__ck_t *ck, dl_value_t s, dl_check_result_t *x)
             continue;
         const float *c = ck->st[u].eff;
         const dl_dtype_t t = dl__ck_stage_type(ck, (dl_value_t)u);
-        double *d = dl__ck_alloc(ck, ck->st[u].numel, sizeof *d);
+        float *d = dl__ck_alloc(ck, ck->st[u].numel, sizeof *d);
         if (!d) {
             rc = DL_ENOMEM;
             break;
         }
-        for (int64_t i = 0; i < ck->st[u].numel; i++)
-            d[i] = 0.5 * dl__ck_ulp(c[i], t) * (1.0 + 0x1p-6);
+        for (int64_t i = 0; i < ck->st[u].numel; i++) /* a delta: binary32, rounded up */
+            d[i] = dl__ck_up32f(0.5 * dl__ck_ulp(c[i], t) * (1.0 + 0x1p-6));
         for (int w = 0; w < DL__TIERS; w++)
             ck->st[u].delta[w] = d;
         set |= DL_VALUE_BIT(u);

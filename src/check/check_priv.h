@@ -64,8 +64,9 @@ typedef struct {
     dl_dtype_t store;
     /* absent and upstream of a provided stage: per element, the PASS [0]
      * and WARN [1] bound on the error of the candidate's hidden value, and
-     * the statistical tier's scale [2] (NULL: none) */
-    double *delta[DL__TIERS];
+     * the statistical tier's scale [2] (NULL: none); binary32, each
+     * rounded up from its binary64 value (dl__ck_up32f) */
+    float *delta[DL__TIERS];
     int need;       /* its value is needed: the candidate's, or upstream of one */
     int track;      /* absent and upstream of a provided stage: its error is bounded */
     int recomputed; /* exact was recomputed, not the golden's */
@@ -250,7 +251,7 @@ double dl__ck_m_elem(const dl__mprov_t *mp, int64_t row, int64_t col);
  * (ragged); sq: the delta and the other operand squared (the statistical
  * tier's root sum of squares). */
 typedef struct {
-    const double *delta;
+    const float *delta;
     int which, sq;
 } dl__ck_mop_t;
 int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_mop_t *x,
@@ -276,6 +277,30 @@ int dl__ck_m_up(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__ck_
 #endif
 /* Elements per call of such a loop inside a parallel loop over chunks. */
 #define DL__CK_VCHUNK 4096
+/* x >= 0 (or NaN) rounded up to binary32: RN's float, stepped to the
+ * next one up by its bits where it fell below x (a positive float's bits
+ * + 1 are the next float up; FLT_MAX + 1 is +inf; +inf and NaN stay).
+ * An upper bound stays one: the deltas are stored so (tests/test_fusedck.c
+ * checks it against binary64 on random and boundary values). */
+static inline float dl__ck_up32f(double x)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = (float)x};
+    v.u += (double)v.f < x;
+    return v.f;
+}
+/* stage.c: one row of n elements of an absent stage's deltas of one tier
+ * (bound coefficients bc): dl__ck_bound_at(bc, g, M) (m NULL: M = |g|)
+ * plus the propagated error p (NULL: none) times DL__CK_PROP_SLACK, or
+ * with rss their dl__ck_hypot_up, evaluated in binary64 (bitwise those
+ * functions' values) and stored rounded up to binary32 (dl__ck_up32f).
+ * dl__ck_delta_mutant 1 stores the float below instead (a negative
+ * control for tests/test_fusedck.c). */
+void dl__ck_row_deltas(const dl__ck_bc_t *bc, int64_t n, const float *g, const double *m,
+                       const double *p, float *dl, int rss);
+extern int dl__ck_delta_mutant;
 /* 1: dl__ck_m_up and dl__ck_hypot_up take the binary64 path of before
  * (dl__ck_m_bulk, hypot): tests compare the two paths' reports. */
 extern int dl__ck_f64_bounds;

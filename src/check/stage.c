@@ -214,24 +214,33 @@ DL__CK_VEC static void own_bounds(const dl__ck_bc_t *restrict bc, double hs, dou
     }
 }
 
-/* own + pr (pr the propagated error in dl times the first-order slack)
- * into dl: the PASS/WARN tiers and a coherent statistical tier. */
-DL__CK_VEC static void add_own(int n, const double *restrict own, double *restrict dl)
+/* own + pr (pr the propagated error p times the first-order slack), the
+ * PASS/WARN tiers' and a coherent statistical tier's delta, rounded up
+ * to binary32 into dl. */
+DL__CK_VEC static void add_own(int n, const double *restrict own, const double *restrict p,
+                               float *restrict dl)
 {
     for (int j = 0; j < n; j++)
-        dl[j] = own[j] + dl[j] * DL__CK_PROP_SLACK;
+        dl[j] = dl__ck_up32f(own[j] + p[j] * DL__CK_PROP_SLACK);
 }
 
-/* dl__ck_hypot_up(|own|, pr) for pr as add_own's (or 0: !any), into res:
+/* x (>= 0) rounded up to binary32 into dl. */
+DL__CK_VEC static void put_up(int n, const double *restrict x, float *restrict dl)
+{
+    for (int j = 0; j < n; j++)
+        dl[j] = dl__ck_up32f(x[j]);
+}
+
+/* dl__ck_hypot_up(|own|, pr) for pr as add_own's (p NULL: 0), into res:
  * the sums of squares here, straight-line, the roots (a libm call each)
  * after; 1 where an element leaves the fast path's range (the caller
  * takes dl__ck_hypot_up itself then). */
-DL__CK_VEC static int rss_sums(int n, const double *restrict own, const double *restrict dl,
-                                  double *restrict res, double *restrict hv)
+DL__CK_VEC static int rss_sums(int n, const double *restrict own, const double *restrict p,
+                               double *restrict res, double *restrict hv)
 {
     int off = 0;
     for (int j = 0; j < n; j++) {
-        const double a = fabs(own[j]), b = dl[j] * DL__CK_PROP_SLACK;
+        const double a = fabs(own[j]), b = p[j] * DL__CK_PROP_SLACK;
         const double h = a > b ? a : b, l = a > b ? b : a, ss = a * a + b * b;
         /* !(h <= 2^450 && l >= 2^-450), NaN included, as a value */
         off |= (l != 0.0) & ((h > 0x1p450) | (l < 0x1p-450) | (h != h) | (l != l));
@@ -241,11 +250,11 @@ DL__CK_VEC static int rss_sums(int n, const double *restrict own, const double *
     return off;
 }
 
-static int rss_own(int n, const double *own, const double *dl, int any, double *res)
+static int rss_own(int n, const double *own, const double *p, double *res)
 {
     static const double zero[BCHUNK];
     double hv[BCHUNK];
-    if (rss_sums(n, own, any ? dl : zero, res, hv))
+    if (dl__ck_f64_bounds || rss_sums(n, own, p ? p : zero, res, hv))
         return 1;
     for (int j = 0; j < n; j++)
         res[j] = hv[j] >= 0.0 ? hv[j] : sqrt(res[j]) * (1.0 + 0x1p-50);
@@ -253,36 +262,43 @@ static int rss_own(int n, const double *own, const double *dl, int any, double *
 }
 
 /* One row of an absent stage's deltas of one tier: its own bound at g and
- * m (NULL: M = |g|) plus the propagated error already in dl (any), as
- * dl__ck_bound_at and dl__ck_hypot_up give them, chunk by chunk. */
-static void row_deltas(const dl__ck_bc_t *bc, int64_t n, const float *g, const double *m,
-                       double *dl, int any, int rss)
+ * m (NULL: M = |g|) plus the propagated error p (NULL: none), as
+ * dl__ck_bound_at and dl__ck_hypot_up give them in binary64, chunk by
+ * chunk, stored rounded up to binary32 (an upper bound stays one). */
+int dl__ck_delta_mutant;
+
+void dl__ck_row_deltas(const dl__ck_bc_t *bc, int64_t n, const float *g, const double *m,
+                       const double *p, float *dl, int rss)
 {
     const double hs = ldexp(1.0, 1 - dl_dtype_precision(bc->t)), lo = bc->eta / hs;
     double own[BCHUNK], buf[BCHUNK];
     for (int64_t j0 = 0; j0 < n; j0 += BCHUNK) {
         const int c = n - j0 < BCHUNK ? (int)(n - j0) : BCHUNK;
+        const double *pj = p ? p + j0 : NULL;
         if (!m)
             for (int j = 0; j < c; j++)
                 buf[j] = fabs((double)g[j0 + j]);
         own_bounds(bc, hs, lo, c, g + j0, m ? m + j0 : buf, own);
-        if (!rss && any) {
-            add_own(c, own, dl + j0);
+        if (!rss && p) {
+            add_own(c, own, pj, dl + j0);
         } else if (!rss) {
-            memcpy(dl + j0, own, (size_t)c * sizeof *own);
-        } else if (!rss_own(c, own, dl + j0, any, buf) && !dl__ck_f64_bounds) {
-            memcpy(dl + j0, buf, (size_t)c * sizeof *buf);
+            put_up(c, own, dl + j0);
+        } else if (!rss_own(c, own, pj, buf)) {
+            put_up(c, buf, dl + j0);
         } else {
             for (int j = 0; j < c; j++)
-                dl[j0 + j] = dl__ck_hypot_up(fabs(own[j]), any ? dl[j0 + j] * DL__CK_PROP_SLACK : 0.0);
+                dl[j0 + j] = dl__ck_up32f(
+                    dl__ck_hypot_up(fabs(own[j]), pj ? pj[j] * DL__CK_PROP_SLACK : 0.0));
         }
+        for (int j = 0; dl__ck_delta_mutant && j < c; j++) /* the tests' negative control */
+            dl[j0 + j] = nextafterf(dl[j0 + j], 0.0f);
     }
 }
 
 /* An absent stage a provided one depends on: the bound on the error of the
  * candidate's hidden value, per element, its own PASS/WARN bound at the
- * exact value plus what its own absent upstream propagates (written into
- * the delta array itself, then the bound added in one pass). */
+ * exact value plus what its own absent upstream propagates (into scratch,
+ * then the bound added in one pass that stores the delta in binary32). */
 static int absent_delta(dl__ck_t *ck, dl_value_t s)
 {
     dl__cmp_t cmp = {.stage = s, .t = dl__ck_stage_type(ck, s), .exact = ck->st[s].exact};
@@ -290,7 +306,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
     int rc = setup_cmp(ck, s, &cmp, &mp);
     if (rc)
         return rc;
-    const int64_t n = ck->st[s].numel, nrc = cmp.rows * cmp.cols;
+    const int64_t n = ck->st[s].numel;
     const double *M = NULL; /* bulk M in scratch (the propagations below use other slots) */
     if (cmp.mp && cmp.mp->kind != DL__M_ARRAY && cmp.mp->kind != DL__M_ABS_G) {
         double *m = dl__ck_scratch(ck, DL__CK_SCR_M, n);
@@ -312,14 +328,13 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
             ((up >> u) & 1) && ck->st[u].delta[DL__TIER_STAT] && ck->st[u].coherent;
     const int tiers = ck->lambda > 0 ? DL__TIERS : DL__TIER_STAT;
     for (int warn = 0; warn < tiers && !rc; warn++) {
-        double *dl = dl__ck_take(ck, n, sizeof *dl, nrc != n);
-        const int any = dl ? dl__ck_propagate_into(ck, s, &cmp, warn, dl) : DL_ENOMEM;
+        double *p = dl__ck_scratch(ck, DL__CK_SCR_P, n);
+        float *dl = p ? dl__ck_take(ck, n, sizeof *dl, cmp.rows * cmp.cols != n) : NULL;
+        const int any = dl ? dl__ck_propagate_into(ck, s, &cmp, warn, p) : DL_ENOMEM;
         if (any < 0) {
             rc = any;
             break;
         }
-        if (any && nrc != n) /* the elements no row holds stay 0 */
-            memset(dl + nrc, 0, (size_t)(n - nrc) * sizeof *dl);
         /* the statistical tier: its own error and the propagated one are
          * independent (root sum of squares) unless coherent */
         const int rss = warn == DL__TIER_STAT && !ck->st[s].coherent;
@@ -331,8 +346,8 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
             dl__ck_bc_t bc = bc0;
             if (cmp.row_K)
                 dl__ck_bound_coef(ck, &cmp, cmp.row_K[r], warn, &bc);
-            row_deltas(&bc, cmp.cols, g + r * cmp.cols, M ? M + r * cmp.cols : NULL,
-                       dl + r * cmp.cols, any, rss);
+            const int64_t o = r * cmp.cols;
+            dl__ck_row_deltas(&bc, cmp.cols, g + o, M ? M + o : NULL, any ? p + o : NULL, dl + o, rss);
         }
         ck->st[s].delta[warn] = dl;
     }
@@ -637,7 +652,7 @@ static void release_deltas(dl__ck_t *ck, const int *last, int s)
         if (last[u] < s)
             for (int w = 0; w < DL__TIERS; w++)
                 if (ck->st[u].delta[w]) {
-                    dl__ck_give(ck, ck->st[u].delta[w], (size_t)ck->st[u].numel * sizeof(double));
+                    dl__ck_give(ck, ck->st[u].delta[w], (size_t)ck->st[u].numel * sizeof(float));
                     ck->st[u].delta[w] = NULL;
                 }
 }

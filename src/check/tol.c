@@ -346,7 +346,7 @@ static inline double up32(double x)
  * floats, their squares rounded up to binary32 (sq: the statistical tier's
  * root sum of squares), or a delta (double) rounded up to binary32, or its
  * square so rounded; one loop per kind (the first vectorises). */
-static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
+static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const float *dsrc,
                                int64_t n, int sq)
 {
     double *d = dl__ck_scratch(ck, slot, n);
@@ -364,7 +364,7 @@ static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const d
     } else {
 #pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            d[i] = fabs(up32(sq ? dsrc[i] * dsrc[i] : dsrc[i]));
+            d[i] = fabs(up32(sq ? (double)dsrc[i] * (double)dsrc[i] : (double)dsrc[i]));
     }
     return d;
 }
@@ -480,18 +480,7 @@ int dl__ck_m_bulk(dl__ck_t *ck, const dl__mprov_t *mp, int64_t rows, const dl__c
 
 /* ------------------------------------ M as a bound in binary32 (fused) */
 
-/* x >= 0 (or NaN) rounded up to binary32: up32 without its branch. */
-static inline float up32f(double x)
-{
-    union {
-        float f;
-        uint32_t u;
-    } v = {.f = (float)x};
-    v.u += (double)v.f < x;
-    return v.f;
-}
-
-/* The four kinds of binary32 magnitudes (magf_block), on [i0, i1):
+/* The two kinds of binary32 magnitudes (magf_block), on [i0, i1):
  * straight-line loops the compiler vectorises (an OpenMP region's own
  * body does not: its shared operands go through a struct). */
 DL__CK_VEC static void magf_abs(int64_t i0, int64_t i1, const float *restrict s, float *restrict d)
@@ -503,31 +492,20 @@ DL__CK_VEC static void magf_abs(int64_t i0, int64_t i1, const float *restrict s,
 DL__CK_VEC static void magf_sq(int64_t i0, int64_t i1, const float *restrict s, float *restrict d)
 {
     for (int64_t i = i0; i < i1; i++)
-        d[i] = up32f((double)s[i] * (double)s[i]);
-}
-
-DL__CK_VEC static void magf_dabs(int64_t i0, int64_t i1, const double *restrict s,
-                                 float *restrict d)
-{
-    for (int64_t i = i0; i < i1; i++)
-        d[i] = up32f(fabs(s[i]));
-}
-
-DL__CK_VEC static void magf_dsq(int64_t i0, int64_t i1, const double *restrict s,
-                                float *restrict d)
-{
-    for (int64_t i = i0; i < i1; i++)
-        d[i] = up32f(s[i] * s[i]);
+        d[i] = dl__ck_up32f((double)s[i] * (double)s[i]);
 }
 
 /* An operand's magnitudes as binary32 into float scratch slot: |x| of
- * floats, their squares rounded up (sq), or a delta (double) rounded up
- * to binary32, or its square so rounded: the operands mag_block gives
- * dgemm (each is a float value there), stored as floats; in parallel
- * over chunks. */
-static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const double *dsrc,
+ * floats or their squares rounded up (sq), the operands mag_block gives
+ * dgemm (each is a float value there); a delta (>= 0 or NaN, binary32
+ * already) is its own magnitude (no copy) and its square is rounded up
+ * as a float's; in parallel over chunks. */
+static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const float *dsrc,
                                int64_t n, int sq)
 {
+    if (dsrc && !sq)
+        return dsrc;
+    src = dsrc ? dsrc : src;
     float *d = (float *)dl__ck_scratch(ck, slot, n / 2 + 1);
     if (!d)
         return NULL;
@@ -536,14 +514,10 @@ static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const d
 #pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
     for (int64_t c = 0; c < nc; c++) {
         const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
-        if (!dsrc && !sq)
+        if (!sq)
             magf_abs(i0, i1, src, d);
-        else if (!dsrc)
-            magf_sq(i0, i1, src, d);
-        else if (!sq)
-            magf_dabs(i0, i1, dsrc, d);
         else
-            magf_dsq(i0, i1, dsrc, d);
+            magf_sq(i0, i1, src, d);
     }
     return d;
 }
@@ -985,13 +959,7 @@ static inline int diff_list(const dl__cmp_t *cmp, int64_t r, int64_t j0, int64_t
 }
 enum { CHUNK = 256 };
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define DL__CK_CLONES                                                                          \
-    __attribute__((target_clones("avx512f", "avx2", "default"),                                \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#else
-#define DL__CK_CLONES
-#endif
+#define DL__CK_CLONES DL__CK_VEC /* check_priv.h */
 
 /* The bounds of n elements at M mlo and mhi (bitwise bounds_at's where
  * the row's coefficients are shared), straight-line: the compiler

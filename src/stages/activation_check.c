@@ -96,7 +96,7 @@ static int variant_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int6
 static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int64_t n,
                         double *out)
 {
-    const double *dg = VD(o.g), *du = VD(o.u), *dd = which ? VD(o.dh) : NULL;
+    const float *dg = VD(o.g), *du = VD(o.u), *dd = which ? VD(o.dh) : NULL;
     const float *hg = VF(o.g), *hu = VF(o.u), *dh = which ? VF(o.dh) : NULL;
     if (!dg && !du && !dd)
         return 0;
@@ -145,7 +145,7 @@ int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double 
 {
     if (variant(v, o))
         return variant_prop(v, o, 0, n, out);
-    const double *dg = VD(o.g), *du = VD(o.u);
+    const float *dg = VD(o.g), *du = VD(o.u);
     const float *hg = VF(o.g), *hu = VF(o.u);
     if (!dg && !du)
         return 0;
@@ -226,7 +226,7 @@ int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_
 {
     if (variant(v, o))
         return variant_prop(v, o, gate ? 1 : 2, n, out);
-    const double *dg = VD(o.g), *du = VD(o.u), *dd = VD(o.dh);
+    const float *dg = VD(o.g), *du = VD(o.u), *dd = VD(o.dh);
     const float *hg = VF(o.g), *hu = VF(o.u), *dh = VF(o.dh);
     if (!dg && !du && !dd)
         return 0;

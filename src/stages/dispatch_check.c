@@ -84,13 +84,13 @@ int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 
 double dl__out_prop_elem(const dl__vctx_t *v, int64_t t, int64_t i, uint64_t drop)
 {
-    const double *dy = DL__DL(v, Y_SORTED), *dw = DL__DL(v, TOPK_WEIGHTS);
+    const float *dy = DL__DL(v, Y_SORTED), *dw = DL__DL(v, TOPK_WEIGHTS);
     const float *y = EF(Y_SORTED), *w = EF(TOPK_WEIGHTS);
     const int32_t *inv = INV;
     const int64_t k = v->k, d = v->d;
     const float *sy, *sg;
     dl__shared_out_operands(v, &sy, &sg);
-    const double *dsy = DL__DL(v, SHARED_Y), *dsg = DL__DL(v, SHARED_GATE);
+    const float *dsy = DL__DL(v, SHARED_Y), *dsg = DL__DL(v, SHARED_GATE);
     const int sh = dsy || dsg, rs = DL__RSS(v, SHARED_Y);
     const int ry = DL__RSS(v, Y_SORTED), rw = DL__RSS(v, TOPK_WEIGHTS);
     double lin = 0.0, sq = 0.0; /* the slots' rows are distinct hidden values */
@@ -152,7 +152,7 @@ int dl__mag_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, dl__m
 
 int dl__prop_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dy = DL__DL(v, Y_SORTED);
+    const float *dy = DL__DL(v, Y_SORTED);
     const int32_t *inv = INV;
     const int64_t k = v->k, d = v->d;
     if (!dy)
@@ -161,7 +161,7 @@ int dl__prop_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, doub
 #pragma omp parallel for schedule(static)
     for (int64_t fl = 0; fl < v->M; fl++) {
         const float *go = v->in->d_out + (fl / k) * d;
-        const double *e = dy + (int64_t)inv[fl] * d;
+        const float *e = dy + (int64_t)inv[fl] * d;
         double a = 0.0;
         for (int64_t i = 0; i < d; i++)
             a += ry ? ((double)go[i] * e[i]) * ((double)go[i] * e[i]) : fabs((double)go[i]) * e[i];
@@ -185,7 +185,7 @@ int dl__mag_d_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t
 
 int dl__prop_d_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dw = DL__DL(v, TOPK_WEIGHTS);
+    const float *dw = DL__DL(v, TOPK_WEIGHTS);
     const int32_t *inv = INV;
     const int64_t k = v->k, d = v->d;
     if (!dw)
@@ -249,14 +249,14 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 
 int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dxs = DL__DL(v, D_X_SORTED), *dlg = DL__DL(v, D_ROUTER_LOGITS);
+    const float *dxs = DL__DL(v, D_X_SORTED), *dlg = DL__DL(v, D_ROUTER_LOGITS);
     const float *wr = v->in->router_weight;
     const int32_t *inv = INV;
     const int64_t k = v->k, d = v->d, E = DL__RW(v);
     const int sh = v->c->shared_experts > 0 && (DL__DL(v, D_SHARED_H_GATE) || DL__DL(v, D_SHARED_H_UP) ||
                                                 DL__DL(v, D_SHARED_GATE_LOGIT));
     const int wi = v->c->route.weight_on_input; /* Llama-4: w_j dxs_j, both may carry error */
-    const double *dsc = wi ? DL__DL(v, ROUTER_SCORES) : NULL;
+    const float *dsc = wi ? DL__DL(v, ROUTER_SCORES) : NULL;
     const float *w = wi ? dl__route_input_w(v) : NULL, *ex = EF(D_X_SORTED);
     if (!dxs && !dlg && !sh && !dsc)
         return 0;

@@ -40,7 +40,7 @@ int dl__mag_y_half(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
 
 int dl__prop_y_half(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dy = DL__DL(v, Y_SORTED);
+    const float *dy = DL__DL(v, Y_SORTED);
     for (int64_t i = 0; dy && i < n; i++)
         out[i] += 0.5 * dy[i];
     return dy != NULL;

@@ -153,13 +153,15 @@ void dl__route_score_prop_row(const dl_route_config_t *c, int64_t E, const float
 
 int dl__prop_router_scores(const dl__vctx_t *v, const float *sc, int64_t n, double *out)
 {
-    const double *dl = DL__DL(v, ROUTER_LOGITS);
+    const float *dl = DL__DL(v, ROUTER_LOGITS);
     const int64_t E = DL__RW(v);
-    double *row = dl ? v->alloc(v->actx, E, sizeof *row) : NULL;
+    double *row = dl ? v->alloc(v->actx, 2 * E, sizeof *row) : NULL, *dr = row ? row + E : NULL;
     if (!row)
         return 0;
     for (int64_t t = 0; t < v->T; t++) {
-        dl__route_score_prop_row(&v->c->route, E, sc + t * E, dl + t * E, row);
+        for (int64_t e = 0; e < E; e++) /* the binary32 deltas widened (exact) */
+            dr[e] = dl[t * E + e];
+        dl__route_score_prop_row(&v->c->route, E, sc + t * E, dr, row);
         for (int64_t e = 0; e < E; e++)
             out[t * E + e] += row[e];
     }
@@ -192,7 +194,7 @@ static void stk_probs(const float *s, const int32_t *id, int64_t k, double *p, d
  * carry into one token's weights (dw_out [k], dw NULL) and d_scores
  * (ds_out [E], dw its d_weights); any of dl, ddw, dw_out, ds_out NULL. */
 static void stk_prop(const dl_route_config_t *rc, const float *s, const int32_t *id,
-                     const float *dw, const double *dl, const double *ddw, double *dw_out,
+                     const float *dw, const float *dl, const float *ddw, double *dw_out,
                      double *ds_out)
 {
     const int64_t k = rc->top_k;
@@ -276,7 +278,7 @@ static double sel_sum(const dl__vctx_t *v, const float *sc, const int32_t *ids, 
 
 int dl__prop_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *ds = DL__DL(v, ROUTER_SCORES);
+    const float *ds = DL__DL(v, ROUTER_SCORES);
     const float *sc = EF(ROUTER_SCORES);
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int64_t k = v->k, E = DL__RW(v);
@@ -348,7 +350,7 @@ static int input_d_scores_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
 
 static int input_d_scores_prop(const dl__vctx_t *v, double *out)
 {
-    const double *dd = DL__DL(v, D_X_SORTED);
+    const float *dd = DL__DL(v, D_X_SORTED);
     const float *x = v->in->x;
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS], *inv = v->v[DL_VALUE_INV_PERM];
     const int64_t E = DL__RW(v), k = v->k, d = v->d;
@@ -433,7 +435,7 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
 
 int dl__prop_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *ddw = DL__DL(v, D_TOPK_WEIGHTS), *dsc = DL__DL(v, ROUTER_SCORES);
+    const float *ddw = DL__DL(v, D_TOPK_WEIGHTS), *dsc = DL__DL(v, ROUTER_SCORES);
     const float *sc = EF(ROUTER_SCORES), *dw = EF(D_TOPK_WEIGHTS);
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int64_t k = v->k, E = DL__RW(v);
@@ -511,7 +513,7 @@ int dl__mag_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__
 
 int dl__prop_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dds = DL__DL(v, D_ROUTER_SCORES), *dsc = DL__DL(v, ROUTER_SCORES);
+    const float *dds = DL__DL(v, D_ROUTER_SCORES), *dsc = DL__DL(v, ROUTER_SCORES);
     const float *sc = EF(ROUTER_SCORES), *ds = EF(D_ROUTER_SCORES);
     const int64_t E = DL__RW(v);
     if (!dds && !dsc)

@@ -156,7 +156,7 @@ int dl__mag_shared_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_
 /* g = sigmoid(l): g (1 - g) dl */
 int dl__prop_shared_gate(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dl = DL__DL(v, SHARED_GATE_LOGIT);
+    const float *dl = DL__DL(v, SHARED_GATE_LOGIT);
     for (int64_t t = 0; dl && t < v->T; t++)
         out[t] += (double)g[t] * (1.0 - (double)g[t]) * dl[t];
     return dl != NULL;
@@ -193,7 +193,7 @@ int dl__mag_d_shared_gate(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
 /* d_g[t] = <d_out[t], shared_y[t]>: sum_i |d_out| d_shared_y */
 int dl__prop_d_shared_gate(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dy = DL__DL(v, SHARED_Y);
+    const float *dy = DL__DL(v, SHARED_Y);
     const int64_t d = v->d;
     const int ry = DL__RSS(v, SHARED_Y);
     for (int64_t t = 0; dy && t < v->T; t++) {
@@ -223,7 +223,7 @@ int dl__mag_d_shared_gate_logit(const dl__vctx_t *v, const float *g, int64_t n, 
 /* d_l = d_g g (1 - g): g (1 - g) delta(d_g) + |d_g (1 - 2 g)| delta(g) */
 int dl__prop_d_shared_gate_logit(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *ddg = DL__DL(v, D_SHARED_GATE), *dgt = DL__DL(v, SHARED_GATE);
+    const float *ddg = DL__DL(v, D_SHARED_GATE), *dgt = DL__DL(v, SHARED_GATE);
     const float *gt = EF(SHARED_GATE), *dg = EF(D_SHARED_GATE);
     for (int64_t t = 0; (ddg || dgt) && t < v->T; t++)
         out[t] += (ddg ? (double)gt[t] * (1.0 - (double)gt[t]) * ddg[t] : 0.0) +
@@ -261,7 +261,7 @@ int dl__mag_d_shared_y(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t
 /* d_shared_y = g d_out: |d_out| delta(g) */
 int dl__prop_d_shared_y(const dl__vctx_t *v, const float *g, int64_t n, double *out)
 {
-    const double *dgt = v->c->shared_gate ? DL__DL(v, SHARED_GATE) : NULL;
+    const float *dgt = v->c->shared_gate ? DL__DL(v, SHARED_GATE) : NULL;
     const int64_t d = v->d;
     for (int64_t t = 0; dgt && t < v->T; t++)
         for (int64_t i = 0; i < d; i++)
@@ -380,8 +380,8 @@ int64_t dl__shared_dx_terms(const dl_shared_grad_t *sh)
  * + |w_g[i]| delta(d_l[t]) */
 void dl__shared_dx_prop(const dl__vctx_t *v, int64_t t, int64_t i, double *lin, double *sq)
 {
-    const double *dhg = DL__DL(v, D_SHARED_H_GATE), *dhu = DL__DL(v, D_SHARED_H_UP);
-    const double *dlg = v->c->shared_gate ? DL__DL(v, D_SHARED_GATE_LOGIT) : NULL;
+    const float *dhg = DL__DL(v, D_SHARED_H_GATE), *dhu = DL__DL(v, D_SHARED_H_UP);
+    const float *dlg = v->c->shared_gate ? DL__DL(v, D_SHARED_GATE_LOGIT) : NULL;
     const int64_t F = width(v);
     const int rg = DL__RSS(v, D_SHARED_H_GATE), ru = DL__RSS(v, D_SHARED_H_UP);
     const int rl = DL__RSS(v, D_SHARED_GATE_LOGIT);

@@ -251,7 +251,7 @@ typedef struct {
     const float *sel_weights;
     void *(*alloc)(void *actx, int64_t n, size_t size);
     void *actx;
-    const double *delta[DL_VALUE_COUNT];
+    const float *delta[DL_VALUE_COUNT];
     uint64_t rss;
     dl__spare_t *spare; /* the runner's keep of a second output, or NULL */
     dl__memo_t *memo;   /* the runner's logistic values, or NULL */
@@ -382,8 +382,8 @@ static inline double dl__shared_out_term(const float *y, const float *g, int64_t
 }
 /* The first-order error the bounds dy on y and dg on g (NULL: none) carry
  * into that term: |g| dy + |y| dg. */
-static inline double dl__shared_out_delta(const float *y, const float *g, const double *dy,
-                                          const double *dg, int64_t d, int64_t t, int64_t i)
+static inline double dl__shared_out_delta(const float *y, const float *g, const float *dy,
+                                          const float *dg, int64_t d, int64_t t, int64_t i)
 {
     if (!y)
         return 0.0;
