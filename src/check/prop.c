@@ -147,10 +147,14 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     const int64_t n = ck->st[s].numel;
     if (!prop_has(ck, s, warn))
         return 0;
-    double *p = keep ? dl__ck_alloc(ck, n, sizeof *p) : dl__ck_scratch(ck, DL__CK_SCR_P, n);
+    /* kept: an array of the run's pool (pages an earlier stage handed
+     * back, not fresh ones), handed back again when nothing propagated */
+    double *p = keep ? dl__ck_take(ck, n, sizeof *p, 0) : dl__ck_scratch(ck, DL__CK_SCR_P, n);
     if (!p)
         return DL_ENOMEM;
     const int any = dl__ck_propagate_into(ck, s, cmp, warn, p);
+    if (keep && any <= 0)
+        dl__ck_give(ck, p, (size_t)(n > 0 ? n : 1) * sizeof *p);
     if (any < 0)
         return any;
     /* first order: the neglected terms are O(delta^2); DL__CK_PROP_SLACK
