@@ -58,9 +58,9 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         int rc = tmp ? dl__ck_m_up(ck, &sub, cmp->rows, &x, tmp) : DL_ENOMEM;
         if (rc)
             return rc;
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t i = 0; i < n; i++)
-            out[i] += rss ? sqrt(tmp[i]) : tmp[i];
+            out[i] += rss ? sqrt(tmp[i]) : tmp[i];);
         *any = 1;
     }
     return 0;
@@ -124,9 +124,9 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
     any |= identity_tail(ck, s, warn, p);
     /* first order: the neglected terms are O(delta^2); a relative 2^-20
      * covers them and the binary64 evaluation of the sums */
-#pragma omp parallel for schedule(static) if (any && n > DL__PAR_MIN)
+    DL__PAR_FOR(any && n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < (any ? n : 0); i++)
-        p[i] *= 1.0 + 0x1p-20;
+        p[i] *= 1.0 + 0x1p-20;);
     *out = any ? p : NULL;
     return 0;
 }

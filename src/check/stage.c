@@ -124,11 +124,11 @@ static const float *gather(dl__ck_t *ck, dl_value_t s, const float *exact)
     float *g = dl__ck_alloc(ck, ck->M * cols, sizeof *g);
     if (!g)
         return NULL;
-#pragma omp parallel for schedule(static) if (ck->M * cols > DL__PAR_MIN)
+    DL__PAR_FOR(ck->M * cols > DL__PAR_MIN, schedule(static),
     for (int64_t q = 0; q < ck->M; q++) {
         const int64_t p = ck->row_map[q];
         memcpy(g + q * cols, p >= 0 ? c + p * cols : exact + q * cols, (size_t)cols * sizeof *g);
-    }
+    });
     return g;
 }
 
@@ -214,7 +214,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
             rc = rc ? rc : DL_ENOMEM;
             break;
         }
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t r = 0; r < cmp.rows; r++) {
             const int64_t K = cmp.row_K ? cmp.row_K[r] : cmp.K;
             dl__ck_bc_t bc;
@@ -229,7 +229,7 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
                 dl[i] = warn != DL__TIER_STAT || ck->st[s].coherent ? own + pr
                                                                      : dl__ck_hypot_up(fabs(own), pr);
             }
-        }
+        });
         ck->st[s].delta[warn] = dl;
     }
     return rc;
