@@ -337,6 +337,9 @@ int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel
 /* 1 when some such move makes the exact selection x of token t differ (or
  * its tie is exact). */
 int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w);
+/* dl__ck_may_flip of every token's exact selection (its tolerances computed
+ * here), into flip[T]; 0 or DL_ENOMEM. */
+int dl__ck_may_flip_all(dl__ck_t *ck, dl__ck_sel_t *w, uint8_t *flip);
 /* ties.c: without candidate topk_ids, the plausible selection nearest the
  * candidate's out for each token inside its tie margin; *ids is a copy of
  * the exact ids with those (owned by ck), or NULL when none differs. */

@@ -725,9 +725,10 @@ static int drop_cmp(const void *a, const void *b)
  * floor like any other (issue 24: a zero token was once "proven present"),
  * and counted in *zero too. Finds the slot of nonzero contribution with the
  * smallest ratio of its largest contribution to the floor (*weak, as
- * t*k+j, -1 if none) and counts the slots below the floor. */
-static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
-                           double *floor_min, int64_t *zero)
+ * t*k+j, -1 if none) and counts the slots below the floor; fl: d doubles of
+ * scratch (a row's floors). */
+static int64_t below_floor(dl__ck_t *ck, double *fl, double *weak_ratio, int64_t *weak,
+                           double *floor_max, double *floor_min, int64_t *zero)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
     const float *g = ck->st[DL_VALUE_OUT].exact;
@@ -744,27 +745,27 @@ static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, doub
     *weak = -1;
     *floor_max = 0.0;
     *floor_min = INFINITY;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < T; t++) {
+        /* the floor of each element of the row, once for its k slots */
+        for (int64_t i = 0; i < d; i++) {
+            const double m = dl__out_mag_elem(&v, t, i, 0); /* the combine's M */
+            /* out FAILs beyond B, the tighter of its worst-case and
+             * statistical bounds; the floor is B plus the candidate's own
+             * error there (2B without it) */
+            double pr = prop ? prop[t * d + i] : 0.0;
+            if (ps)
+                pr = fmin(pr, ck->lambda * ps[t * d + i]);
+            const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, K, 1) + pr;
+            fl[i] = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) / shrink;
+            *floor_min = fmin(*floor_min, fl[i]);
+            *floor_max = fmax(*floor_max, fl[i]);
+        }
         for (int64_t j = 0; j < k; j++) {
             double best = 0.0, seen = 0.0;
             for (int64_t i = 0; i < d; i++) {
-                const double m = dl__out_mag_elem(&v, t, i, 0); /* the combine's M */
-                /* out FAILs beyond B, the tighter of its worst-case and
-                 * statistical bounds; the floor is B plus the candidate's
-                 * own error there (2B without it) */
-                double pr = prop ? prop[t * d + i] : 0.0;
-                if (ps)
-                    pr = fmin(pr, ck->lambda * ps[t * d + i]);
-                const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, K, 1) + pr;
-                const double fl = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) /
-                                  shrink;
-                if (fl < *floor_min)
-                    *floor_min = fl;
                 const double cj = dl__out_slot(&v, t, j, i);
-                if (fl > *floor_max)
-                    *floor_max = fl;
-                if (cj / fl > best)
-                    best = cj / fl;
+                if (cj / fl[i] > best)
+                    best = cj / fl[i];
                 seen = fmax(seen, cj);
             }
             if (seen == 0.0) { /* nothing a drop could change: no proof either */
@@ -778,6 +779,7 @@ static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, doub
                 *weak = t * k + j;
             }
         }
+    }
     return n;
 }
 
@@ -834,9 +836,12 @@ int dl__ck_zero_drops(dl__ck_t *ck)
                               "experts", rep->n_dropped ? "; " : "", (long long)sum, (long long)Mr);
     } else if (!has_disp && ck->st[DL_VALUE_OUT].exact && ck->st[DL_VALUE_Y_SORTED].eff) {
         /* the proof from out alone: never a PASS by default */
-        double ratio, fmax, fmin;
+        double ratio, fmax, fmin, *fl = dl__ck_take(ck, ck->d, sizeof *fl, 0);
         int64_t weak, zero;
-        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax, &fmin, &zero);
+        if (!fl)
+            return DL_ENOMEM;
+        const int64_t nb = below_floor(ck, fl, &ratio, &weak, &fmax, &fmin, &zero);
+        dl__ck_give(ck, fl, (size_t)ck->d * sizeof *fl);
         const int64_t wf = weak >= 0 && ck->from_canon ? ck->from_canon[weak] : weak;
         r->err_pass = r->err_warn = ratio > 0 ? 1.0 / ratio : INFINITY;
         r->worst_index = wf;
