@@ -37,16 +37,22 @@ int dl__ck_same_set(const int32_t *a, const int32_t *b, int64_t k)
     return 1;
 }
 
-/* The WARN bound of score e of a row whose row terms are mx, zs (the
- * score stage's magnitudes, stages/route_check.c). */
-static double score_bound_at(const dl__ck_t *ck, const float *l, const float *s, int64_t e,
-                             double mx, double zs, int warn)
+/* dl__ck_bound's coefficients for the scores (the same for every one). */
+static void score_coef(const dl__ck_t *ck, int warn, dl__ck_bc_t *bc)
 {
     const int soft = ck->c->route.score_fn == DL_SCORE_SOFTMAX;
-    const double M = dl__route_score_m(&ck->c->route, l, s, e, mx, zs);
     dl__cmp_t cmp = {.stage = DL_VALUE_ROUTER_SCORES, .t = DL_F32, .elem = 1,
                      .K = soft ? DL_ROUTE_WIDTH(&ck->c->route) : 0};
-    return dl__ck_bound(ck, &cmp, s[e], M, cmp.K, warn);
+    dl__ck_bound_coef(ck, &cmp, cmp.K, warn, bc);
+}
+
+/* The bound (coefficients bc) of score e of a row whose row terms are mx,
+ * zs (the score stage's magnitudes, stages/route_check.c). */
+static double score_bound_at(const dl__ck_t *ck, const dl__ck_bc_t *bc, const float *l,
+                             const float *s, int64_t e, double mx, double zs)
+{
+    const double M = dl__route_score_m(&ck->c->route, l, s, e, mx, zs);
+    return dl__ck_bound_at(bc, s[e], M);
 }
 
 double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *scores, int64_t t,
@@ -56,7 +62,9 @@ double dl__ck_score_bound(const dl__ck_t *ck, const float *logits, const float *
     const float *l = logits + t * E, *s = scores + t * E;
     double mx, zs;
     dl__route_score_m_row(&ck->c->route, E, l, s, &mx, &zs);
-    return score_bound_at(ck, l, s, e, mx, zs, warn);
+    dl__ck_bc_t bc;
+    score_coef(ck, warn, &bc);
+    return score_bound_at(ck, &bc, l, s, e, mx, zs);
 }
 
 /* The worst-case error of token t's logits that a kernel's hidden router
@@ -96,8 +104,10 @@ void dl__ck_key_tolv(const dl__ck_t *ck, int64_t t, double *tol)
         dl__route_score_prop_row(&ck->c->route, E, s, tol, tol);
     double mx, zs; /* the softmax row terms, once for the row's E bounds */
     dl__route_score_m_row(&ck->c->route, E, logits + t * E, s, &mx, &zs);
+    dl__ck_bc_t bc;
+    score_coef(ck, 1, &bc);
     for (int64_t e = 0; e < E; e++) {
-        tol[e] += score_bound_at(ck, logits + t * E, s, e, mx, zs, 1);
+        tol[e] += score_bound_at(ck, &bc, logits + t * E, s, e, mx, zs);
         if (ck->c->route.has_bias)
             tol[e] += 2.0 * 0x1p-24 * fabs(dl__ck_key(ck, s, e)); /* the key's own rounding */
     }

@@ -740,6 +740,8 @@ static int64_t below_floor(dl__ck_t *ck, double *fl, double *weak_ratio, int64_t
     const double uo = dl_dtype_unit_roundoff(ck->act), shrink = 1.0 - 2.0 * uo * (1.0 + 2.0 * uo);
     const int64_t K = dl__out_terms(&v);
     const dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
+    dl__ck_bc_t bc; /* dl__ck_bound's coefficients, the same for every element */
+    dl__ck_bound_coef(ck, &cmp, K, 1, &bc);
     /* per token row, in parallel (independent rows): the floors' extremes
      * (rmin, rmax) and each slot's best ratio and largest contribution */
     double *rmin = fl + T * d, *rmax = rmin + T, *best = rmax + T, *seen = best + T * k;
@@ -755,7 +757,7 @@ static int64_t below_floor(dl__ck_t *ck, double *fl, double *weak_ratio, int64_t
             double pr = prop ? prop[t * d + i] : 0.0;
             if (ps)
                 pr = fmin(pr, ck->lambda * ps[t * d + i]);
-            const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, K, 1) + pr;
+            const double B = dl__ck_bound_at(&bc, g[t * d + i], m) + pr;
             f[i] = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) / shrink;
             lo = fmin(lo, f[i]);
             hi = fmax(hi, f[i]);
