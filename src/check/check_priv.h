@@ -135,6 +135,7 @@ struct dl__ck {
 
     void **owned;
     size_t n_owned, cap_owned;
+    size_t *owned_bytes; /* each owned array's size (dl__ck_release keeps some) */
     /* stages stored coarser than the case's type: the candidate's
      * declaration (dtype attribute, a 2-byte type) or inferred from the
      * values (every one on the bf16 or fp16 grid; inferred bit); the type
@@ -187,6 +188,9 @@ void *dl__ck_take(dl__ck_t *ck, int64_t n, size_t size, int zero);
 /* Hands back array p (dl__ck_alloc'd, bytes long) that nothing reads any
  * more, for dl__ck_take; a full pool keeps it until the run ends. */
 void dl__ck_give(dl__ck_t *ck, void *p, size_t bytes);
+/* Frees the run's arrays (owned and scratch), or keeps a few small ones
+ * for the next run's dl__ck_alloc (a run's own memory, not its report). */
+void dl__ck_release(dl__ck_t *ck);
 dl_check_result_t *dl__ck_result(dl__ck_t *ck, dl_value_t s, const char *check);
 void dl__ck_msg(dl_check_result_t *r, const char *fmt, ...)
 #ifdef __GNUC__
@@ -375,6 +379,9 @@ int dl__ck_plausible(const dl__ck_t *ck, int64_t t, const int32_t *c, dl__ck_sel
 /* 1 when some such move makes the exact selection x of token t differ (or
  * its tie is exact). */
 int dl__ck_may_flip(const dl__ck_t *ck, int64_t t, const int32_t *x, dl__ck_sel_t *w);
+/* dl__ck_may_flip of every token's exact selection (its tolerances computed
+ * here), into flip[T]; 0 or DL_ENOMEM. */
+int dl__ck_may_flip_all(dl__ck_t *ck, dl__ck_sel_t *w, uint8_t *flip);
 /* ties.c: without candidate topk_ids, the plausible selection nearest the
  * candidate's out for each token inside its tie margin; *ids is a copy of
  * the exact ids with those (owned by ck), or NULL when none differs. */

@@ -86,33 +86,47 @@ const dl__ck_desc_t *dl__ck_desc(dl_value_t s)
     return (int)s >= 0 && s < DL_VALUE_COUNT ? &table[s] : NULL;
 }
 
-/* The values of mask m that exist for the case: a variant's values (the
- * shared experts') are no stage's upstream in a case without it, so they
- * cannot make a stage look recomputed on a changed upstream. */
-static dl_valueset_t existing(const dl__ck_t *ck, dl_valueset_t m)
+/* The values that exist for the case: a variant's values (the shared
+ * experts') are no stage's upstream in a case without it, so they cannot
+ * make a stage look recomputed on a changed upstream. */
+#define VCOND_IN(E, cond)
+#define VCOND_AUX(E, cond)
+#define VCOND_FW(E, cond) [DL_VALUE_##E] = DL_COND_##cond,
+#define VCOND_BW(E, cond) [DL_VALUE_##E] = DL_COND_##cond,
+#define VCOND(g, E, n, st, dims, cond, ...) VCOND_##g(E, cond)
+static const dl_cond_t value_cond[DL_VALUE_COUNT] = {DL_VALUE_MAP(VCOND)};
+
+static dl_valueset_t existing(const dl__ck_t *ck)
 {
+    dl_valueset_t m = 0;
     for (int u = 0; u < DL_VALUE_COUNT; u++)
-        if (((m >> u) & 1) &&
-            !dl_cond_applies(dl_layout_find(dl_value_name((dl_value_t)u))->cond, ck->c))
-            m &= ~DL_VALUE_BIT(u);
+        if (dl_cond_applies(value_cond[u], ck->c))
+            m |= DL_VALUE_BIT(u);
     return m;
+}
+
+static dl_valueset_t upstream_of(const dl__ck_t *ck, dl_value_t s, dl_valueset_t ex)
+{
+    const dl__ck_desc_t *d = dl__ck_desc(s);
+    if (!d)
+        return 0;
+    return (!ck->swiglu && d->up_plain ? d->up_plain : d->up) & ex;
 }
 
 dl_valueset_t dl__ck_upstream(const dl__ck_t *ck, dl_value_t s)
 {
     if (ck->have_up && (int)s >= 0 && s < DL_VALUE_COUNT)
         return ck->up[s];
-    const dl__ck_desc_t *d = dl__ck_desc(s);
-    if (!d)
-        return 0;
-    return existing(ck, !ck->swiglu && d->up_plain ? d->up_plain : d->up);
+    return upstream_of(ck, s, existing(ck));
 }
 
 void dl__ck_upstream_init(dl__ck_t *ck)
 {
-    ck->have_up = 0;
+    /* the conditions once, not once per value and upstream (47 x 47 name
+     * lookups were 3% of a small case's full check) */
+    const dl_valueset_t ex = existing(ck);
     for (int s = 0; s < DL_VALUE_COUNT; s++)
-        ck->up[s] = dl__ck_upstream(ck, (dl_value_t)s);
+        ck->up[s] = upstream_of(ck, (dl_value_t)s, ex);
     ck->have_up = 1;
 }
 

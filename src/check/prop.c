@@ -68,7 +68,7 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
         if (rc)
             return rc;
         const int64_t nc = (n + DL__CK_VCHUNK - 1) / DL__CK_VCHUNK;
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t c = 0; c < nc; c++) {
             const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
             if (rss)
@@ -76,7 +76,7 @@ static int prop_mp(dl__ck_t *ck, const dl__cmp_t *cmp, const dl__mprov_t *mp, in
                     out[i] = tmp == out ? sqrt(tmp[i]) : out[i] + sqrt(tmp[i]);
             else if (tmp != out)
                 add_to(i0, i1, tmp, out);
-        }
+        });
         *any = 1;
     }
     return 0;
@@ -159,9 +159,9 @@ int dl__ck_propagate(dl__ck_t *ck, dl_value_t s, const dl__cmp_t *cmp, int warn,
         return any;
     /* first order: the neglected terms are O(delta^2); DL__CK_PROP_SLACK
      * covers them and the binary64 evaluation of the sums */
-#pragma omp parallel for schedule(static) if (any && n > DL__PAR_MIN)
+    DL__PAR_FOR(any && n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < (any ? n : 0); i++)
-        p[i] *= DL__CK_PROP_SLACK;
+        p[i] *= DL__CK_PROP_SLACK;);
     *out = any ? p : NULL;
     return 0;
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check/check_priv.h"
@@ -34,19 +35,102 @@ static void result_init(dl_check_result_t *x, dl_value_t s, const char *check, d
     x->worst_index = -1;
 }
 
+/* Arrays a finished run leaves to the next (on any thread): a small case's
+ * check allocates a few hundred KiB and frees them at its end, and the
+ * heap's trimming there and regrowth in the next run (a page fault per
+ * page) cost a sixth of a small fused or out-only check. At most KEEP_N
+ * arrays of KEEP_MAX bytes each; freed at exit. */
+enum { KEEP_N = 64 };
+#define KEEP_MAX ((size_t)64 << 10)
+static struct {
+    void *p[KEEP_N];
+    size_t bytes[KEEP_N];
+    int n;
+} keep;
+
+/* The smallest kept array of want to 2 want bytes (its size in *have), or
+ * NULL. */
+static void *keep_take(size_t want, size_t *have)
+{
+    void *p = NULL;
+#pragma omp critical(dl__ck_keep)
+    {
+        int best = -1;
+        for (int i = 0; i < keep.n; i++)
+            if (keep.bytes[i] >= want && keep.bytes[i] / 2 <= want &&
+                (best < 0 || keep.bytes[i] < keep.bytes[best]))
+                best = i;
+        if (best >= 0) {
+            p = keep.p[best];
+            *have = keep.bytes[best];
+            keep.n--;
+            keep.p[best] = keep.p[keep.n];
+            keep.bytes[best] = keep.bytes[keep.n];
+        }
+    }
+    return p;
+}
+
+static void keep_put(void *p, size_t bytes)
+{
+    int kept = 0;
+#pragma omp critical(dl__ck_keep)
+    if (bytes <= KEEP_MAX && keep.n < KEEP_N) {
+        keep.p[keep.n] = p;
+        keep.bytes[keep.n++] = bytes;
+        kept = 1;
+    }
+    if (!kept)
+        free(p);
+}
+
+#ifdef __GNUC__
+__attribute__((destructor))
+#endif
+static void keep_free(void)
+{
+    for (int i = 0; i < keep.n; i++)
+        free(keep.p[i]);
+    keep.n = 0;
+}
+
+void dl__ck_release(dl__ck_t *ck)
+{
+    for (size_t i = 0; i < ck->n_owned; i++)
+        keep_put(ck->owned[i], ck->owned_bytes[i]);
+    for (int i = 0; i < DL__CK_SCRATCH; i++)
+        if (ck->scr[i])
+            keep_put(ck->scr[i], (size_t)ck->scr_n[i] * sizeof *ck->scr[i]);
+    free(ck->owned);
+    free(ck->owned_bytes);
+}
+
 void *dl__ck_alloc(dl__ck_t *ck, int64_t n, size_t size)
 {
+    const size_t cnt = n > 0 ? (size_t)n : 1;
+    if (size && cnt > SIZE_MAX / size)
+        return NULL;
     if (ck->n_owned == ck->cap_owned) {
         size_t cap = ck->cap_owned ? 2 * ck->cap_owned : 64;
         void **p = realloc(ck->owned, cap * sizeof *p);
-        if (!p)
+        if (p)
+            ck->owned = p;
+        size_t *b = p ? realloc(ck->owned_bytes, cap * sizeof *b) : NULL;
+        if (!b)
             return NULL;
-        ck->owned = p;
+        ck->owned_bytes = b;
         ck->cap_owned = cap;
     }
-    void *p = calloc(n > 0 ? (size_t)n : 1, size);
+    size_t have = cnt * size;
+    void *p = keep_take(have, &have);
     if (p)
-        ck->owned[ck->n_owned++] = p;
+        memset(p, 0, have);
+    else
+        p = calloc(cnt, size);
+    if (p) {
+        ck->owned[ck->n_owned] = p;
+        ck->owned_bytes[ck->n_owned++] = have;
+    }
     return p;
 }
 

@@ -116,14 +116,14 @@ static int64_t changed_units(const dl__ck_t *ck, const plan_t *p, uint8_t *chg)
             continue;
         const int64_t len = ck->st[u].numel / p->rows;
         const char *e = ck->st[u].eff, *g = ck->st[u].gold;
-#pragma omp parallel for schedule(static) if (ck->st[u].numel > DL__PAR_MIN)
+        DL__PAR_FOR(ck->st[u].numel > DL__PAR_MIN, schedule(static),
         for (int64_t i = 0; i < p->units; i++) {
             int64_t a, b;
             unit_rows(p, off, i, &a, &b);
             const size_t at = (size_t)(a * len) * sizeof(float), sz = (size_t)((b - a) * len) * sizeof(float);
             if (!chg[i] && memcmp(e + at, g + at, sz))
                 chg[i] = 1;
-        }
+        });
     }
     int64_t n = 0;
     for (int64_t i = 0; i < p->units; i++)

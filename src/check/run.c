@@ -213,11 +213,7 @@ int dl__ck_run(const dl_check_golden_t *g, const dl_check_candidate_t *cand,
 
     r->verdict = dl__ck_worst_verdict(r);
 out:
-    for (size_t i = 0; i < ck.n_owned; i++)
-        free(ck.owned[i]);
-    for (int i = 0; i < DL__CK_SCRATCH; i++)
-        free(ck.scr[i]);
-    free(ck.owned);
+    dl__ck_release(&ck);
     r->seconds = now() - t0;
     return rc;
 }

@@ -124,11 +124,11 @@ static const float *gather(dl__ck_t *ck, dl_value_t s, const float *exact)
     float *g = dl__ck_alloc(ck, ck->M * cols, sizeof *g);
     if (!g)
         return NULL;
-#pragma omp parallel for schedule(static) if (ck->M * cols > DL__PAR_MIN)
+    DL__PAR_FOR(ck->M * cols > DL__PAR_MIN, schedule(static),
     for (int64_t q = 0; q < ck->M; q++) {
         const int64_t p = ck->row_map[q];
         memcpy(g + q * cols, p >= 0 ? c + p * cols : exact + q * cols, (size_t)cols * sizeof *g);
-    }
+    });
     return g;
 }
 
@@ -341,14 +341,14 @@ static int absent_delta(dl__ck_t *ck, dl_value_t s)
         dl__ck_bc_t bc0;
         if (!cmp.row_K)
             dl__ck_bound_coef(ck, &cmp, cmp.K, warn, &bc0);
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t r = 0; r < cmp.rows; r++) {
             dl__ck_bc_t bc = bc0;
             if (cmp.row_K)
                 dl__ck_bound_coef(ck, &cmp, cmp.row_K[r], warn, &bc);
             const int64_t o = r * cmp.cols;
             dl__ck_row_deltas(&bc, cmp.cols, g + o, M ? M + o : NULL, any ? p + o : NULL, dl + o, rss);
-        }
+        });
         ck->st[s].delta[warn] = dl;
     }
     return rc;

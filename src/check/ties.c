@@ -267,11 +267,14 @@ int dl__ck_infer_ties(dl__ck_t *ck, int32_t **ids_out)
         return rc0;
     int32_t *ids = NULL;
     int64_t n_amb = 0, n_changed = 0, first = -1;
+    uint8_t *flip = dl__ck_alloc(ck, T, 1);
+    if (!flip || (rc0 = dl__ck_may_flip_all(ck, &sel, flip)))
+        return flip ? rc0 : DL_ENOMEM;
     for (int64_t t = 0; t < T; t++) {
         const int32_t *x = ck->exact_ids + t * k;
-        dl__ck_key_tolv(ck, t, sel.tol);
-        if (!dl__ck_may_flip(ck, t, x, &sel))
+        if (!flip[t])
             continue;
+        dl__ck_key_tolv(ck, t, sel.tol);
         n_amb++;
         if (!ids) {
             int rc = scratch_init(ck, &w);

@@ -725,9 +725,11 @@ static int drop_cmp(const void *a, const void *b)
  * floor like any other (issue 24: a zero token was once "proven present"),
  * and counted in *zero too. Finds the slot of nonzero contribution with the
  * smallest ratio of its largest contribution to the floor (*weak, as
- * t*k+j, -1 if none) and counts the slots below the floor. */
-static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, double *floor_max,
-                           double *floor_min, int64_t *zero)
+ * t*k+j, -1 if none) and counts the slots below the floor; fl: scratch of
+ * T (d + 2 + 2k) doubles (the floors, and per row and slot what the ordered
+ * pass after the parallel one needs). */
+static int64_t below_floor(dl__ck_t *ck, double *fl, double *weak_ratio, int64_t *weak,
+                           double *floor_max, double *floor_min, int64_t *zero)
 {
     const int64_t T = ck->T, k = ck->k, d = ck->d;
     const float *g = ck->st[DL_VALUE_OUT].exact;
@@ -737,47 +739,65 @@ static int64_t below_floor(dl__ck_t *ck, double *weak_ratio, int64_t *weak, doub
     const float *c = ck->st[DL_VALUE_OUT].eff_is_cand ? ck->st[DL_VALUE_OUT].eff : NULL;
     const double uo = dl_dtype_unit_roundoff(ck->act), shrink = 1.0 - 2.0 * uo * (1.0 + 2.0 * uo);
     const int64_t K = dl__out_terms(&v);
-    dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
+    const dl__cmp_t cmp = {.stage = DL_VALUE_OUT, .t = ck->act, .K = K, .short_sum = 1};
+    dl__ck_bc_t bc; /* dl__ck_bound's coefficients, the same for every element */
+    dl__ck_bound_coef(ck, &cmp, K, 1, &bc);
+    /* per token row, in parallel (independent rows): the floors' extremes
+     * (rmin, rmax) and each slot's best ratio and largest contribution */
+    double *rmin = fl + T * d, *rmax = rmin + T, *best = rmax + T, *seen = best + T * k;
+    DL__PAR_FOR(T * k * d > DL__PAR_MIN, schedule(static),
+    for (int64_t t = 0; t < T; t++) {
+        double *f = fl + t * d, lo = INFINITY, hi = 0.0;
+        /* the floor of each element of the row, once for its k slots */
+        for (int64_t i = 0; i < d; i++) {
+            const double m = dl__out_mag_elem(&v, t, i, 0); /* the combine's M */
+            /* out FAILs beyond B, the tighter of its worst-case and
+             * statistical bounds; the floor is B plus the candidate's own
+             * error there (2B without it) */
+            double pr = prop ? prop[t * d + i] : 0.0;
+            if (ps)
+                pr = fmin(pr, ck->lambda * ps[t * d + i]);
+            const double B = dl__ck_bound_at(&bc, g[t * d + i], m) + pr;
+            f[i] = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) / shrink;
+            lo = fmin(lo, f[i]);
+            hi = fmax(hi, f[i]);
+        }
+        rmin[t] = lo;
+        rmax[t] = hi;
+        for (int64_t j = 0; j < k; j++) {
+            double b = 0.0, sn = 0.0;
+            for (int64_t i = 0; i < d; i++) {
+                const double cj = dl__out_slot(&v, t, j, i);
+                if (cj / f[i] > b)
+                    b = cj / f[i];
+                sn = fmax(sn, cj);
+            }
+            best[t * k + j] = b;
+            seen[t * k + j] = sn;
+        }
+    });
     int64_t n = 0;
     *zero = 0;
     *weak_ratio = INFINITY;
     *weak = -1;
     *floor_max = 0.0;
     *floor_min = INFINITY;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t t = 0; t < T; t++) { /* in order: the first weakest slot */
+        *floor_min = fmin(*floor_min, rmin[t]);
+        *floor_max = fmax(*floor_max, rmax[t]);
         for (int64_t j = 0; j < k; j++) {
-            double best = 0.0, seen = 0.0;
-            for (int64_t i = 0; i < d; i++) {
-                const double m = dl__out_mag_elem(&v, t, i, 0); /* the combine's M */
-                /* out FAILs beyond B, the tighter of its worst-case and
-                 * statistical bounds; the floor is B plus the candidate's
-                 * own error there (2B without it) */
-                double pr = prop ? prop[t * d + i] : 0.0;
-                if (ps)
-                    pr = fmin(pr, ck->lambda * ps[t * d + i]);
-                const double B = dl__ck_bound(ck, &cmp, g[t * d + i], m, K, 1) + pr;
-                const double fl = (c ? fabs((double)c[t * d + i] - (double)g[t * d + i]) + B : 2.0 * B) /
-                                  shrink;
-                if (fl < *floor_min)
-                    *floor_min = fl;
-                const double cj = dl__out_slot(&v, t, j, i);
-                if (fl > *floor_max)
-                    *floor_max = fl;
-                if (cj / fl > best)
-                    best = cj / fl;
-                seen = fmax(seen, cj);
-            }
-            if (seen == 0.0) { /* nothing a drop could change: no proof either */
+            if (seen[t * k + j] == 0.0) { /* nothing a drop could change: no proof either */
                 ++*zero;
                 ++n;
                 continue;
             }
-            n += !(best > 1.0);
-            if (best < *weak_ratio) {
-                *weak_ratio = best;
+            n += !(best[t * k + j] > 1.0);
+            if (best[t * k + j] < *weak_ratio) {
+                *weak_ratio = best[t * k + j];
                 *weak = t * k + j;
             }
         }
+    }
     return n;
 }
 
@@ -834,9 +854,13 @@ int dl__ck_zero_drops(dl__ck_t *ck)
                               "experts", rep->n_dropped ? "; " : "", (long long)sum, (long long)Mr);
     } else if (!has_disp && ck->st[DL_VALUE_OUT].exact && ck->st[DL_VALUE_Y_SORTED].eff) {
         /* the proof from out alone: never a PASS by default */
-        double ratio, fmax, fmin;
+        const int64_t nfl = ck->T * (ck->d + 2 + 2 * ck->k);
+        double ratio, fmax, fmin, *fl = dl__ck_take(ck, nfl, sizeof *fl, 0);
         int64_t weak, zero;
-        const int64_t nb = below_floor(ck, &ratio, &weak, &fmax, &fmin, &zero);
+        if (!fl)
+            return DL_ENOMEM;
+        const int64_t nb = below_floor(ck, fl, &ratio, &weak, &fmax, &fmin, &zero);
+        dl__ck_give(ck, fl, (size_t)nfl * sizeof *fl);
         const int64_t wf = weak >= 0 && ck->from_canon ? ck->from_canon[weak] : weak;
         r->err_pass = r->err_warn = ratio > 0 ? 1.0 / ratio : INFINITY;
         r->worst_index = wf;

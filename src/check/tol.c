@@ -354,17 +354,17 @@ static const double *mag_block(dl__ck_t *ck, int slot, const float *src, const f
         return NULL;
     ck->scr_src[slot] = NULL;
     if (!dsrc && !sq) {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t i = 0; i < n; i++)
-            d[i] = fabs((double)src[i]);
+            d[i] = fabs((double)src[i]););
     } else if (!dsrc) {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t i = 0; i < n; i++)
-            d[i] = up32((double)src[i] * (double)src[i]);
+            d[i] = up32((double)src[i] * (double)src[i]););
     } else {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+        DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
         for (int64_t i = 0; i < n; i++)
-            d[i] = fabs(up32(sq ? (double)dsrc[i] * (double)dsrc[i] : (double)dsrc[i]));
+            d[i] = fabs(up32(sq ? (double)dsrc[i] * (double)dsrc[i] : (double)dsrc[i])););
     }
     return d;
 }
@@ -511,14 +511,14 @@ static const float *magf_block(dl__ck_t *ck, int slot, const float *src, const f
         return NULL;
     ck->scr_src[slot] = NULL;
     const int64_t nc = (n + DL__CK_VCHUNK - 1) / DL__CK_VCHUNK;
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t c = 0; c < nc; c++) {
         const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
         if (!sq)
             magf_abs(i0, i1, src, d);
         else
             magf_sq(i0, i1, src, d);
-    }
+    });
     return d;
 }
 
@@ -593,11 +593,11 @@ static int mf_block(dl__ck_t *ck, const dl__mprov_t *mp, int64_t r0, int64_t r1,
     const double f = 1.0 + 2.0 * (double)(Kt + 4) * 0x1p-24, a = (double)(Kt + 4) * 0x1p-148;
     int ok = 1; /* (an integer reduction: the elements are independent) */
     const int64_t n = R * N, nc = (n + DL__CK_VCHUNK - 1) / DL__CK_VCHUNK;
-#pragma omp parallel for schedule(static) reduction(& : ok) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static) reduction(& : ok),
     for (int64_t c = 0; c < nc; c++) {
         const int64_t i0 = c * DL__CK_VCHUNK, i1 = i0 + DL__CK_VCHUNK < n ? i0 + DL__CK_VCHUNK : n;
         ok &= inflate(i0, i1, C, f, a, out);
-    }
+    });
     return ok ? 0 : 1;
 }
 
@@ -1152,7 +1152,7 @@ static int64_t block_lower(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r0,
                            const mbr_t *br, int est_on, double L[3], rowstat_t *st)
 {
     int64_t est = 0;
-#pragma omp parallel for schedule(dynamic, 16) if ((r1 - r0) * cmp->cols > DL__PAR_MIN)
+    DL__PAR_FOR((r1 - r0) * cmp->cols > DL__PAR_MIN, schedule(dynamic, 16),
     for (int64_t r = r0; r < r1; r++) {
         double Lr[3] = {L[0], L[1], L[2]};
         int64_t e = 0;
@@ -1162,7 +1162,7 @@ static int64_t block_lower(const dl__ck_t *ck, const dl__cmp_t *cmp, int64_t r0,
         st[r - r0].err_warn = Lr[1];
         st[r - r0].err_stat = Lr[2];
         st[r - r0].checked = e;
-    }
+    });
     for (int64_t r = r0; r < r1; r++) {
         const rowstat_t *s = &st[r - r0];
         L[0] = fmax(L[0], s->err_pass);
@@ -1179,7 +1179,7 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
 {
     const int64_t C = cmp->cols;
     int64_t n = 0;
-#pragma omp parallel for schedule(dynamic, 16) if ((r1 - r0) * C > DL__PAR_MIN)
+    DL__PAR_FOR((r1 - r0) * C > DL__PAR_MIN, schedule(dynamic, 16),
     for (int64_t r = r0; r < r1; r++) {
         if (cmp->row_skip && cmp->row_skip[r]) {
             row_stat_init(&st[r - r0]);
@@ -1188,10 +1188,10 @@ static void compare_rows(dl__ck_t *ck, dl__cmp_t *cmp, int64_t r0, int64_t r1, c
         int64_t e = 0;
         compare_row(ck, cmp, r, br, L, &st[r - r0], &e);
         if (e) {
-#pragma omp atomic
+            _Pragma("omp atomic")
             n += e;
         }
-    }
+    });
     *ne = n;
 }
 
@@ -1217,20 +1217,20 @@ static int64_t count_diff(const dl__cmp_t *cmp, int64_t r0, int64_t r1)
  * [m, ld] one. */
 static void row_norms(const float *a, int64_t K, int64_t n, double *out)
 {
-#pragma omp parallel for schedule(static) if (n * K > DL__PAR_MIN)
+    DL__PAR_FOR(n * K > DL__PAR_MIN, schedule(static),
     for (int64_t r = 0; r < n; r++) {
         const float *p = a + r * K;
         double s = 0.0;
         for (int64_t i = 0; i < K; i++)
             s += (double)p[i] * (double)p[i];
         out[r] = sqrt(s);
-    }
+    });
 }
 
 static void col_norms(const float *a, int64_t ld, int64_t m, int64_t N, double *out)
 {
     enum { CB = 64 };
-#pragma omp parallel for schedule(static) if (m * N > DL__PAR_MIN)
+    DL__PAR_FOR(m * N > DL__PAR_MIN, schedule(static),
     for (int64_t j0 = 0; j0 < N; j0 += CB) {
         const int64_t j1 = j0 + CB < N ? j0 + CB : N;
         double s[CB] = {0};
@@ -1239,7 +1239,7 @@ static void col_norms(const float *a, int64_t ld, int64_t m, int64_t N, double *
                 s[j - j0] += (double)a[i * ld + j] * (double)a[i * ld + j];
         for (int64_t j = j0; j < j1; j++)
             out[j] = sqrt(s[j - j0]);
-    }
+    });
 }
 
 /* The inflation of a bracket around dl__ck_m_elem's sum of Kt products
@@ -1302,9 +1302,9 @@ static int64_t m_len(const dl__mprov_t *mp, int64_t r0)
 /* |x| of n floats into d (binary32: the bulk bracket's sgemm operands). */
 static void abs32(const float *x, int64_t n, float *d)
 {
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++)
-        d[i] = fabsf(x[i]);
+        d[i] = fabsf(x[i]););
 }
 
 /* M of block [r0, r1) in binary32 into out [r1 - r0, N]: the sgemm of

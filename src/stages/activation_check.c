@@ -38,9 +38,9 @@ static const double *sig_all(const dl__vctx_t *v, const float *hg, int64_t n)
     double *s = v->alloc(v->actx, n, sizeof *s);
     if (!s)
         return NULL;
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++)
-        s[i] = sig(hg[i]);
+        s[i] = sig(hg[i]););
     m->slot[m->next].key = hg;
     m->slot[m->next].n = n;
     m->slot[m->next].v = s;
@@ -81,12 +81,12 @@ static int variant_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int6
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad; /* relu2 has no gate (hg NULL) */
         dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
         a[i] = which == 0 ? ad.hm : fabs((double)dh[i]) * (which == 1 ? ad.hgm : ad.hum);
-    }
+    });
     m->elem = 1;
     return 0;
 }
@@ -101,7 +101,7 @@ static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int
     if (!dg && !du && !dd)
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u), rd = which ? VRSS(o.dh) : 0;
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++) {
         dl_ffn_act_deriv_t ad;
         dl_ffn_act_deriv(v->c, hg ? hg[i] : 0.0, hu[i], &ad);
@@ -121,7 +121,7 @@ static int variant_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int which, int
         }
         out[i] += dl__comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),
                            (rd ? td * td : 0.0) + (ru ? tu * tu : 0.0) + (rg ? tg * tg : 0.0));
-    }
+    });
     return 1;
 }
 
@@ -134,9 +134,9 @@ int dl__swiglu_mag(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, dl__mag_
     if (!a)
         return DL_ENOMEM;
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++)
-        a[i] = fabs((double)hg[i] * SIG(i) * (double)hu[i]); /* silu(g) u */
+        a[i] = fabs((double)hg[i] * SIG(i) * (double)hu[i]); /* silu(g) u */);
     m->elem = 1;
     return 0;
 }
@@ -151,14 +151,14 @@ int dl__swiglu_prop(const dl__vctx_t *v, dl__swiglu_vals_t o, int64_t n, double 
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u);
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++) {
         const double sg = SIG(i), gi = hg[i];
         /* h = silu(g) u: |silu'(g) u| dg + |silu(g)| du */
         const double a = dg ? fabs(dsilu(gi, sg) * hu[i]) * dg[i] : 0.0;
         const double b = du ? fabs(gi * sg) * du[i] : 0.0;
         out[i] += dl__comb((rg ? 0.0 : a) + (ru ? 0.0 : b), (rg ? a * a : 0.0) + (ru ? b * b : 0.0));
-    }
+    });
     return 1;
 }
 
@@ -209,7 +209,7 @@ int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t
     if (!a)
         return DL_ENOMEM;
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++) {
         const double sg = SIG(i);
         if (gate) /* dh u s (1 + g (1 - s)): the two terms' magnitudes */
@@ -217,7 +217,7 @@ int dl__swiglu_mag_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_t
                    (1.0 + fabs((double)hg[i] * (1.0 - sg)));
         else
             a[i] = fabs((double)dh[i] * (double)hg[i] * sg);
-    }
+    });
     m->elem = 1;
     return 0;
 }
@@ -232,7 +232,7 @@ int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_
         return 0;
     const int rg = VRSS(o.g), ru = VRSS(o.u), rd = VRSS(o.dh);
     const double *S = sig_all(v, hg, n);
-#pragma omp parallel for schedule(static) if (n > DL__PAR_MIN)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t i = 0; i < n; i++) {
         const double sg = SIG(i), gi = hg[i], ui = hu[i], hi = dh[i];
         const double d1 = dsilu(gi, sg);                                 /* silu' */
@@ -248,7 +248,7 @@ int dl__swiglu_prop_d(const dl__vctx_t *v, dl__swiglu_vals_t o, int gate, int64_
         }
         out[i] += dl__comb((rd ? 0.0 : td) + (ru ? 0.0 : tu) + (rg ? 0.0 : tg),
                            (rd ? td * td : 0.0) + (ru ? tu * tu : 0.0) + (rg ? tg * tg : 0.0));
-    }
+    });
     return 1;
 }
 

@@ -73,10 +73,10 @@ int dl__mag_out(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t i = 0; i < v->d; i++)
-            a[t * v->d + i] = dl__out_mag_elem(v, t, i, 0);
+            a[t * v->d + i] = dl__out_mag_elem(v, t, i, 0););
     m->K = dl__out_terms(v);
     m->short_sum = 1;
     return 0;
@@ -112,10 +112,10 @@ int dl__prop_out(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     if (!DL__DL(v, Y_SORTED) && !DL__DL(v, TOPK_WEIGHTS) && !DL__DL(v, SHARED_Y) &&
         !DL__DL(v, SHARED_GATE))
         return 0;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t i = 0; i < v->d; i++)
-            out[t * v->d + i] += dl__out_prop_elem(v, t, i, 0);
+            out[t * v->d + i] += dl__out_prop_elem(v, t, i, 0););
     return 1;
 }
 
@@ -135,14 +135,14 @@ int dl__mag_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, dl__m
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t fl = 0; fl < v->M; fl++) {
         double s = 0.0;
         const float *go = v->in->d_out + (fl / k) * d, *yy = y + (int64_t)inv[fl] * d;
         for (int64_t i = 0; i < d; i++)
             s += fabs((double)go[i] * (double)yy[i]);
         a[fl] = s;
-    }
+    });
     m->K = d;
     m->prod_store = 1; /* PyTorch: (d_out * y).sum(-1), the product in bf16 */
     m->nops = 2;
@@ -158,7 +158,7 @@ int dl__prop_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, doub
     if (!dy)
         return 0;
     const int ry = DL__RSS(v, Y_SORTED);
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t fl = 0; fl < v->M; fl++) {
         const float *go = v->in->d_out + (fl / k) * d;
         const float *e = dy + (int64_t)inv[fl] * d;
@@ -166,7 +166,7 @@ int dl__prop_d_topk_weights(const dl__vctx_t *v, const float *g, int64_t n, doub
         for (int64_t i = 0; i < d; i++)
             a += ry ? ((double)go[i] * e[i]) * ((double)go[i] * e[i]) : fabs((double)go[i]) * e[i];
         out[fl] += ry ? sqrt(a) : a;
-    }
+    });
     return 1;
 }
 
@@ -190,13 +190,13 @@ int dl__prop_d_y_sorted(const dl__vctx_t *v, const float *g, int64_t n, double *
     const int64_t k = v->k, d = v->d;
     if (!dw)
         return 0;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t fl = 0; fl < v->M; fl++) {
         const float *go = v->in->d_out + (fl / k) * d;
         const int64_t q = inv[fl];
         for (int64_t i = 0; i < d; i++)
             out[q * d + i] += dw[fl] * fabs((double)go[i]);
-    }
+    });
     return 1;
 }
 
@@ -230,7 +230,7 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
     double *a = dl__mag_array(v, m, n);
     if (!a || (v->c->route.weight_on_input && !w))
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t i = 0; i < d; i++) {
             double s = 0.0;
@@ -240,7 +240,7 @@ int dl__mag_d_x(const dl__vctx_t *v, const float *g, int64_t n, dl__mag_t *m)
                 s += fabs((double)dlg[t * E + e] * (double)wr[i * E + e]);
             a[t * d + i] = s + dl__shared_dx_m(&sh, t, i);
         }
-    m->K = k + E + dl__shared_dx_terms(&sh);
+    m->K = k + E + dl__shared_dx_terms(&sh););
     m->short_sum = 1;
     m->nops = 2;
     m->op[0] = m->op[1] = DL_F32;
@@ -265,7 +265,7 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
     const int32_t *ids = v->v[DL_VALUE_TOPK_IDS];
     const int rx = DL__RSS(v, D_X_SORTED), rl = DL__RSS(v, D_ROUTER_LOGITS);
     const int rs = DL__RSS(v, ROUTER_SCORES);
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t i = 0; i < d; i++) {
             double lin = 0.0, sq = 0.0;
@@ -289,5 +289,5 @@ int dl__prop_d_x(const dl__vctx_t *v, const float *g, int64_t n, double *out)
                 dl__shared_dx_prop(v, t, i, &lin, &sq);
             out[t * d + i] += dl__comb(lin, sq);
         }
-    return 1;
+    return 1;);
 }

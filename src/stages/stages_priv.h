@@ -215,6 +215,23 @@ typedef struct {
  * region costs more than such a loop (and far more on a loaded machine,
  * where the second thread waits for a core); results do not depend on it. */
 #define DL__PAR_MIN 16384
+/* A `parallel for` loop over independent outputs on the team when big, else
+ * the same loop on the calling thread without entering a parallel region:
+ * even a region of one thread (an if clause that is false) allocates a team
+ * and wakes a futex, ~0.6 us, which a small case's check pays hundreds of
+ * times. clauses: the pragma's clauses (schedule, reduction); the loop must
+ * not hold a #pragma line (write _Pragma("omp atomic")). Results do not
+ * depend on big: the iterations are independent. */
+#define DL__PRAGMA(x) _Pragma(#x)
+#define DL__PAR_FOR(big, clauses, ...)                                                            \
+    do {                                                                                          \
+        if (big) {                                                                                \
+            DL__PRAGMA(omp parallel for clauses)                                                  \
+            __VA_ARGS__                                                                           \
+        } else {                                                                                  \
+            __VA_ARGS__                                                                           \
+        }                                                                                         \
+    } while (0)
 
 /* The second output of a two-output exact function (the SwiGLU backward
  * gives d_h_gate and d_h_up in one pass), kept by the runner for the call
