@@ -4,7 +4,11 @@
  * interleaved with ours round by round (bench_pairs.h): the median of the
  * rounds' ratios and their [min, max].
  *
- *   bench_layer [--quick] [--sgemm] [full] [SHAPE]   (SHAPE d512: only when named) */
+ *   bench_layer [--quick] [--sgemm] [--stages] [full] [SHAPE]   (SHAPE d512: only when named)
+ *
+ * --stages: then each producer of both passes timed alone (stage_times).
+ * --profile-backward: one forward, then only backward passes (fresh outputs
+ * each), no baselines: what `perf record` should see. */
 #include "config.h"
 #include <cblas.h>
 #include <math.h>
@@ -157,6 +161,68 @@ static double blas_fwd_s(void *p) { return blas_fwd(p, 0); }
 static double blas_bwd_d(void *p) { return blas_bwd(p, 1); }
 static double blas_bwd_s(void *p) { return blas_bwd(p, 0); }
 
+/* --stages: each producer of the pass timed alone (bench/bench_layer's
+ * profile of where a pass goes), through a placement of the whole layer
+ * that times each window. The arrays are the last run's, so the page
+ * faults of fresh outputs and the validation are not in any row: the
+ * pass's own time less the rows' sum is them. */
+typedef struct {
+    dl_stage_view_t v;
+    double t0, t[64];
+} stage_clock_t;
+
+static int clock_bind(void *ctx, int i, int w, dl_stage_view_t *v)
+{
+    stage_clock_t *k = ctx;
+    if (w > 0)
+        return DL_SCHEDULE_END;
+    *v = k->v;
+    k->t0 = bench_now();
+    return 0;
+}
+
+static int clock_done(void *ctx, int i, int w, const dl_stage_view_t *v)
+{
+    stage_clock_t *k = ctx;
+    (void)w, (void)v;
+    if (i < 64)
+        k->t[i] += bench_now() - k->t0;
+    return 0;
+}
+
+static void stage_times(const char *name, layer_ctx_t *L, int passes, double whole)
+{
+    const dl_moe_config_t *c = L->c;
+    stage_clock_t k = {.v = {.c = *c, .in = *L->in, .f = L->F, .b = L->B,
+                        .rows = c->tokens * c->route.top_k, .off = L->F.group_offsets,
+                        .ne = c->route.experts}, .t0 = 0};
+    const dl_placement_t pl = {clock_bind, clock_done};
+    for (int r = 0; r < rounds; r++)
+        if (dl_schedule_exec(c, passes, NULL, -1, &pl, &k))
+            exit(1);
+    double sum = 0, tv = bench_now();
+    for (int r = 0; r < rounds; r++)
+        if (dl_moe_inputs_validate(c, L->in, passes == DL_SCHEDULE_BACKWARD))
+            exit(1);
+    tv = (bench_now() - tv) / rounds;
+    printf("%-18s stage    %-8s %-20s %.4fs %5.1f%% (dl_moe_inputs_validate)\n", name,
+           passes == DL_SCHEDULE_FORWARD ? "forward" : "backward", "(validate)", tv,
+           100 * tv / whole);
+    for (int i = 0; i < dl_schedule_count() && i < 64; i++)
+        sum += k.t[i] / rounds;
+    for (int i = 0; i < dl_schedule_count() && i < 64; i++)
+        if (k.t[i] > 0)
+            printf("%-18s stage    %-8s %-20s %.4fs %5.1f%%\n", name,
+                   passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
+                   dl_schedule_producer(i)->name, k.t[i] / rounds, 100 * k.t[i] / rounds / whole);
+    printf("%-18s stage    %-8s %-20s %.4fs %5.1f%% (the pass less its stages: validation, "
+           "allocation, fresh pages)\n", name, passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
+           "(rest)", whole - sum, 100 * (whole - sum) / whole);
+}
+
+static int profile_backward = 0; /* --profile-backward: for perf record */
+static int with_stages = 0; /* --stages: stage_times after the rounds */
+
 static void run(const shape_t *s)
 {
     dl_moe_config_t c = {0};
@@ -189,6 +255,16 @@ static void run(const shape_t *s)
     bench_fn_t fns[6] = {run_forward, run_backward, blas_fwd_d, blas_bwd_d, blas_fwd_s, blas_bwd_s};
     void *ctx[6] = {&L, &L, &L, &L, &L, &L};
     bench_rounds_t r;
+    if (profile_backward) { /* --profile-backward: one forward, then backward only */
+        if (run_forward(&L) < 0)
+            exit(1);
+        for (int i = 0; i < rounds; i++) {
+            if (L.have_b)
+                dl_moe_backward_free(&L.B), L.have_b = 0;
+            printf("%-18s backward %.3fs\n", s->name, run_backward(&L));
+        }
+        exit(0);
+    }
     if (bench_interleave(fns, ctx, with_sgemm ? 6 : 4, rounds, &r)) {
         printf("%s: %s failed: %s\n", s->name, L.what, dl_strerror(L.rc));
         exit(1);
@@ -196,6 +272,10 @@ static void run(const shape_t *s)
     double tf = bench_median_time(&r, 0), tb = bench_median_time(&r, 1);
     bench_ratio_t fdr = bench_ratio(&r, 0, 2), fsr = bench_ratio(&r, 0, 4);
     bench_ratio_t bdr = bench_ratio(&r, 1, 3), bsr = bench_ratio(&r, 1, 5);
+    if (with_stages) {
+        stage_times(s->name, &L, DL_SCHEDULE_FORWARD, tf);
+        stage_times(s->name, &L, DL_SCHEDULE_BACKWARD, tb);
+    }
     dl_moe_forward_t F = L.F;
     dl_moe_backward_t B = L.B;
     double rss = bench_peak_rss_mb();
@@ -240,6 +320,10 @@ int main(int argc, char **argv)
             quick = 1;
         else if (strcmp(argv[i], "--sgemm") == 0)
             with_sgemm = 1;
+        else if (strcmp(argv[i], "--stages") == 0)
+            with_stages = 1;
+        else if (strcmp(argv[i], "--profile-backward") == 0)
+            profile_backward = 1;
         else if (strcmp(argv[i], "full") != 0)
             only = argv[i];
     }

@@ -172,6 +172,13 @@ int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backw
                      dl_valueset_t values);
 /* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
+/* keep.c: calloc(n, 1), on a large array dl__keep_free kept when one of its
+ * size is there (zero-filled all the same); dl__keep_free(p) frees p, or
+ * keeps it (large, room left) for the next allocation of its size. Any
+ * malloc'd p may be handed to dl__keep_free; a dl__keep_calloc array may be
+ * freed with free(). */
+void *dl__keep_calloc(size_t n);
+void dl__keep_free(void *p);
 
 
 /* ------------------------------------------ each stage's checking side */

@@ -231,7 +231,7 @@ int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)
 static int alloc_row(const row_t *r, const dl_moe_config_t *c, void **p)
 {
     int64_t n = dl_layout_numel(&r->pub, c);
-    *p = calloc(n > 0 ? (size_t)n : 1, r->pub.store == DL_STORE_I64 ? 8 : 4);
+    *p = dl__keep_calloc((n > 0 ? (size_t)n : 1) * (r->pub.store == DL_STORE_I64 ? 8 : 4));
     return *p ? 0 : DL_ENOMEM;
 }
 
@@ -266,7 +266,7 @@ void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b)
     for (int i = 0; i < NROWS; i++) {
         void **p = rows[i].pub.group == DL_LAYOUT_INPUTS ? NULL : slot(&rows[i], NULL, f, b);
         if (p) {
-            free(*p);
+            dl__keep_free(*p);
             *p = NULL;
         }
     }
