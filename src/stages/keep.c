@@ -5,13 +5,16 @@
  * backward of a layer whose weight gradients are 2-3 GB. A training loop
  * frees a pass's arrays and allocates the same sizes again, so
  * dl__moe_arrays_free keeps its large arrays here and the next allocation
- * of the same byte count takes one back, zero-filled (calloc's contract),
- * on pages already there. Bounded: at most KEEP_SLOTS arrays and a quarter
+ * of the same byte count takes one back, zero-filled (calloc's contract)
+ * unless its producer writes every element anyway (the weight gradients'
+ * slabs: dl_gemm_ragged_k writes an empty expert's zeros itself), on pages
+ * already there. Bounded: at most KEEP_SLOTS arrays and a quarter
  * of the machine's memory; an allocation that finds no array of its size
  * releases everything kept first, so the process never holds more than it
  * held live before. DROPLESS_KEEP=0 turns it off (every array fresh).
- * Nothing here changes a value: the arrays are zero before each pass, as
- * from calloc. */
+ * Nothing here changes a value: an array is zero before its pass, as from
+ * calloc, or written whole by it (tests/test_moe.c frees kept arrays full
+ * of NaN bits and checks a second pass's bits). */
 #include "config.h"
 #include <malloc.h>
 #include <pthread.h>
@@ -69,11 +72,13 @@ static void *take(size_t n)
     return p;
 }
 
-void *dl__keep_calloc(size_t n)
+void *dl__keep_alloc(size_t n, int zero)
 {
     void *p = n >= KEEP_MIN && keep_cap() > 1 ? take(n) : NULL;
     if (!p)
         return calloc(n, 1);
+    if (!zero)
+        return p;
     /* zero-filled as calloc's, both threads on the warm pages */
     const int64_t chunks = (int64_t)((n + ZERO_CHUNK - 1) / ZERO_CHUNK);
 #pragma omp parallel for schedule(static) if (chunks > 8)
