@@ -190,6 +190,24 @@ static int clock_done(void *ctx, int i, int w, const dl_stage_view_t *v)
     return 0;
 }
 
+/* The dgemm baseline of a GEMM stage (blas_fwd/blas_bwd's terms), 0 for
+ * the others: op 0 [m, K] x [K, N], 1 the weight gradient, times n terms. */
+static double stage_dgemm(layer_ctx_t *L, const char *stage)
+{
+    static const struct { const char *name; int kd, op, n; } g[] = {
+        {"h_gate", 1, 0, 1}, {"h_up", 1, 0, 1}, {"y_sorted", 0, 0, 1}, {"d_h_act", 1, 0, 1},
+        {"d_x_sorted", 0, 0, 2}, {"d_w_down", 0, 1, 1}, {"d_w_gate", 1, 1, 1}, {"d_w_up", 1, 1, 1}};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        if (!strcmp(stage, g[i].name)) { /* kd: K = d, N = f; else K = f, N = d */
+            double t = 0;
+            for (int r = 0; r < rounds; r++)
+                t += g[i].n * blas_time(1, L->F.group_sizes, L->E, g[i].kd ? L->d : L->f,
+                                        g[i].kd ? L->f : L->d, g[i].op);
+            return t / rounds;
+        }
+    return 0;
+}
+
 static void stage_times(const char *name, layer_ctx_t *L, int passes, double whole)
 {
     const dl_moe_config_t *c = L->c;
@@ -210,11 +228,17 @@ static void stage_times(const char *name, layer_ctx_t *L, int passes, double who
            100 * tv / whole);
     for (int i = 0; i < dl_schedule_count() && i < 64; i++)
         sum += k.t[i] / rounds;
-    for (int i = 0; i < dl_schedule_count() && i < 64; i++)
-        if (k.t[i] > 0)
-            printf("%-18s stage    %-8s %-20s %.4fs %5.1f%%\n", name,
-                   passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
-                   dl_schedule_producer(i)->name, k.t[i] / rounds, 100 * k.t[i] / rounds / whole);
+    for (int i = 0; i < dl_schedule_count() && i < 64; i++) {
+        if (k.t[i] <= 0)
+            continue;
+        double tb = stage_dgemm(L, dl_schedule_producer(i)->name);
+        printf("%-18s stage    %-8s %-20s %.4fs %5.1f%%", name,
+               passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
+               dl_schedule_producer(i)->name, k.t[i] / rounds, 100 * k.t[i] / rounds / whole);
+        if (tb > 0)
+            printf(" dgemm %.4fs ratio %.2f", tb, k.t[i] / rounds / tb);
+        printf("\n");
+    }
     printf("%-18s stage    %-8s %-20s %.4fs %5.1f%% (the pass less its stages: validation, "
            "allocation, fresh pages)\n", name, passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
            "(rest)", whole - sum, 100 * (whole - sum) / whole);
@@ -255,6 +279,7 @@ static void run(const shape_t *s)
     bench_fn_t fns[6] = {run_forward, run_backward, blas_fwd_d, blas_bwd_d, blas_fwd_s, blas_bwd_s};
     void *ctx[6] = {&L, &L, &L, &L, &L, &L};
     bench_rounds_t r;
+    memset(&r, 0, sizeof r); /* the sgemm rows stay 0 without --sgemm */
     if (profile_backward) { /* --profile-backward: one forward, then backward only */
         if (run_forward(&L) < 0)
             exit(1);

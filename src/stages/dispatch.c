@@ -162,10 +162,8 @@ int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *i
             d_w[fl] = (float)dl__dot_cert(g, 1, y_sorted + p * d, 1, d, DL_F32, &bad);
         if (!d_y || p < r0 || p >= r1)
             continue;
-        const double wt = w[fl];
-        float *dy = d_y + (p - r0) * d;
-        for (int64_t i = 0; i < d; i++) /* one product of floats: exact, then rounded once */
-            dy[i] = (float)dl_round(wt * (double)g[i], t);
+        /* one product of floats per element: exact, then rounded once */
+        dl__round_scaled(g, w[fl], d, t, d_y + (p - r0) * d);
     }
     return bad ? DL_ENONFINITE : 0;
 }
