@@ -4,7 +4,12 @@
  * interleaved with ours round by round (bench_pairs.h): the median of the
  * rounds' ratios and their [min, max].
  *
- *   bench_layer [--quick] [--sgemm] [full] [SHAPE]   (SHAPE d512: only when named) */
+ *   bench_layer [--quick] [--sgemm] [--stages] [full] [SHAPE]   (SHAPE d512: only when named)
+ *
+ * --stages: then each producer of both passes timed alone (stage_times).
+ * --profile-backward: one forward, then only backward passes (fresh outputs
+ * each), no baselines: what `perf record` should see.
+ * DL_BENCH_CLOCK=cpu: CPU time instead of wall time (now()). */
 #include "config.h"
 #include <cblas.h>
 #include <math.h>
@@ -26,10 +31,18 @@ typedef struct {
     int named;       /* run only when named on the command line */
 } shape_t;
 
+/* DL_BENCH_CLOCK=cpu: every time (ours and the baselines) is the process's
+ * CPU time (all threads, kernel included: page faults count), which a
+ * crowded machine inflates far less than wall time; the default is wall
+ * time, the figure make bench reports. */
+static int cpu_clock = -1;
+
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (cpu_clock < 0)
+        cpu_clock = getenv("DL_BENCH_CLOCK") && !strcmp(getenv("DL_BENCH_CLOCK"), "cpu");
+    clock_gettime(cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
@@ -118,9 +131,9 @@ static double run_forward(void *p)
         dl_moe_backward_free(&L->B), L->have_b = 0;
     if (L->have_f)
         dl_moe_forward_free(&L->F), L->have_f = 0;
-    double t0 = bench_now();
+    double t0 = now();
     L->rc = dl_moe_forward(L->c, L->in, &L->F);
-    t0 = bench_now() - t0;
+    t0 = now() - t0;
     L->what = "forward";
     L->have_f = !L->rc;
     return L->rc ? -1 : t0;
@@ -129,9 +142,9 @@ static double run_forward(void *p)
 static double run_backward(void *p)
 {
     layer_ctx_t *L = p;
-    double t0 = bench_now();
+    double t0 = now();
     L->rc = dl_moe_backward(L->c, L->in, &L->F, &L->B);
-    t0 = bench_now() - t0;
+    t0 = now() - t0;
     L->what = "backward";
     L->have_b = !L->rc;
     return L->rc ? -1 : t0;
@@ -156,6 +169,92 @@ static double blas_fwd_d(void *p) { return blas_fwd(p, 1); }
 static double blas_fwd_s(void *p) { return blas_fwd(p, 0); }
 static double blas_bwd_d(void *p) { return blas_bwd(p, 1); }
 static double blas_bwd_s(void *p) { return blas_bwd(p, 0); }
+
+/* --stages: each producer of the pass timed alone (bench/bench_layer's
+ * profile of where a pass goes), through a placement of the whole layer
+ * that times each window. The arrays are the last run's, so the page
+ * faults of fresh outputs and the validation are not in any row: the
+ * pass's own time less the rows' sum is them. */
+typedef struct {
+    dl_stage_view_t v;
+    double t0, t[64];
+} stage_clock_t;
+
+static int clock_bind(void *ctx, int i, int w, dl_stage_view_t *v)
+{
+    stage_clock_t *k = ctx;
+    if (w > 0)
+        return DL_SCHEDULE_END;
+    *v = k->v;
+    k->t0 = now();
+    return 0;
+}
+
+static int clock_done(void *ctx, int i, int w, const dl_stage_view_t *v)
+{
+    stage_clock_t *k = ctx;
+    (void)w, (void)v;
+    if (i < 64)
+        k->t[i] += now() - k->t0;
+    return 0;
+}
+
+/* The dgemm baseline of a GEMM stage (blas_fwd/blas_bwd's terms), 0 for
+ * the others: op 0 [m, K] x [K, N], 1 the weight gradient, times n terms. */
+static double stage_dgemm(layer_ctx_t *L, const char *stage)
+{
+    static const struct { const char *name; int kd, op, n; } g[] = {
+        {"h_gate", 1, 0, 1}, {"h_up", 1, 0, 1}, {"y_sorted", 0, 0, 1}, {"d_h_act", 1, 0, 1},
+        {"d_x_sorted", 0, 0, 2}, {"d_w_down", 0, 1, 1}, {"d_w_gate", 1, 1, 1}, {"d_w_up", 1, 1, 1}};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        if (!strcmp(stage, g[i].name)) { /* kd: K = d, N = f; else K = f, N = d */
+            double t = 0;
+            for (int r = 0; r < rounds; r++)
+                t += g[i].n * blas_time(1, L->F.group_sizes, L->E, g[i].kd ? L->d : L->f,
+                                        g[i].kd ? L->f : L->d, g[i].op);
+            return t / rounds;
+        }
+    return 0;
+}
+
+static void stage_times(const char *name, layer_ctx_t *L, int passes, double whole)
+{
+    const dl_moe_config_t *c = L->c;
+    stage_clock_t k = {.v = {.c = *c, .in = *L->in, .f = L->F, .b = L->B,
+                        .rows = c->tokens * c->route.top_k, .off = L->F.group_offsets,
+                        .ne = c->route.experts}, .t0 = 0};
+    const dl_placement_t pl = {clock_bind, clock_done};
+    for (int r = 0; r < rounds; r++)
+        if (dl_schedule_exec(c, passes, NULL, -1, &pl, &k))
+            exit(1);
+    double sum = 0, tv = now();
+    for (int r = 0; r < rounds; r++)
+        if (dl_moe_inputs_validate(c, L->in, passes == DL_SCHEDULE_BACKWARD))
+            exit(1);
+    tv = (now() - tv) / rounds;
+    printf("%-18s stage    %-8s %-20s %.4fs %5.1f%% (dl_moe_inputs_validate)\n", name,
+           passes == DL_SCHEDULE_FORWARD ? "forward" : "backward", "(validate)", tv,
+           100 * tv / whole);
+    for (int i = 0; i < dl_schedule_count() && i < 64; i++)
+        sum += k.t[i] / rounds;
+    for (int i = 0; i < dl_schedule_count() && i < 64; i++) {
+        if (k.t[i] <= 0)
+            continue;
+        double tb = stage_dgemm(L, dl_schedule_producer(i)->name);
+        printf("%-18s stage    %-8s %-20s %.4fs %5.1f%%", name,
+               passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
+               dl_schedule_producer(i)->name, k.t[i] / rounds, 100 * k.t[i] / rounds / whole);
+        if (tb > 0)
+            printf(" dgemm %.4fs ratio %.2f", tb, k.t[i] / rounds / tb);
+        printf("\n");
+    }
+    printf("%-18s stage    %-8s %-20s %.4fs %5.1f%% (the pass less its stages: validation, "
+           "allocation, fresh pages)\n", name, passes == DL_SCHEDULE_FORWARD ? "forward" : "backward",
+           "(rest)", whole - sum, 100 * (whole - sum) / whole);
+}
+
+static int profile_backward = 0; /* --profile-backward: for perf record */
+static int with_stages = 0; /* --stages: stage_times after the rounds */
 
 static void run(const shape_t *s)
 {
@@ -189,6 +288,17 @@ static void run(const shape_t *s)
     bench_fn_t fns[6] = {run_forward, run_backward, blas_fwd_d, blas_bwd_d, blas_fwd_s, blas_bwd_s};
     void *ctx[6] = {&L, &L, &L, &L, &L, &L};
     bench_rounds_t r;
+    memset(&r, 0, sizeof r); /* the sgemm rows stay 0 without --sgemm */
+    if (profile_backward) { /* --profile-backward: one forward, then backward only */
+        if (run_forward(&L) < 0)
+            exit(1);
+        for (int i = 0; i < rounds; i++) {
+            if (L.have_b)
+                dl_moe_backward_free(&L.B), L.have_b = 0;
+            printf("%-18s backward %.3fs\n", s->name, run_backward(&L));
+        }
+        exit(0);
+    }
     if (bench_interleave(fns, ctx, with_sgemm ? 6 : 4, rounds, &r)) {
         printf("%s: %s failed: %s\n", s->name, L.what, dl_strerror(L.rc));
         exit(1);
@@ -196,6 +306,10 @@ static void run(const shape_t *s)
     double tf = bench_median_time(&r, 0), tb = bench_median_time(&r, 1);
     bench_ratio_t fdr = bench_ratio(&r, 0, 2), fsr = bench_ratio(&r, 0, 4);
     bench_ratio_t bdr = bench_ratio(&r, 1, 3), bsr = bench_ratio(&r, 1, 5);
+    if (with_stages) {
+        stage_times(s->name, &L, DL_SCHEDULE_FORWARD, tf);
+        stage_times(s->name, &L, DL_SCHEDULE_BACKWARD, tb);
+    }
     dl_moe_forward_t F = L.F;
     dl_moe_backward_t B = L.B;
     double rss = bench_peak_rss_mb();
@@ -240,6 +354,10 @@ int main(int argc, char **argv)
             quick = 1;
         else if (strcmp(argv[i], "--sgemm") == 0)
             with_sgemm = 1;
+        else if (strcmp(argv[i], "--stages") == 0)
+            with_stages = 1;
+        else if (strcmp(argv[i], "--profile-backward") == 0)
+            profile_backward = 1;
         else if (strcmp(argv[i], "full") != 0)
             only = argv[i];
     }
@@ -264,9 +382,11 @@ int main(int argc, char **argv)
      * two (DL_BENCH_PAIRS sets it, as for every program of make bench) */
     rounds = getenv("DL_BENCH_PAIRS") ? bench_rounds_default() : 3;
     bench_env_line("bench_layer", rounds);
-    printf("# bench_layer: bf16 activations and weights, fp32 weight gradients; %s; %s\n",
+    now();
+    printf("# bench_layer: bf16 activations and weights, fp32 weight gradients; %s; %s; %s time\n",
            quick ? "--quick" : "full",
-           with_sgemm ? "sgemm baselines too" : "dgemm baselines only (ratio_vs_sgemm=0: --sgemm)");
+           with_sgemm ? "sgemm baselines too" : "dgemm baselines only (ratio_vs_sgemm=0: --sgemm)",
+           cpu_clock ? "CPU (DL_BENCH_CLOCK=cpu)" : "wall");
     int status = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (only ? strcmp(only, shapes[i].name) != 0 : shapes[i].named)

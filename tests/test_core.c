@@ -83,6 +83,42 @@ START_TEST(round_adversarial)
 }
 END_TEST
 
+/* dl__round_scaled (d_y_sorted's rounding, vectorised) against MPFR on
+ * products w g of floats: ties of t's grid and their float neighbours,
+ * t's subnormals and its overflow threshold, zeros of both signs, inf and
+ * NaN, in blocks of 256 lanes with a tail, for every w sign and scale. */
+START_TEST(round_scaled_vs_mpfr)
+{
+    dl_test_rng_t r = {77};
+    enum { N = 1000 };
+    static float g[N], out[N];
+    static const double ws[] = {1.0, -1.0, 0.75, 0x1p-20, 2.0, -0x1.8p+3};
+    for (int ti = 0; ti < 3; ti++) {
+        const dl_dtype_t t = all_types[ti];
+        const int drop = 24 - dl_dtype_precision(t); /* float bits below t's ulp (normals) */
+        for (int i = 0; i < N; i++) {
+            float x = (float)dl_round(random_double(&r, t == DL_F16 ? -28 : -150, t == DL_F16 ? 16 : 127), t);
+            uint32_t b;
+            memcpy(&b, &x, 4);
+            if (drop > 0 && i % 4 == 1) /* a tie of t's grid, then its neighbours */
+                b |= UINT32_C(1) << (drop - 1);
+            b += i % 4 == 2 ? 1 : 0;
+            memcpy(&x, &b, 4);
+            g[i] = i % 97 == 3 ? -0.0f : i % 89 == 5 ? INFINITY : i % 83 == 7 ? NAN
+                 : i % 79 == 9 ? 0x1p127f * 1.5f : i % 5 == 4 ? -x : x;
+        }
+        for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+            dl__round_scaled(g, ws[wi], N - 3, t, out); /* a tail of 232 after three blocks */
+            for (int i = 0; i < N - 3; i++) {
+                const double want = mpref_round_d(ws[wi] * (double)g[i], t);
+                ck_assert_msg(same_value(out[i], want), "%s: %a x %a -> %a, MPFR says %a",
+                              dl_dtype_name(t), ws[wi], (double)g[i], (double)out[i], want);
+            }
+        }
+    }
+}
+END_TEST
+
 START_TEST(bits_round_trip)
 {
     for (uint32_t h = 0; h < 65536; h++) {
@@ -350,6 +386,7 @@ int main(void)
     const dl_test_t tests[] = {
         DL_TEST("round", "rounding", round_random_vs_mpfr, 120),
         DL_TEST("round", "rounding", round_adversarial, 120),
+        DL_TEST("round", "rounding", round_scaled_vs_mpfr, 120),
         DL_TEST("round", "rounding", bits_round_trip, 120),
         DL_TEST("round", "rounding", dtype_names, 120),
         DL_TEST("round", "rounding", on_grid_matches_rounding, 120),

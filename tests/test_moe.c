@@ -6,6 +6,7 @@
  * Routing, scores and SwiGLU are taken from the library here: their
  * exactness has its own MPFR suites. */
 #include "config.h"
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -599,6 +600,97 @@ START_TEST(schedule_row_sets)
 }
 END_TEST
 
+/* keep.c: a kept array comes back zero-filled (calloc's contract, however
+ * dirty it was freed) and only for a request of its own size: a block with
+ * a quarter more room, or too little, is not taken. */
+START_TEST(keep_zero_and_size)
+{
+    const int keeping = !(getenv("DROPLESS_KEEP") && !strcmp(getenv("DROPLESS_KEEP"), "0"));
+    const size_t n = (size_t)3 << 20, sizes[2] = {n - n / 4, n + n / 3};
+    unsigned char *p = dl__keep_alloc(n, 1);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 0xA5, n);
+    dl__keep_free(p);
+    unsigned char *q = dl__keep_alloc(n, 1);
+    ck_assert_ptr_nonnull(q);
+    if (keeping)
+        ck_assert_ptr_eq(q, p); /* the kept block: the path under test */
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(q[i] == 0, "byte %zu of a kept array is %d", i, q[i]);
+    for (int s = 0; s < 2; s++) {
+        memset(q, 0xA5, malloc_usable_size(q));
+        dl__keep_free(q);
+        q = dl__keep_alloc(sizes[s], 1);
+        ck_assert_ptr_nonnull(q);
+        const size_t u = malloc_usable_size(q);
+        ck_assert_msg(u >= sizes[s] && u - sizes[s] <= u / 64, "%zu bytes asked, %zu given", sizes[s], u);
+        for (size_t i = 0; i < sizes[s]; i++)
+            ck_assert_msg(q[i] == 0, "byte %zu is %d", i, q[i]);
+    }
+    dl__keep_free(q);
+}
+END_TEST
+
+/* Every array of both passes, copied (row r at out[r], NULL if absent). */
+static void snapshot(const dl_moe_config_t *c, dl_moe_forward_t *F, dl_moe_backward_t *B,
+                     void **out, size_t *bytes)
+{
+    for (int r = 0; r < dl_layout_count(); r++) {
+        const dl_layout_row_t *row = dl_layout_row(r);
+        void **p = row->group == DL_LAYOUT_INPUTS ? NULL : dl_layout_slot(row, NULL, F, B);
+        out[r] = NULL, bytes[r] = 0;
+        if (!p || !*p)
+            continue;
+        bytes[r] = (size_t)dl_layout_numel_rows(row, c, -1) * (row->store == DL_STORE_I64 ? 8 : 4);
+        out[r] = malloc(bytes[r] + 1);
+        memcpy(out[r], *p, bytes[r]);
+        memset(*p, 0xFF, bytes[r]); /* freed dirty: NaN bits wherever a stage relied on zeros */
+    }
+}
+
+/* A second forward and backward of L on kept arrays (freed full of NaN
+ * bits) gives the first pass's bits in every array. */
+static void same_bits_on_kept(layer_t *L)
+{
+    dl_moe_forward_t F1, F2;
+    dl_moe_backward_t B1, B2;
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F1), 0);
+    ck_assert_int_eq(dl_moe_backward(&L->c, &L->in, &F1, &B1), 0);
+    const float *dw[3] = {B1.d_w_gate, B1.d_w_up, B1.d_w_down};
+    void *first[DL_ROWSET_BITS];
+    size_t bytes[DL_ROWSET_BITS];
+    snapshot(&L->c, &F1, &B1, first, bytes);
+    dl_moe_backward_free(&B1);
+    dl_moe_forward_free(&F1);
+    ck_assert_int_eq(dl_moe_forward(&L->c, &L->in, &F2), 0);
+    ck_assert_int_eq(dl_moe_backward(&L->c, &L->in, &F2, &B2), 0);
+    if (!(getenv("DROPLESS_KEEP") && !strcmp(getenv("DROPLESS_KEEP"), "0")))
+        ck_assert(B2.d_w_down == dw[0] || B2.d_w_down == dw[1] || B2.d_w_down == dw[2]);
+    for (int r = 0; r < dl_layout_count(); r++) {
+        void **p = first[r] ? dl_layout_slot(dl_layout_row(r), NULL, &F2, &B2) : NULL;
+        ck_assert_msg(!first[r] || memcmp(*p, first[r], bytes[r]) == 0, "%s differs",
+                      dl_layout_row(r)->name);
+        free(first[r]);
+    }
+    dl_moe_forward_free(&F2), dl_moe_backward_free(&B2);
+}
+
+/* Arrays of 1 MiB and more are kept: [M, f] rows and [E, d, f] slabs here;
+ * with 6 tokens for 16 experts, most weight-gradient slabs are empty
+ * experts' zeros, written by the GEMM itself on pages the last pass left
+ * NaN. */
+START_TEST(keep_layer_same_bits)
+{
+    layer_t *L[3] = {layer_new(700, 512, 256, 512, 8, 2, 0, DL_BF16, DL_FFN_SWIGLU),
+                     layer_new(701, 6, 256, 512, 16, 1, 0, DL_BF16, DL_FFN_SWIGLU),
+                     layer_new(702, 300, 256, 512, 16, 4, 1, DL_F16, DL_FFN_PLAIN)};
+    for (int i = 0; i < 3; i++) {
+        same_bits_on_kept(L[i]);
+        layer_free(L[i]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     const dl_test_t tests[] = {
@@ -615,6 +707,8 @@ int main(void)
         DL_TEST("layer", "determinism-and-errors", route_stages_alone, 120),
         DL_TEST("layer", "determinism-and-errors", validation_bits_match_on_grid, 120),
         DL_TEST("layer", "schedule", schedule_row_sets, 60),
+        DL_TEST("layer", "kept-arrays", keep_zero_and_size, 60),
+        DL_TEST("layer", "kept-arrays", keep_layer_same_bits, 300),
     };
     return dl_test_main(tests, sizeof tests / sizeof *tests);
 }

@@ -156,6 +156,18 @@ static float ref_dx(const float *w, const float *dxs, const int32_t *inv, const 
     return f == 0.0f ? 0.0f : f;
 }
 
+/* Random d_x inputs: d_x_sorted on t's grid, router gradients and weights. */
+static void dx_inputs(dl_test_rng_t *r, int64_t M, int64_t T, int64_t E, int64_t d,
+                      dl_dtype_t t, float *dxs, float *dlg, float *W)
+{
+    for (int64_t i = 0; i < M * d; i++)
+        dxs[i] = on_grid(r, 1.0, t);
+    for (int64_t i = 0; i < T * E; i++)
+        dlg[i] = (float)dl_test_normal(r) * 0x1p-4f;
+    for (int64_t i = 0; i < d * E; i++)
+        W[i] = (float)dl_test_normal(r);
+}
+
 START_TEST(input_gradient_vs_mpfr)
 {
     dl_test_rng_t r = {42};
@@ -166,16 +178,52 @@ START_TEST(input_gradient_vs_mpfr)
         int32_t inv[M];
         for (int i = 0; i < M; i++)
             w[i] = (float)dl_test_unif(&r), inv[i] = (int32_t)((i * 3) % M);
-        for (int i = 0; i < M * d; i++)
-            dxs[i] = on_grid(&r, 1.0, t);
-        for (int i = 0; i < T * E; i++)
-            dlg[i] = (float)dl_test_normal(&r) * 0x1p-4f;
-        for (int i = 0; i < d * E; i++)
-            W[i] = (float)dl_test_normal(&r);
+        dx_inputs(&r, M, T, E, d, t, dxs, dlg, W);
         ck_assert_int_eq(dl__input_backward_w(dxs, w, inv, dlg, W, NULL, T, k, d, E, t, dx), 0);
         for (int tk = 0; tk < T; tk++)
             for (int i = 0; i < d; i++)
                 ck_assert(bits_eq(dx[tk * d + i], ref_dx(w, dxs, inv, dlg, W, tk, i, k, d, E, t)));
+    }
+}
+END_TEST
+
+/* The vector lanes of d_x (dispatch.c's d_x_token: 16 features at a
+ * time, a tail of 5 here) against MPFR, with and without input weights,
+ * on random sums and on adversarial ones whose binary64 sum misses the
+ * rounding: 1 + 2^-8 + 40 x 2^-54 in bf16 is above the midpoint of 1 and
+ * 1 + 2^-7 only by the 40 x 2^-54 that a binary64 sum drops term by term
+ * (more than the ulp dl__certify widens by), 1 + 2^-8 alone is a tie (to
+ * even: 1), and -3 + 3 cancels to an exact +0. */
+START_TEST(input_gradient_lanes_vs_mpfr)
+{
+    dl_test_rng_t r = {4242};
+    enum { T = 9, E = 40, k = 6, d = 37, M = T * k };
+    static float w[M], dxs[M * d], dlg[T * E], W[d * E], dx[T * d];
+    static int32_t inv[M];
+    for (int pass = 0; pass < 4; pass++) {
+        const dl_dtype_t t = pass & 1 ? DL_BF16 : DL_F32;
+        for (int i = 0; i < M; i++)
+            w[i] = pass < 2 ? 1.0f : (float)dl_test_unif(&r), inv[i] = (int32_t)((i * 5) % M);
+        dx_inputs(&r, M, T, E, d, t, dxs, dlg, W);
+        /* token 0: E router products of 2^-54 each on feature 0, none on 1 and 2 */
+        for (int e = 0; e < E; e++)
+            dlg[e] = 0x1p-27f, W[e] = 0x1p-27f, W[E + e] = W[2 * E + e] = 0.0f;
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < k; j++)
+                dxs[(int64_t)inv[j] * d + i] = j == 0 ? (i % 2 ? -3.0f : 1.0f)
+                                             : j == 1 ? (i % 2 ? 3.0f : 0x1p-8f) : 0.0f;
+        w[0] = w[1] = 1.0f;
+        ck_assert_int_eq(dl__input_backward_w(dxs, pass < 2 ? NULL : w, inv, dlg, W, NULL, T, k, d,
+                                              E, t, dx), 0);
+        float one[M];
+        for (int i = 0; i < M; i++)
+            one[i] = pass < 2 ? 1.0f : w[i];
+        for (int tk = 0; tk < T; tk++)
+            for (int i = 0; i < d; i++)
+                ck_assert_msg(bits_eq(dx[tk * d + i], ref_dx(one, dxs, inv, dlg, W, tk, i, k, d, E, t)),
+                              "pass %d token %d feature %d: %a", pass, tk, i, dx[tk * d + i]);
+        if (t == DL_BF16) /* the adversarial rows decide as argued above */
+            ck_assert(bits_eq(dx[0], 0x1.02p0f) && bits_eq(dx[2], 1.0f) && bits_eq(dx[1], 0.0f));
     }
 }
 END_TEST
@@ -300,6 +348,7 @@ int main(void)
         DL_TEST("scale_input", "boundaries", scale_input_boundaries, 60),
         DL_TEST("input_backward", "mpfr", input_backward_vs_mpfr, 60),
         DL_TEST("input_gradient", "mpfr", input_gradient_vs_mpfr, 60),
+        DL_TEST("input_gradient", "mpfr", input_gradient_lanes_vs_mpfr, 60),
         DL_TEST("selection", "ties_and_refusals", selection_and_refusals, 60),
         DL_TEST("threads", "same_bits", thread_count, 60),
         DL_TEST("hash", "mpfr_and_refusals", hash_vs_mpfr, 60),

@@ -119,7 +119,11 @@ typedef struct {
 
 /* Runs the forward pass; allocates every array of *f (free with
  * dl_moe_forward_free, also after an error). Errors: those of
- * dl_moe_config_validate, dl_moe_inputs_validate, DL_ENOMEM. */
+ * dl_moe_config_validate, dl_moe_inputs_validate, DL_ENOMEM. The free
+ * functions keep arrays of 1 MiB and more (at most a quarter of the
+ * machine's memory) for the next pass's arrays of the same sizes, whose
+ * pages are then already there; an allocation that finds none of its size
+ * returns them all first. DROPLESS_KEEP=0 in the environment frees at once. */
 DL_EXTERN int dl_moe_forward(const dl_moe_config_t *c, const dl_moe_inputs_t *in,
                              dl_moe_forward_t *f);
 DL_EXTERN void dl_moe_forward_free(dl_moe_forward_t *f);

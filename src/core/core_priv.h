@@ -45,6 +45,10 @@ int dl__certify(double y, double err, dl_dtype_t t, double *out);
 /* Propagates carries so that every limb but the top one is in [0, 2^32). */
 void dl__acc_normalize(dl_acc_t *acc);
 
+/* out[i] = w g[i] rounded once to t, i < n (round.c; w a float's value,
+ * so each product is exact): dl_round's bits, vectorised. */
+void dl__round_scaled(const float *g, double w, int64_t n, dl_dtype_t t, float *out);
+
 /* The exact sum of n binary64 values rounded once to t: a certified
  * binary64 sum, falling back to the exact accumulator when undecided. For
  * short sums (combine, un-permute). Sets *nonfinite if a term is NaN/Inf. */

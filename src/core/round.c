@@ -143,6 +143,49 @@ static inline double round_to(double x, dl_dtype_t t)
 
 double dl_round(double x, dl_dtype_t t) { return round_to(x, t); }
 
+/* out[i] = w g[i] rounded once to t (the product of a double holding a
+ * float and a float is exact), for arrays: a lane whose |w g| is a normal
+ * number of t rounds by the bits as round_to does (F32 by the IEEE
+ * conversion), branch-free, so the loop vectorises; a block with another
+ * lane (zero, subnormal, overflow, non-finite) sends those through
+ * round_to itself. */
+DL__VEC_CLONES
+void dl__round_scaled(const float *g, double w, int64_t n, dl_dtype_t t, float *out)
+{
+    if (t == DL_F32 || t == DL_F64) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            out[i] = (float)(w * (double)g[i]);
+        return;
+    }
+    const dl__fmt_t *f = &fmts[t];
+    const double lo = pow2(f->emin), hi = f->overflow;
+    const int drop = 53 - f->p;
+    enum { B = 256 };
+    for (int64_t i0 = 0; i0 < n; i0 += B) {
+        const int64_t nb = n - i0 < B ? n - i0 : B;
+        int odd = 0;
+#pragma omp simd reduction(| : odd)
+        for (int64_t b = 0; b < nb; b++) {
+            const double x = w * (double)g[i0 + b], a = fabs(x);
+            uint64_t u;
+            memcpy(&u, &a, 8);
+            u += (UINT64_C(1) << (drop - 1)) - 1 + ((u >> drop) & 1);
+            u &= ~((UINT64_C(1) << drop) - 1);
+            double r;
+            memcpy(&r, &u, 8);
+            r = r >= hi ? INFINITY : r;
+            odd |= !(a >= lo && a < hi);
+            out[i0 + b] = (float)(x < 0 ? -r : r);
+        }
+        for (int64_t b = 0; odd && b < nb; b++) {
+            const double x = w * (double)g[i0 + b], a = fabs(x);
+            if (!(a >= lo && a < hi))
+                out[i0 + b] = (float)round_to(x, t);
+        }
+    }
+}
+
 /* Validation runs over every input element, so grid membership is decided
  * on the float's bits rather than by rounding. */
 int dl_on_grid(double x, dl_dtype_t t)

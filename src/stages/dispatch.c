@@ -162,10 +162,8 @@ int dl__combine_backward(const float *y_sorted, const float *w, const int32_t *i
             d_w[fl] = (float)dl__dot_cert(g, 1, y_sorted + p * d, 1, d, DL_F32, &bad);
         if (!d_y || p < r0 || p >= r1)
             continue;
-        const double wt = w[fl];
-        float *dy = d_y + (p - r0) * d;
-        for (int64_t i = 0; i < d; i++) /* one product of floats: exact, then rounded once */
-            dy[i] = (float)dl_round(wt * (double)g[i], t);
+        /* one product of floats per element: exact, then rounded once */
+        dl__round_scaled(g, w[fl], d, t, d_y + (p - r0) * d);
     }
     return bad ? DL_ENONFINITE : 0;
 }
@@ -242,6 +240,71 @@ int dl_input_backward_shared(const float *d_x_sorted, const int32_t *inv_perm,
                                 d_x);
 }
 
+/* d_x without shared experts, DX_B features of a token at a time: each
+ * sum's binary64 value s and magnitude m in vector lanes, the k routed
+ * terms and then the E router terms (products of floats: exact). Any
+ * order of a recursive sum obeys |s - exact| <= gamma_{n-1} sum|p|, the
+ * bound dl__sum_exact certifies (core/acc.c's certified_sum: the 2^-40
+ * covers m's own rounding), so a decided element is the exact sum rounded
+ * once, as dl__sum_exact's; an undecided one takes dl__sum_exact itself.
+ * wt is w_r transposed ([E, d]: the lanes read consecutive features). */
+enum { DX_B = 16 };
+
+static void d_x_token(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
+                      const float *d_logits, const float *wt, int64_t tk, int64_t k, int64_t d,
+                      int64_t E, dl_dtype_t t, double *p, float *d_x, int *bad)
+{
+    const double nu = (double)(k + E - 1) * 0x1p-53, gam = nu / (1.0 - nu) * (1.0 + 0x1p-40);
+    for (int64_t i0 = 0; i0 < d; i0 += DX_B) {
+        const int64_t nb = d - i0 < DX_B ? d - i0 : DX_B;
+        double s[DX_B] = {0}, m[DX_B] = {0};
+        for (int64_t j = 0; j < k; j++) {
+            const float *row = d_x_sorted + (int64_t)inv_perm[tk * k + j] * d + i0;
+            const double w = w_in ? (double)w_in[tk * k + j] : 1.0;
+#pragma omp simd
+            for (int64_t b = 0; b < nb; b++)
+                s[b] += w * (double)row[b], m[b] += fabs(w * (double)row[b]);
+        }
+        for (int64_t e = 0; e < E; e++) {
+            const double g = d_logits[tk * E + e];
+            const float *col = wt + e * d + i0;
+#pragma omp simd
+            for (int64_t b = 0; b < nb; b++)
+                s[b] += g * (double)col[b], m[b] += fabs(g * (double)col[b]);
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            double r;
+            if (!isfinite(m[b]) || !dl__certify(s[b], gam * m[b], t, &r)) {
+                const int64_t i = i0 + b;
+                for (int64_t j = 0; j < k; j++)
+                    p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) *
+                           d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+                for (int64_t e = 0; e < E; e++)
+                    p[k + e] = (double)d_logits[tk * E + e] * (double)wt[e * d + i];
+                r = dl__sum_exact(p, k + E, t, bad);
+            }
+            d_x[tk * d + i0 + b] = (float)r;
+        }
+    }
+}
+
+/* d_x with shared experts: each element's terms gathered, dl__sum_exact. */
+static void d_x_token_shared(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
+                             const float *d_logits, const float *w_r, const dl_shared_grad_t *sh,
+                             int64_t tk, int64_t k, int64_t d, int64_t E, dl_dtype_t t, double *p,
+                             float *d_x, int *bad)
+{
+    for (int64_t i = 0; i < d; i++) {
+        for (int64_t j = 0; j < k; j++) /* w_in: Llama-4's weight on the input */
+            p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) *
+                   d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+        for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
+            p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
+        const int64_t ns = shared_terms(sh, tk, i, p + k + E);
+        d_x[tk * d + i] = (float)dl__sum_exact(p, k + E + ns, t, bad);
+    }
+}
+
 int dl__input_backward_w(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
                          const float *d_logits, const float *w_r, const dl_shared_grad_t *sh,
                          int64_t T, int64_t k, int64_t d, int64_t E, dl_dtype_t t, float *d_x)
@@ -255,6 +318,12 @@ int dl__input_backward_w(const float *d_x_sorted, const float *w_in, const int32
     if (rc)
         return rc;
     const int64_t n = k + E + (sh ? 2 * sh->width + 1 : 0);
+    float *wt = sh ? NULL : malloc((size_t)(d * E + 1) * sizeof *wt);
+    if (!sh && !wt)
+        return DL_ENOMEM;
+    for (int64_t i = 0; !sh && i < d; i++)
+        for (int64_t e = 0; e < E; e++)
+            wt[e * d + i] = w_r[i * E + e];
     int bad = 0, nomem = 0;
 #pragma omp parallel reduction(| : bad, nomem)
     {
@@ -263,19 +332,14 @@ int dl__input_backward_w(const float *d_x_sorted, const float *w_in, const int32
             nomem = 1;
 #pragma omp for schedule(static)
         for (int64_t tk = 0; tk < T; tk++) {
-            if (!p)
-                continue;
-            for (int64_t i = 0; i < d; i++) {
-                for (int64_t j = 0; j < k; j++) /* w_in: Llama-4's weight on the input */
-                    p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) *
-                           d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
-                for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
-                    p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
-                const int64_t ns = sh ? shared_terms(sh, tk, i, p + k + E) : 0;
-                d_x[tk * d + i] = (float)dl__sum_exact(p, k + E + ns, t, &bad);
-            }
+            if (p && sh)
+                d_x_token_shared(d_x_sorted, w_in, inv_perm, d_logits, w_r, sh, tk, k, d, E, t,
+                                 p, d_x, &bad);
+            else if (p)
+                d_x_token(d_x_sorted, w_in, inv_perm, d_logits, wt, tk, k, d, E, t, p, d_x, &bad);
         }
         free(p);
     }
+    free(wt);
     return nomem ? DL_ENOMEM : bad ? DL_ENONFINITE : 0;
 }

@@ -172,6 +172,14 @@ int dl__values_alloc(const dl_moe_config_t *c, dl_moe_forward_t *f, dl_moe_backw
                      dl_valueset_t values);
 /* Frees every array of *f and *b (either may be NULL) and sets it NULL. */
 void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b);
+/* keep.c: calloc(n, 1), on a large array dl__keep_free kept when one of its
+ * size is there (zero-filled all the same, or with zero = 0 as it was: for
+ * an array its producer writes whole); dl__keep_free(p) frees p, or keeps
+ * it (large, room left) for the next allocation of its size. Any malloc'd
+ * p may be handed to dl__keep_free; a dl__keep_alloc array may be freed
+ * with free(). */
+void *dl__keep_alloc(size_t n, int zero);
+void dl__keep_free(void *p);
 
 
 /* ------------------------------------------ each stage's checking side */

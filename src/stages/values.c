@@ -226,12 +226,16 @@ int64_t dl_value_numel(const dl_moe_config_t *c, dl_value_t s)
 
 /* ------------------------------------------------- the structs' arrays */
 
-/* One row's array into *p, zero-filled; a zero-sized one is still
+/* One row's array into *p, zero-filled, except a backward expert array
+ * (dims "E..": the weight and bias gradients, which dl_gemm_ragged_k
+ * writes whole, empty experts' zeros too) on kept pages, which keeps the
+ * last pass's bits until its producer writes it; a zero-sized one is still
  * allocated, so NULL means no memory. */
 static int alloc_row(const row_t *r, const dl_moe_config_t *c, void **p)
 {
     int64_t n = dl_layout_numel(&r->pub, c);
-    *p = calloc(n > 0 ? (size_t)n : 1, r->pub.store == DL_STORE_I64 ? 8 : 4);
+    const int whole = r->pub.group == DL_LAYOUT_BACKWARD && r->pub.dims[0] == 'E';
+    *p = dl__keep_alloc((n > 0 ? (size_t)n : 1) * (r->pub.store == DL_STORE_I64 ? 8 : 4), !whole);
     return *p ? 0 : DL_ENOMEM;
 }
 
@@ -266,7 +270,7 @@ void dl__moe_arrays_free(dl_moe_forward_t *f, dl_moe_backward_t *b)
     for (int i = 0; i < NROWS; i++) {
         void **p = rows[i].pub.group == DL_LAYOUT_INPUTS ? NULL : slot(&rows[i], NULL, f, b);
         if (p) {
-            free(*p);
+            dl__keep_free(*p);
             *p = NULL;
         }
     }
