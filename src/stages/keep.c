@@ -64,7 +64,9 @@ static void *take(size_t n)
     for (int i = 0; i < KEEP_SLOTS && !p; i++)
         if (keep.p[i] && keep.n[i] >= n && keep.n[i] - n <= keep.n[i] / 64) {
             p = keep.p[i];
-            keep.p[i] = NULL, keep.n[i] = 0, keep.bytes -= n;
+            /* the block's own size, as dl__keep_free counted it (not n) */
+            keep.bytes -= keep.n[i];
+            keep.p[i] = NULL, keep.n[i] = 0;
         }
     if (!p)
         release_all();
