@@ -243,12 +243,10 @@ START_TEST(random_shapes)
                                 1 + (int64_t)(dl_test_next(&r) % 100000));
             dl__gemm_set_subblock((int64_t)(dl_test_next(&r) % 10)); /* 0: default */
         }
-        dl__gemm_set_stream(it % 4 == 2); /* non-temporal stores, whatever the size */
         random_case(&r, M, K, N, E, it % 2, g, t, (dl_rhs_layout_t)(it % 2), it % 4 == 1 ? 8 : 0,
                     "random");
         dl__gemm_set_tuning(0, 0);
         dl__gemm_set_subblock(0);
-        dl__gemm_set_stream(-1);
     }
 }
 END_TEST
@@ -560,11 +558,9 @@ START_TEST(ragged_random)
             dl__gemm_set_tuning(5, 1);
             dl__gemm_set_subblock(1 + it % 4);
         }
-        dl__gemm_set_stream(it % 2);
         check_ragged(a, I, b, J, off, E, t, NULL, "ragged");
         dl__gemm_set_tuning(0, 0);
         dl__gemm_set_subblock(0);
-        dl__gemm_set_stream(-1);
         free(off);
         free(a);
         free(b);
@@ -655,48 +651,6 @@ START_TEST(ragged_short_groups)
                           (long long)st.middle, (long long)st.exact);
             free(a);
             free(b);
-        }
-}
-END_TEST
-
-/* Non-temporal stores of the output (put_rows in gemm.c: whole 64-byte
- * lines streamed, the ends of each row stored normally): forced on, every
- * element against the reference and MPFR (check_grouped/check_ragged fill
- * the output with NaN first, so an element put_rows skips fails), for
- * rows starting at every offset within a line (N = 1..40 and 97 columns,
- * tiles forced narrow so that a row of a tile is a part of a row of the
- * output), groups of 0, 1-8 (short_tile) and 40 rows, every output type;
- * and the same bits as ordinary stores. */
-START_TEST(streamed_stores)
-{
-    dl_test_rng_t r = {71};
-    static const int64_t Ns[] = {1, 7, 16, 17, 23, 33, 40, 97};
-    for (int ni = 0; ni < 8; ni++)
-        for (int ti = 0; ti < 3; ti++) {
-            int64_t N = Ns[ni], K = 1 + (int64_t)(dl_test_next(&r) % 60), E = 4;
-            int64_t off[5] = {0, 0, 3, 11, 51}; /* empty, 3, 8 and 40 rows */
-            float *lhs = gen(&r, off[E] * K, DL_BF16, 1.0, 0);
-            float *rhs = gen(&r, E * K * N, DL_BF16, 0.2, 0), *dy = gen(&r, off[E] * N, DL_BF16, 1.0, 0);
-            dl_gemm_term_t term = {lhs, K, rhs, DL_RHS_KN};
-            if (ni % 2)
-                dl__gemm_set_tuning(0, 1); /* the smallest tiles: 8-column parts of rows */
-            float *o[2];
-            for (int st = 0; st < 2; st++) {
-                dl__gemm_set_stream(st);
-                check_grouped(&term, 1, N, off, E, grids[ti], NULL, "streamed grouped");
-                check_ragged(lhs, K, dy, N, off, E, grids[ti], NULL, "streamed ragged");
-                o[st] = malloc((size_t)(E * K * N) * sizeof(float));
-                ck_assert_int_eq(dl_gemm_ragged_k(lhs, K, dy, N, off, E, grids[ti], o[st], NULL), 0);
-            }
-            ck_assert_msg(memcmp(o[0], o[1], (size_t)(E * K * N) * sizeof(float)) == 0,
-                          "N %lld: streamed and ordinary stores differ", (long long)N);
-            dl__gemm_set_stream(-1);
-            dl__gemm_set_tuning(0, 0);
-            free(o[0]);
-            free(o[1]);
-            free(lhs);
-            free(rhs);
-            free(dy);
         }
 }
 END_TEST
@@ -964,7 +918,6 @@ int main(void)
         DL_TEST_LOOP("gemm_ragged_k", "ragged", ragged_cancellation, 0, 2, 120),
         DL_TEST("gemm_ragged_k", "ragged", ragged_short_groups, 120),
         DL_TEST("gemm_threads", "threads", thread_invariance, 120),
-        DL_TEST("gemm_ragged_k", "stores", streamed_stores, 120),
         DL_TEST("gemm_certificate", "intervals", certificate_intervals, 120),
         DL_TEST("gemm_errors", "errors", errors, 0),
         DL_TEST("gemm_errors", "errors", nonfinite, 0),

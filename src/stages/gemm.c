@@ -59,11 +59,6 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include <unistd.h>
-#if defined(__x86_64__) && defined(__SSE2__)
-#include <immintrin.h>
-#define DL__NT_STORES 1
-#endif
 #include "stages/stages_priv.h"
 
 #define KC_DEFAULT 256
@@ -88,7 +83,6 @@
 #endif
 
 static int64_t tune_kc = 0, tune_budget = 0, tune_sub = 0;
-static int tune_stream = -1; /* -1: by the output's size; 0: never; 1: always */
 
 void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes)
 {
@@ -99,63 +93,6 @@ void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes)
 void dl__gemm_set_subblock(int64_t cols)
 {
     tune_sub = cols > 0 ? cols : 0;
-}
-
-void dl__gemm_set_stream(int mode)
-{
-    tune_stream = mode < 0 ? -1 : mode > 0;
-}
-
-/* Whether a call writing out_bytes of output stores it by non-temporal
- * stores: when the output is larger than the last-level cache, so that
- * it would be written to memory anyway, and a normal store would first
- * read every line for ownership (38% of the certification pass's samples
- * in a small-group weight gradient were its store). Smaller outputs stay
- * in cache for the stage that reads them next. */
-static int stream_for(int64_t out_bytes)
-{
-    if (tune_stream >= 0)
-        return tune_stream;
-    long l3 = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    return out_bytes > (l3 > 0 ? (int64_t)l3 : INT64_C(32) << 20);
-}
-
-/* Copies rows x cols floats from src (leading dimension lds; NULL: zeros)
- * to dst (ldd): with stream, the 64-byte lines that a row covers whole by
- * non-temporal stores (then a store fence, so that the values are visible
- * to other threads as ordinary stores are at the end of the parallel
- * region), the ends of the row by ordinary ones. The bits are the same
- * either way. */
-static void put_rows(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
-                     int64_t cols, int stream)
-{
-    for (int64_t i = 0; i < rows; i++) {
-        float *d = dst + i * ldd;
-        const float *s = src ? src + i * lds : NULL;
-        int64_t j = 0;
-#ifdef DL__NT_STORES
-        if (stream) {
-            for (; j < cols && ((uintptr_t)(d + j) & 63); j++)
-                d[j] = s ? s[j] : 0.0f;
-            for (; j + 16 <= cols; j += 16)
-                for (int q = 0; q < 16; q += 4)
-                    _mm_stream_ps(d + j + q, s ? _mm_loadu_ps(s + j + q) : _mm_setzero_ps());
-        }
-#endif
-        if (s)
-            memcpy(d + j, s + j, (size_t)(cols - j) * sizeof(float));
-        else
-            memset(d + j, 0, (size_t)(cols - j) * sizeof(float));
-    }
-#ifdef DL__NT_STORES
-    if (stream)
-        _mm_sfence();
-#else
-    (void)stream;
-#endif
 }
 
 /* ------------------------------------------------------------ certification */
@@ -285,7 +222,6 @@ typedef struct {
     int64_t ks; /* dot-product length */
     int64_t kc; /* dgemm chunk along K */
     int acc;    /* chunks accumulated by dgemm itself (beta = 1), no chunk sums */
-    int stream; /* tiles stored by non-temporal stores (put_rows) */
     double g1;  /* tier 1: err = g1 * na * nb */
 } plan_t;
 
@@ -315,7 +251,6 @@ static void make_plan(plan_t *pl, dl_dtype_t t, int64_t ks, int nparts)
      * and saves the pass over the tile per chunk; fp32 outputs keep the
      * chunk sums, whose h = kc + nc is 50x smaller at K = 14336. */
     pl->acc = t != DL_F32;
-    pl->stream = 0;
     if (pl->acc)
         h = ks;
     double hu = (double)h * 0x1p-53;
@@ -598,7 +533,6 @@ int dl__gemm_certify(double y, double err, dl_dtype_t t, int fast, float *out)
 
 typedef struct {
     double *C, *P;    /* mb x nb */
-    float *o;         /* mb x nb: the tile's results, put_rows then stores them */
     double *ca, *cb;  /* one K-chunk of each operand: mb x kc, nb x kc */
     double *na, *nb;  /* row norms */
     int64_t *list;    /* mb x nb */
@@ -728,20 +662,33 @@ static void mid_stream(const part_t *pa, const part_t *pb, const int64_t *ao, co
                        int64_t n, double *s, double *c, double *w)
 {
     int64_t sa = pa->kmajor ? pa->ld : 1, sb = pb->kmajor ? pb->ld : 1;
+    /* how far ahead each operand is prefetched: PF_AHEAD K-rows of a
+     * k-major one; a row-major one is read along its rows, a new line
+     * every 16 terms, so 16 floats on, every 8th term */
+    int64_t fa = pa->kmajor ? PF_AHEAD * sa : 16, fb = pb->kmajor ? PF_AHEAD * sb : 16;
+    double pr[MID_BATCH];
     for (int64_t k = 0; k < pb->klen; k++) {
         const float *ak = pa->p + k * sa, *bk = pb->p + k * sb;
-        /* the batch's elements PF_AHEAD K-rows on: a k-major row is a new
-         * cache line per element and term, which the hardware does not
-         * fetch ahead for a gather (without this, the loop waits on memory
-         * for every line: 50 ns per element and term on a 2-core EPYC) */
-        if (k + PF_AHEAD < pb->klen)
-            for (int64_t x = 0; x < n; x++) {
-                __builtin_prefetch(ak + PF_AHEAD * sa + ao[x]);
-                __builtin_prefetch(bk + PF_AHEAD * sb + bo[x]);
-            }
+        /* the batch's elements ahead: a k-major row is a new cache line
+         * per element and term, which the hardware does not fetch ahead
+         * for a gather (without this, the loop waits on memory for every
+         * line: 50 ns per element and term on a 2-core EPYC) */
+        int pfa = (pa->kmajor || !(k & 7)) && k * sa + fa < pa->klen * sa,
+            pfb = (pb->kmajor || !(k & 7)) && k * sb + fb < pb->klen * sb;
+        if (pfa)
+            for (int64_t x = 0; x < n; x++)
+                __builtin_prefetch(ak + fa + ao[x]);
+        if (pfb)
+            for (int64_t x = 0; x < n; x++)
+                __builtin_prefetch(bk + fb + bo[x]);
+        /* the products gathered first, so that the compensated sums below
+         * are vector code (with the gather in the same loop GCC left the
+         * whole loop scalar) */
+        for (int64_t x = 0; x < n; x++)
+            pr[x] = (double)ak[ao[x]] * (double)bk[bo[x]]; /* exact */
 #pragma omp simd
         for (int64_t x = 0; x < n; x++) {
-            double p = (double)ak[ao[x]] * (double)bk[bo[x]]; /* exact */
+            double p = pr[x];
             double t = s[x] + p, z = t - s[x];
             double e = (s[x] - (t - z)) + (p - z);
             double cs = c[x] + e, cz = cs - c[x];
@@ -900,12 +847,13 @@ static int tile_products(const plan_t *pl, int64_t mb, int64_t nb, const operand
 }
 
 /* out[i*ldo + j] for i < mb, j < nb: the correctly rounded value of
- * A(i,:) . B(j,:), by tier 1 (tile_products), the exact-sum certificate
- * and the slower tiers on its misses. Returns DL_ENONFINITE if an input
- * taking part is NaN or infinite. */
-static int tile_decide(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
-                       const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo,
-                       counts_t *cnt)
+ * A(i,:) . B(j,:). Runs on one thread (tiles are the unit of parallelism;
+ * dgemm called inside a parallel region runs single-threaded): tier 1 by
+ * tile_products, the exact-sum certificate and the slower tiers on its
+ * misses. Returns DL_ENONFINITE if an input taking part is NaN or
+ * infinite. */
+static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
+                const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
 {
     int64_t ks = pl->ks, total = mb * nb;
     int rc = tile_products(pl, mb, nb, A, B, tb, out, ldo);
@@ -937,19 +885,6 @@ static int tile_decide(const plan_t *pl, int64_t mb, int64_t nb, const operand_t
     return 0;
 }
 
-/* tile_decide into the tile's own buffer (tb->o, in cache while the tiers
- * read it back for their misses), then stored into out[i*ldo + j] once by
- * put_rows. Runs on one thread (tiles are the unit of parallelism; dgemm
- * called inside a parallel region runs single-threaded). */
-static int tile(const plan_t *pl, int64_t mb, int64_t nb, const operand_t *A,
-                const operand_t *B, tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
-{
-    int rc = tile_decide(pl, mb, nb, A, B, tb, tb->o, nb, cnt);
-    if (!rc)
-        put_rows(out, ldo, tb->o, nb, mb, nb, pl->stream);
-    return rc;
-}
-
 /* ------------------------------------------------------------- scratch */
 
 /* One thread's scratch. */
@@ -964,7 +899,6 @@ static void scratch_free(scratch_t *s)
     free(s->pb);
     free(s->tb.C);
     free(s->tb.P);
-    free(s->tb.o);
     free(s->tb.ca);
     free(s->tb.cb);
     free(s->tb.na);
@@ -987,7 +921,6 @@ static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64
     /* zeroed: dgemm with beta = 0 should not read C, but never let it see a NaN */
     s->tb.C = calloc((size_t)mbn, sizeof(double));
     s->tb.P = calloc((size_t)mbn, sizeof(double));
-    s->tb.o = malloc((size_t)mbn * sizeof(float));
     s->tb.ca = malloc((size_t)(mb * kc) * sizeof(double));
     s->tb.cb = malloc((size_t)(nb * kc) * sizeof(double));
     s->tb.na = malloc((size_t)mb * sizeof(double));
@@ -997,7 +930,7 @@ static int scratch_alloc(scratch_t *s, int64_t mb, int64_t nb, int64_t kc, int64
     s->tb.vec = malloc(2 * (size_t)ks * sizeof(double));
     s->tb.mst = malloc(3 * MID_BATCH * sizeof(double));
     s->tb.moff = malloc(2 * MID_BATCH * sizeof(int64_t));
-    if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.o || !s->tb.ca || !s->tb.cb || !s->tb.na ||
+    if (!s->pa || !s->pb || !s->tb.C || !s->tb.P || !s->tb.ca || !s->tb.cb || !s->tb.na ||
         !s->tb.nb || !s->tb.list || !s->tb.miss || !s->tb.vec || !s->tb.mst ||
         !s->tb.moff) {
         scratch_free(s);
@@ -1062,7 +995,7 @@ static int64_t budget_for(int64_t io_bytes)
 
 /* Tile of mb x nb outputs for one thread: each tile converts its rows and
  * columns once, so conversions per flop go as 1/mb + 1/nb; the tile (two
- * doubles, a list entry and a float per element) takes at most half of the thread's
+ * doubles and a list entry per element) takes at most half of the thread's
  * share of the budget and at most TILE_MAX elements, so that it stays near
  * the cache, and there are enough tiles for the threads (outputs / 4 per
  * thread at most). Sums of at most SHORT_SUM_CHUNKS kc terms (ks: the
@@ -1075,7 +1008,7 @@ static void tile_sizes(int64_t budget, int nthr, int64_t outputs, int64_t kc, in
                        int64_t rows, int64_t cols, int64_t *mb, int64_t *nb)
 {
     int64_t share = budget / nthr;
-    int64_t cap = share / 2 / 28;
+    int64_t cap = share / 2 / 24;
     if (cap > TILE_MAX)
         cap = TILE_MAX;
     if (ks <= SHORT_SUM_CHUNKS * kc && cap > TILE_ONE_CHUNK)
@@ -1220,7 +1153,6 @@ int dl_gemm_grouped(const dl_gemm_term_t *terms, int nterms, int64_t N,
     }
     plan_t pl;
     make_plan(&pl, out_t, ks, nterms);
-    pl.stream = stream_for(M * N * (int64_t)sizeof(float));
     int nthr = max_threads();
     int64_t budget = budget_for(io), maxme = 0;
     for (int64_t e = 0; e < E; e++)
@@ -1397,12 +1329,11 @@ short_rows_t(const tilebuf_t *tb, int64_t K, int64_t mb, int64_t nb, int64_t ldb
  * K-slices converted once, as a tile's chunk, and the products summed by
  * our own loop in place of dgemm (which at such K costs more in overhead
  * and in its binary64 output than in flops); the bound is tier 1's (the
- * plan's g1 for ks = K, one chunk). Decided in the tile's buffer tb->o,
- * then stored by put_rows (stream: non-temporal stores). Returns
- * DL_ENONFINITE if an input taking part is NaN or infinite. */
+ * plan's g1 for ks = K, one chunk). Returns DL_ENONFINITE if an input
+ * taking part is NaN or infinite. */
 DL__CLONES
 static int short_tile(const part_t *pa, const part_t *pb, int64_t mb, int64_t nb, dl_dtype_t t,
-                      tilebuf_t *tb, float *out, int64_t ldo, int stream, counts_t *cnt)
+                      tilebuf_t *tb, float *out, int64_t ldo, counts_t *cnt)
 {
     int64_t K = pa->klen;
     plan_t pl;
@@ -1431,19 +1362,18 @@ static int short_tile(const part_t *pa, const part_t *pb, int64_t mb, int64_t nb
     if (finish_norms(tb->na, mb) | finish_norms(tb->nb, nb))
         return DL_ENONFINITE;
     if (t == DL_F32)
-        short_rows_t(tb, K, mb, nb, ldb, pl.g1, tb->o, nb, DL_F32);
+        short_rows_t(tb, K, mb, nb, ldb, pl.g1, out, ldo, DL_F32);
     else if (t == DL_BF16)
-        short_rows_t(tb, K, mb, nb, ldb, pl.g1, tb->o, nb, DL_BF16);
+        short_rows_t(tb, K, mb, nb, ldb, pl.g1, out, ldo, DL_BF16);
     else
-        short_rows_t(tb, K, mb, nb, ldb, pl.g1, tb->o, nb, DL_F16);
+        short_rows_t(tb, K, mb, nb, ldb, pl.g1, out, ldo, DL_F16);
     for (int64_t i = 0; i < mb; i++) {
-        float *o = tb->o + i * nb;
+        float *o = out + i * ldo;
         int64_t miss = count_nan(o, nb);
         cnt->fast += nb - miss;
         if (miss)
             short_misses(pa->p, pa->ld, pb->p, pb->ld, K, i, nb, miss, t, o, cnt);
     }
-    put_rows(out, ldo, tb->o, nb, mb, nb, stream);
     return 0;
 }
 
@@ -1456,7 +1386,6 @@ typedef struct {
     const job_t *jobs; /* e, i0 (as r0), mb, j0 (as n0), nb; mb = 0: zero group */
     dl_dtype_t t;
     float *out;
-    int stream; /* outputs stored by non-temporal stores */
 } ragged_ctx_t;
 
 static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
@@ -1466,7 +1395,7 @@ static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
     int64_t I = g->I, J = g->J, m0 = g->offsets[jb->e], me = g->offsets[jb->e + 1] - m0;
     float *oe = g->out + jb->e * I * J;
     if (me == 0) { /* an empty group: exact zeros */
-        put_rows(oe, 0, NULL, 0, 1, I * J, g->stream);
+        memset(oe, 0, (size_t)(I * J) * sizeof(float));
         c->fast += I * J;
         return 0;
     }
@@ -1477,10 +1406,9 @@ static int ragged_job(const void *vctx, int64_t jx, scratch_t *s, counts_t *c)
     if (me <= SHORT_K && (jb->nb + 8) * me <= jb->nb * (tune_kc > 0 ? tune_kc : KC_DEFAULT))
         /* the padded slice fits the chunk buffer */
         return short_tile(&s->pa[0], &s->pb[0], jb->mb, jb->nb, g->t, &s->tb,
-                          oe + jb->r0 * J + jb->n0, J, g->stream, c);
+                          oe + jb->r0 * J + jb->n0, J, c);
     plan_t pl;
     make_plan(&pl, g->t, me, 1);
-    pl.stream = g->stream;
     return tile(&pl, jb->mb, jb->nb, &A, &B, &s->tb, oe + jb->r0 * J + jb->n0, J, c);
 }
 
@@ -1562,7 +1490,7 @@ int dl_gemm_ragged_k(const float *a, int64_t I, const float *b, int64_t J,
         free(jobs);
         return DL_ENOMEM;
     }
-    ragged_ctx_t ctx = {a, b, I, J, offsets, jobs, out_t, out, stream_for(E * I * J * (int64_t)sizeof(float))};
+    ragged_ctx_t ctx = {a, b, I, J, offsets, jobs, out_t, out};
     counts_t cnt = {0, 0, 0};
     rc = run_jobs(&ctx, ragged_job, njobs, scr, nthr, &cnt);
     scratch_free_all(scr, nthr);

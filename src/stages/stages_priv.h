@@ -152,10 +152,6 @@ void dl__gemm_set_tuning(int64_t kc, int64_t budget_bytes);
 /* Columns per sub-block of a tile (each K-chunk of B is converted and
  * multiplied that many columns at a time); 0 = default. */
 void dl__gemm_set_subblock(int64_t cols);
-/* How the GEMMs store their output: -1 (default) by non-temporal stores
- * when it is larger than the last-level cache, 0 never, 1 always (the
- * bits are the same; for tests). */
-void dl__gemm_set_stream(int mode);
 /* The GEMM's tier-1 certificate of one element, for tests: when every real
  * in [y - err, y + err] rounds to one value of t, stores it and returns 1,
  * else stores a NaN and returns 0; fast = 1: the test every element takes
