@@ -72,6 +72,8 @@
 #define PF_CONV 8                      /* K-rows the k-major conversion prefetches ahead */
 #define PF_AHEAD 4                     /* K-rows the middle tier prefetches ahead */
 #define SUB_BYTES (INT64_C(256) << 10) /* one sub-block's converted K-chunk of B */
+#define SMALL_MB 16                    /* tiles of at most this many rows ... */
+#define SMALL_KC 64                    /* ... take chunks of this length when accumulated */
 
 /* Vector code for the hot loops where the compiler and CPU allow it: the
  * clones compute the same IEEE operations (no contraction: the build has
@@ -754,9 +756,9 @@ static void middle_batch(const operand_t *A, const operand_t *B, tilebuf_t *tb, 
  * conversion and dgemm's packing, and came back. At least mb columns (a
  * multiple of 8), so that dgemm's packing of the A chunk, repeated for
  * every sub-block, costs at most what packing B's does. */
-static int64_t sub_cols(const plan_t *pl, int64_t mb, int64_t nb)
+static int64_t sub_cols(const plan_t *pl, int64_t kc, int64_t mb, int64_t nb)
 {
-    int64_t kl = pl->ks < pl->kc ? pl->ks : pl->kc, n;
+    int64_t kl = pl->ks < kc ? pl->ks : kc, n;
     if (tune_sub > 0)
         n = tune_sub;
     else {
@@ -819,12 +821,19 @@ static int tile_products(const plan_t *pl, int64_t mb, int64_t nb, const operand
     memset(tb->na, 0, (size_t)mb * sizeof(double));
     memset(tb->nb, 0, (size_t)nb * sizeof(double));
     memset(tb->miss, 0, (size_t)mb * sizeof(int64_t));
-    int64_t nbs = sub_cols(pl, mb, nb);
+    /* few rows and dgemm accumulating the chunks (bf16/fp16 outputs, whose
+     * bound gamma_ks does not depend on the chunk length): shorter chunks,
+     * so that a sub-block is SMALL_KC K-rows of 4x the columns and the
+     * conversion reads 2 KB runs of each K-row of a k-major weight instead
+     * of 512 B ones (the groups of a few tokens are bound by reading the
+     * weights; zipf_gate_up: conv_chunk 17% of our samples at 1 thread) */
+    int64_t kc = pl->acc && mb <= SMALL_MB && pl->kc > SMALL_KC ? SMALL_KC : pl->kc;
+    int64_t nbs = sub_cols(pl, kc, mb, nb);
     int first = 1;
     for (int ip = 0; ip < B->n; ip++) {
         const part_t *pa = &A->part[ip], *pb = &B->part[ip];
-        for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
-            int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
+        for (int64_t k0 = 0; k0 < pb->klen; k0 += kc) {
+            int64_t kl = pb->klen - k0 < kc ? pb->klen - k0 : kc;
             int last = ip == B->n - 1 && k0 + kl == pb->klen;
             conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
             if (last && finish_norms(tb->na, mb))
