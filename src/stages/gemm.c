@@ -72,6 +72,8 @@
 #define PF_CONV 8                      /* K-rows the k-major conversion prefetches ahead */
 #define PF_AHEAD 4                     /* K-rows the middle tier prefetches ahead */
 #define SUB_BYTES (INT64_C(256) << 10) /* one sub-block's converted K-chunk of B */
+#define SMALL_MB 16                    /* tiles of at most this many rows ... */
+#define SMALL_KC 64                    /* ... take chunks of this length when accumulated */
 
 /* Vector code for the hot loops where the compiler and CPU allow it: the
  * clones compute the same IEEE operations (no contraction: the build has
@@ -662,20 +664,33 @@ static void mid_stream(const part_t *pa, const part_t *pb, const int64_t *ao, co
                        int64_t n, double *s, double *c, double *w)
 {
     int64_t sa = pa->kmajor ? pa->ld : 1, sb = pb->kmajor ? pb->ld : 1;
+    /* how far ahead each operand is prefetched: PF_AHEAD K-rows of a
+     * k-major one; a row-major one is read along its rows, a new line
+     * every 16 terms, so 16 floats on, every 8th term */
+    int64_t fa = pa->kmajor ? PF_AHEAD * sa : 16, fb = pb->kmajor ? PF_AHEAD * sb : 16;
+    double pr[MID_BATCH];
     for (int64_t k = 0; k < pb->klen; k++) {
         const float *ak = pa->p + k * sa, *bk = pb->p + k * sb;
-        /* the batch's elements PF_AHEAD K-rows on: a k-major row is a new
-         * cache line per element and term, which the hardware does not
-         * fetch ahead for a gather (without this, the loop waits on memory
-         * for every line: 50 ns per element and term on a 2-core EPYC) */
-        if (k + PF_AHEAD < pb->klen)
-            for (int64_t x = 0; x < n; x++) {
-                __builtin_prefetch(ak + PF_AHEAD * sa + ao[x]);
-                __builtin_prefetch(bk + PF_AHEAD * sb + bo[x]);
-            }
+        /* the batch's elements ahead: a k-major row is a new cache line
+         * per element and term, which the hardware does not fetch ahead
+         * for a gather (without this, the loop waits on memory for every
+         * line: 50 ns per element and term on a 2-core EPYC) */
+        int pfa = (pa->kmajor || !(k & 7)) && k * sa + fa < pa->klen * sa,
+            pfb = (pb->kmajor || !(k & 7)) && k * sb + fb < pb->klen * sb;
+        if (pfa)
+            for (int64_t x = 0; x < n; x++)
+                __builtin_prefetch(ak + fa + ao[x]);
+        if (pfb)
+            for (int64_t x = 0; x < n; x++)
+                __builtin_prefetch(bk + fb + bo[x]);
+        /* the products gathered first, so that the compensated sums below
+         * are vector code (with the gather in the same loop GCC left the
+         * whole loop scalar) */
+        for (int64_t x = 0; x < n; x++)
+            pr[x] = (double)ak[ao[x]] * (double)bk[bo[x]]; /* exact */
 #pragma omp simd
         for (int64_t x = 0; x < n; x++) {
-            double p = (double)ak[ao[x]] * (double)bk[bo[x]]; /* exact */
+            double p = pr[x];
             double t = s[x] + p, z = t - s[x];
             double e = (s[x] - (t - z)) + (p - z);
             double cs = c[x] + e, cz = cs - c[x];
@@ -741,9 +756,9 @@ static void middle_batch(const operand_t *A, const operand_t *B, tilebuf_t *tb, 
  * conversion and dgemm's packing, and came back. At least mb columns (a
  * multiple of 8), so that dgemm's packing of the A chunk, repeated for
  * every sub-block, costs at most what packing B's does. */
-static int64_t sub_cols(const plan_t *pl, int64_t mb, int64_t nb)
+static int64_t sub_cols(const plan_t *pl, int64_t kc, int64_t mb, int64_t nb)
 {
-    int64_t kl = pl->ks < pl->kc ? pl->ks : pl->kc, n;
+    int64_t kl = pl->ks < kc ? pl->ks : kc, n;
     if (tune_sub > 0)
         n = tune_sub;
     else {
@@ -752,6 +767,22 @@ static int64_t sub_cols(const plan_t *pl, int64_t mb, int64_t nb)
         n = (n + 7) / 8 * 8;
     }
     return n < nb ? n : nb;
+}
+
+/* C[i*ldc + j] += P[i*jn + j] for i < mb, j < jn: a chunk's sums added
+ * into the tile (one IEEE addition per element, so vector code gives the
+ * same bits; without the clones and the simd pragma GCC left this loop
+ * scalar, 76% of tile()'s samples in an fp32-output GEMM). */
+DL__CLONES
+static void add_chunk(double *C, int64_t ldc, const double *P, int64_t mb, int64_t jn)
+{
+    for (int64_t i = 0; i < mb; i++) {
+        double *c = C + i * ldc;
+        const double *p = P + i * jn;
+#pragma omp simd
+        for (int64_t j = 0; j < jn; j++)
+            c[j] += p[j];
+    }
 }
 
 /* The K-chunk [k0, k0+kl) of part pb's columns [j0, j0+jn) of the tile:
@@ -773,12 +804,7 @@ static void chunk_block(const plan_t *pl, const part_t *pa, const part_t *pb, in
                 (int)(pa->kmajor ? mb : kl), tb->cb, (int)(pb->kmajor ? jn : kl),
                 first || !pl->acc ? 0.0 : 1.0, into_c ? C : P, (int)(into_c ? nb : jn));
     if (!into_c) /* the chunk sums, added in a fixed order */
-        for (int64_t i = 0; i < mb; i++) {
-            double *c = C + i * nb;
-            const double *p = P + i * jn;
-            for (int64_t j = 0; j < jn; j++)
-                c[j] += p[j];
-        }
+        add_chunk(C, nb, P, mb, jn);
 }
 
 /* The products of a tile into tb->C (mb x nb) and tier 1 on them: each
@@ -795,12 +821,19 @@ static int tile_products(const plan_t *pl, int64_t mb, int64_t nb, const operand
     memset(tb->na, 0, (size_t)mb * sizeof(double));
     memset(tb->nb, 0, (size_t)nb * sizeof(double));
     memset(tb->miss, 0, (size_t)mb * sizeof(int64_t));
-    int64_t nbs = sub_cols(pl, mb, nb);
+    /* few rows and dgemm accumulating the chunks (bf16/fp16 outputs, whose
+     * bound gamma_ks does not depend on the chunk length): shorter chunks,
+     * so that a sub-block is SMALL_KC K-rows of 4x the columns and the
+     * conversion reads 2 KB runs of each K-row of a k-major weight instead
+     * of 512 B ones (the groups of a few tokens are bound by reading the
+     * weights; zipf_gate_up: conv_chunk 17% of our samples at 1 thread) */
+    int64_t kc = pl->acc && mb <= SMALL_MB && pl->kc > SMALL_KC ? SMALL_KC : pl->kc;
+    int64_t nbs = sub_cols(pl, kc, mb, nb);
     int first = 1;
     for (int ip = 0; ip < B->n; ip++) {
         const part_t *pa = &A->part[ip], *pb = &B->part[ip];
-        for (int64_t k0 = 0; k0 < pb->klen; k0 += pl->kc) {
-            int64_t kl = pb->klen - k0 < pl->kc ? pb->klen - k0 : pl->kc;
+        for (int64_t k0 = 0; k0 < pb->klen; k0 += kc) {
+            int64_t kl = pb->klen - k0 < kc ? pb->klen - k0 : kc;
             int last = ip == B->n - 1 && k0 + kl == pb->klen;
             conv_chunk(pa, k0, kl, mb, tb->ca, tb->na);
             if (last && finish_norms(tb->na, mb))
