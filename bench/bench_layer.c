@@ -371,9 +371,9 @@ int main(int argc, char **argv)
          * for both (128 rows per expert; 512 until 2026-12-02 c): a round of
          * either at T = 512 was over a minute of an idle machine, and three
          * rounds of three shapes did not leave make bench its 20 minutes. */
-        {"mixtral-like", quick ? 16 : 256, 4096, 14336, 4, 2, 0, 0},
-        {"deepseek-v3-like", quick ? 16 : 256, 7168, 2048, 16, 8, 1, 0},
-        {"zipf-1.2", quick ? 32 : 1024, 2048, 1408, 64, 6, 0, 1.2},
+        {"mixtral-like", quick ? 16 : 256, 4096, 14336, 4, 2, 0, 0, 0},
+        {"deepseek-v3-like", quick ? 16 : 256, 7168, 2048, 16, 8, 1, 0, 0},
+        {"zipf-1.2", quick ? 32 : 1024, 2048, 1408, 64, 6, 0, 1.2, 0},
         /* issue 31's case (bench_check's d512): small enough that the
          * non-GEMM work is a fifth of the layer; for profiling, only named */
         {"d512", 256, 512, 512, 8, 2, 0, 0, 1},
