@@ -250,6 +250,20 @@ int dl_input_backward_shared(const float *d_x_sorted, const int32_t *inv_perm,
  * wt is w_r transposed ([E, d]: the lanes read consecutive features). */
 enum { DX_B = 16 };
 
+/* The k + E terms of token tk's element i into p (products of floats:
+ * exact in binary64): the k routed rows (w_in: Llama-4's weight on the
+ * input) and the E router terms, w_r's element (i, e) at
+ * wr[e * se + i * si] (w_r itself: se 1, si E; transposed: se d, si 1). */
+static void d_x_terms(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
+                      const float *d_logits, const float *wr, int64_t se, int64_t si, int64_t tk,
+                      int64_t i, int64_t k, int64_t d, int64_t E, double *p)
+{
+    for (int64_t j = 0; j < k; j++)
+        p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) * d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
+    for (int64_t e = 0; e < E; e++)
+        p[k + e] = (double)d_logits[tk * E + e] * (double)wr[e * se + i * si];
+}
+
 static void d_x_token(const float *d_x_sorted, const float *w_in, const int32_t *inv_perm,
                       const float *d_logits, const float *wt, int64_t tk, int64_t k, int64_t d,
                       int64_t E, dl_dtype_t t, double *p, float *d_x, int *bad)
@@ -275,12 +289,7 @@ static void d_x_token(const float *d_x_sorted, const float *w_in, const int32_t 
         for (int64_t b = 0; b < nb; b++) {
             double r;
             if (!isfinite(m[b]) || !dl__certify(s[b], gam * m[b], t, &r)) {
-                const int64_t i = i0 + b;
-                for (int64_t j = 0; j < k; j++)
-                    p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) *
-                           d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
-                for (int64_t e = 0; e < E; e++)
-                    p[k + e] = (double)d_logits[tk * E + e] * (double)wt[e * d + i];
+                d_x_terms(d_x_sorted, w_in, inv_perm, d_logits, wt, d, 1, tk, i0 + b, k, d, E, p);
                 r = dl__sum_exact(p, k + E, t, bad);
             }
             d_x[tk * d + i0 + b] = (float)r;
@@ -295,11 +304,7 @@ static void d_x_token_shared(const float *d_x_sorted, const float *w_in, const i
                              float *d_x, int *bad)
 {
     for (int64_t i = 0; i < d; i++) {
-        for (int64_t j = 0; j < k; j++) /* w_in: Llama-4's weight on the input */
-            p[j] = (w_in ? (double)w_in[tk * k + j] : 1.0) *
-                   d_x_sorted[(int64_t)inv_perm[tk * k + j] * d + i];
-        for (int64_t e = 0; e < E; e++) /* float products: exact in binary64 */
-            p[k + e] = (double)d_logits[tk * E + e] * (double)w_r[i * E + e];
+        d_x_terms(d_x_sorted, w_in, inv_perm, d_logits, w_r, 1, E, tk, i, k, d, E, p);
         const int64_t ns = shared_terms(sh, tk, i, p + k + E);
         d_x[tk * d + i] = (float)dl__sum_exact(p, k + E + ns, t, bad);
     }

@@ -10,8 +10,12 @@
  * slabs: dl_gemm_ragged_k writes an empty expert's zeros itself), on pages
  * already there. Bounded: at most KEEP_SLOTS arrays and a quarter
  * of the machine's memory; an allocation that finds no array of its size
- * releases everything kept first, so the process never holds more than it
- * held live before. DROPLESS_KEEP=0 turns it off (every array fresh).
+ * releases everything kept first. That bounds what is kept by what one
+ * pass held live, not the process's peak: arrays kept while other memory
+ * is live add to it (bench_check's kernel case, whose golden stays live
+ * while it generates again and checks: 1210 MiB kept, 975 MiB with
+ * DROPLESS_KEEP=0; doc/performance.md). DROPLESS_KEEP=0 turns it off
+ * (every array fresh).
  * Nothing here changes a value: an array is zero before its pass, as from
  * calloc, or written whole by it (tests/test_moe.c frees kept arrays full
  * of NaN bits and checks a second pass's bits). */
